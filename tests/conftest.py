@@ -1,0 +1,25 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def pytest_report_header(config):
+    return f"tinydl backend under test: {os.environ.get('TINYDL_BACKEND', 'cpu')}"
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's name: fresh random data per test, reproducible."""
+    seed = abs(hash(request.node.nodeid)) % (2**32) if os.environ.get("TINYDL_RANDOM_SEED") else (
+        sum(map(ord, request.node.nodeid)) * 7919 % (2**32)
+    )
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def rapidocr_models() -> Path:
+    """The PP-OCR ONNX models shipped inside the rapidocr-onnxruntime package."""
+    rapidocr = pytest.importorskip("rapidocr_onnxruntime", reason="pip install 'tinydl[test]'")
+    return Path(rapidocr.__file__).parent / "models"

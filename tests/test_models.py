@@ -1,0 +1,114 @@
+"""End to end: real models on real images, tinydl vs onnxruntime (their own reference runtime)."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tinydl as td
+
+BACKEND = __import__("os").environ.get("TINYDL_BACKEND", "cpu")
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest absolute difference relative to the reference's largest magnitude."""
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def compare_with_ort(path, feeds, limit=1e-4):
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = td.compile(td.load(path), backends=(BACKEND,))
+    got = sess.run(feeds)
+    assert list(got) == [o.name for o in sess.outputs]
+    for (name, g), r in zip(got.items(), ref, strict=True):
+        assert g.shape == r.shape, name
+        assert g.dtype == r.dtype, name
+        err = rel_err(g, r)
+        assert err <= limit, f"{name}: relative error {err:.2e} > {limit:.0e}"
+    return got, ref
+
+
+def text_image() -> np.ndarray:
+    skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
+    return skimage_data.text()  # 172x448 grayscale photo of printed text
+
+
+def ocr_normalize(rgb: np.ndarray) -> np.ndarray:
+    """PP-OCR preprocessing: (x/255 - 0.5) / 0.5, NCHW float32."""
+    x = (rgb.astype(np.float32) / 255.0 - 0.5) / 0.5
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def test_ppocrv4_det_matches_onnxruntime(rapidocr_models):
+    from PIL import Image
+
+    gray = text_image()
+    rgb = np.stack([gray] * 3, axis=-1)
+    rgb = np.asarray(Image.fromarray(rgb).resize((448, 160), Image.BILINEAR))  # multiples of 32
+    got, ref = compare_with_ort(rapidocr_models / "ch_PP-OCRv4_det_infer.onnx", {"x": ocr_normalize(rgb)})
+    prob = next(iter(got.values()))
+    assert prob.shape == (1, 1, 160, 448)
+    assert 0.01 < (prob > 0.3).mean() < 0.9, "the text map should mark some, not all, pixels as text"
+
+
+def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models):
+    from PIL import Image
+
+    gray = text_image()
+    line = gray[10:60, 20:420]  # the top line of text
+    rgb = np.stack([line] * 3, axis=-1)
+    rgb = np.asarray(Image.fromarray(rgb).resize((320, 48), Image.BILINEAR))
+    got, _ = compare_with_ort(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", {"x": ocr_normalize(rgb)})
+    probs = next(iter(got.values()))
+    assert probs.shape[0] == 1 and probs.shape[1] == 40
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-4)
+
+
+def test_ppocr_cls_matches_onnxruntime(rapidocr_models, rng):
+    x = rng.standard_normal((2, 3, 48, 192)).astype(np.float32)
+    compare_with_ort(rapidocr_models / "ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": x})
+
+
+def espcn_onnx(path, scale: int, rng) -> None:
+    """ESPCN (Shi et al. 2016): 5x5->64 tanh, 3x3->32 tanh, 3x3->r^2, pixel shuffle."""
+    chans = [(1, 64, 5), (64, 32, 3), (32, scale * scale, 3)]
+    inits, nodes, x = [], [], "y"
+    for i, (cin, cout, k) in enumerate(chans):
+        w = rng.standard_normal((cout, cin, k, k)).astype(np.float32) * (1.0 / np.sqrt(cin * k * k))
+        b = rng.standard_normal(cout).astype(np.float32) * 0.1
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4))
+        x = f"c{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Tanh", [x], [f"t{i}"]))
+            x = f"t{i}"
+    nodes.append(helper.make_node("DepthToSpace", [x], ["out"], blocksize=scale, mode="CRD"))
+    graph = helper.make_graph(
+        nodes, "espcn",
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+@pytest.mark.parametrize("scale", [2, 3])
+def test_espcn_matches_onnxruntime(tmp_path, rng, scale):
+    path = tmp_path / f"espcn_x{scale}.onnx"
+    espcn_onnx(path, scale, rng)
+    y = rng.random((1, 1, 36, 64), dtype=np.float32)
+    got, _ = compare_with_ort(path, {"y": y})
+    assert got["out"].shape == (1, 1, 36 * scale, 64 * scale)
+
+
+def test_espcn_tdl_round_trip(tmp_path, rng):
+    src = tmp_path / "espcn.onnx"
+    espcn_onnx(src, 3, rng)
+    td.save(td.load(src), tmp_path / "espcn.tdl")
+    y = rng.random((2, 1, 20, 30), dtype=np.float32)
+    a = td.compile(src).run({"y": y})["out"]
+    b = td.compile(tmp_path / "espcn.tdl").run({"y": y})["out"]
+    np.testing.assert_array_equal(a, b)

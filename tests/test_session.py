@@ -1,0 +1,153 @@
+"""Session API: compile, run, input validation, placement and fallback reporting."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import tinydl as td
+from tinydl.backends import Backend, Support, register_backend, unregister_backend
+from tinydl.backends.cpu import CPUKernel
+from tinydl.ir.graph import Graph, Node, Value
+
+
+def small_graph() -> Graph:
+    """x -> Add(w) -> Relu -> Sigmoid -> Softmax -> y, with a symbolic batch dim."""
+    return Graph(
+        inputs=[Value("x", "float32", ("N", 4))],
+        outputs=[Value("y", "float32", None)],
+        nodes=[
+            Node("Add", ["x", "w"], ["a"], name="add"),
+            Node("Relu", ["a"], ["r"], name="relu"),
+            Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
+            Node("Softmax", ["s"], ["y"], {"axis": -1}, name="softmax"),
+        ],
+        initializers={"w": np.array([0.5, -1.0, 2.0, 0.0], np.float32)},
+    ).validate()
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    s = 1 / (1 + np.exp(-np.maximum(x + np.array([0.5, -1.0, 2.0, 0.0], np.float32), 0)))
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+class FakeBackend(Backend):
+    """Claims a chosen op set and runs it with the NumPy references, tagging its outputs."""
+
+    def __init__(self, name: str, ops: set[str]):
+        self.name, self.ops, self.runs = name, ops, 0
+
+    def available(self) -> bool:
+        return True
+
+    def supports(self, node, graph) -> Support:
+        return Support(node.op in self.ops, f"{self.name} has no {node.op} kernel")
+
+    def compile(self, subgraph, options):
+        kernel, fake = CPUKernel(subgraph), self
+
+        class Counting:
+            def run(self, inputs):
+                fake.runs += 1
+                return kernel.run(inputs)
+
+        return Counting()
+
+
+@pytest.fixture
+def fake():
+    backend = FakeBackend("fake", {"Add", "Relu", "Softmax"})
+    register_backend(backend)
+    yield backend
+    unregister_backend("fake")
+
+
+def test_run_matches_numpy(rng):
+    sess = td.compile(small_graph(), backends=("cpu",))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    out = sess.run({"x": x})
+    assert list(out) == ["y"]
+    np.testing.assert_allclose(out["y"], reference(x), rtol=1e-6)
+    assert sess.placement.counts() == {"cpu": 4}
+    assert sess.outputs[0].shape == ("N", 4)
+
+
+def test_fallback_warns_once_naming_ops_and_placement_has_reasons(fake, rng):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = td.compile(small_graph(), backends=("fake", "cpu"))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "Sigmoid" in messages[0] and "fake" in messages[0]
+    p = sess.placement
+    assert p["add"] == "fake" and p["sigmoid"] == "cpu" and p["softmax"] == "fake"
+    assert p.refusals["sigmoid"] == {"fake": "fake has no Sigmoid kernel"}
+    assert [part.backend for part in p.partitions] == ["fake", "cpu", "fake"]
+    assert p.partitions[1].inputs == ["r"] and p.partitions[1].outputs == ["s"]
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x), rtol=1e-6)
+    assert fake.runs == 2
+
+
+def test_strict_raises_naming_refused_node(fake):
+    with pytest.raises(td.UnsupportedOpError, match=r"sigmoid \(Sigmoid\): fake: fake has no Sigmoid"):
+        td.compile(small_graph(), backends=("fake", "cpu"), strict=True)
+
+
+def test_no_backend_can_run_a_node(fake):
+    with pytest.raises(td.UnsupportedOpError, match="Sigmoid"):
+        td.compile(small_graph(), backends=("fake",))
+
+
+def test_unknown_backend_and_precision():
+    with pytest.raises(td.BackendUnavailableError, match="unknown backend 'tpu'"):
+        td.compile(small_graph(), backends=("tpu",))
+    with pytest.raises(ValueError, match="precision"):
+        td.compile(small_graph(), precision="int3")
+
+
+@pytest.mark.parametrize(
+    "feeds, error, message",
+    [
+        ({"x": np.ones((2, 4), np.float64)}, td.InvalidShapeError, "expected dtype float32, got float64"),
+        ({"x": np.ones((2, 5), np.float32)}, td.InvalidShapeError, r"dim 1 must be 4"),
+        ({"x": np.ones((4,), np.float32)}, td.InvalidShapeError, "expected rank 2"),
+        ({}, td.InvalidInputError, "missing input 'x'"),
+        ({"x": np.ones((2, 4), np.float32), "z": 1}, td.InvalidInputError, r"unknown input\(s\) \['z'\]"),
+    ],
+)
+def test_bad_feeds_name_input_expected_and_got(feeds, error, message):
+    sess = td.compile(small_graph())
+    with pytest.raises(error, match=message):
+        sess.run(feeds)
+
+
+def test_symbolic_dims_must_agree_across_inputs():
+    g = Graph(
+        inputs=[Value("a", "float32", ("N", 3)), Value("b", "float32", ("N", 3))],
+        outputs=[Value("c", "float32", None)],
+        nodes=[Node("Add", ["a", "b"], ["c"], name="add")],
+    ).validate()
+    sess = td.compile(g)
+    with pytest.raises(td.InvalidShapeError, match="'N' is 2 in input 'a'"):
+        sess.run({"a": np.ones((2, 3), np.float32), "b": np.ones((5, 3), np.float32)})
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(td.InvalidModelError, match="no such file"):
+        td.load(tmp_path / "missing.onnx")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00hello")
+    with pytest.raises(td.InvalidModelError, match="unrecognized model file"):
+        td.load(junk)
+
+
+def test_import_is_light():
+    code = (
+        "import sys, tinydl; heavy = [m for m in ('numpy', 'onnx', 'torch', 'wgpu', 'cupy', "
+        "'onnxruntime') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

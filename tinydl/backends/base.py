@@ -1,0 +1,66 @@
+"""The Backend interface every delegate implements (cpu, webgpu, cuda)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tinydl.ir.graph import Graph, Node
+
+
+@dataclass(frozen=True)
+class Support:
+    """A backend's answer to "can you run this node?"; `reason` says why not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    precision: str = "fp32"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Kernel(ABC):
+    """A compiled partition: runs its subgraph on the backend's tensors."""
+
+    @abstractmethod
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Map input value names to backend tensors; return output names to backend tensors."""
+
+
+class Backend(ABC):
+    name: str = ""
+
+    @abstractmethod
+    def available(self) -> bool:
+        """True when the backend's libraries and a device are present."""
+
+    def unavailable_reason(self) -> str:
+        return ""
+
+    @abstractmethod
+    def supports(self, node: Node, graph: Graph) -> Support: ...
+
+    @abstractmethod
+    def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel: ...
+
+    def devices(self) -> list[str]:
+        """Human-readable names of the devices this backend would use."""
+        return []
+
+    def to_device(self, array: np.ndarray) -> Any:
+        return array
+
+    def to_host(self, tensor: Any) -> np.ndarray:
+        return np.asarray(tensor)
+
+    def is_device_tensor(self, tensor: Any) -> bool:
+        return False

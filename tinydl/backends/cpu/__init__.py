@@ -1,0 +1,59 @@
+"""The cpu backend: NumPy only. It runs every op in tinydl.ops with that op's reference code,
+so it is both the reference other backends are tested against and the fallback."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.ir.graph import Graph, Node
+from tinydl.ops import schema_of
+
+
+class CPUKernel(Kernel):
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.steps = [(node, schema_of(node.op)) for node in graph.nodes]
+        last_use: dict[str, int] = {}
+        for i, node in enumerate(graph.nodes):
+            for name in node.inputs:
+                last_use[name] = i
+        keep = {v.name for v in graph.outputs}
+        # Free each intermediate right after its last reader, so peak memory stays low.
+        self.release = [
+            [n for n in dict.fromkeys(node.inputs) if n and last_use.get(n) == i and n not in keep]
+            for i, node in enumerate(graph.nodes)
+        ]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[str, np.ndarray] = dict(self.graph.initializers)
+        env.update(inputs)
+        for (node, schema), dead in zip(self.steps, self.release, strict=True):
+            args = [env[name] if name else None for name in node.inputs]
+            for name, value in zip(node.outputs, schema.run(node, args), strict=False):
+                if name:
+                    env[name] = np.asarray(value)
+            for name in dead:
+                if name not in self.graph.initializers:
+                    env.pop(name, None)
+        return {v.name: env[v.name] for v in self.graph.outputs}
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+
+    def available(self) -> bool:
+        return True
+
+    def devices(self) -> list[str]:
+        return [f"{platform.processor() or platform.machine()} (NumPy {np.__version__})"]
+
+    def supports(self, node: Node, graph: Graph) -> Support:
+        if schema_of(node.op) is None:
+            return Support(False, f"no NumPy reference for op {node.op}")
+        return Support(True)
+
+    def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel:
+        return CPUKernel(subgraph)

@@ -1,0 +1,276 @@
+"""ONNX importer: a .onnx file (opsets 11-21 tested) becomes an ir.Graph in canonical form.
+
+Canonical form is the newest form of each op: attributes that later opsets moved to inputs
+(Squeeze/Unsqueeze and ReduceMean `axes`) become constant inputs, the pre-13 Softmax
+"flatten to 2-D" semantics are rewritten with Flatten/Softmax/Reshape, and Constant nodes become
+initializers. External data is read only from files inside the model's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import InvalidModelError, UnsupportedOpError
+from tinydl.ir.dtypes import ONNX_CODES
+from tinydl.ir.graph import Graph, Node, Value
+
+MIN_OPSET, MAX_OPSET = 11, 23
+
+
+def load(path: str | os.PathLike) -> Graph:
+    """Read, convert and validate an ONNX file; InvalidModelError for anything malformed."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return from_bytes(data, base_dir=path.parent, where=str(path))
+
+
+def from_bytes(data: bytes, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError, RecursionError) as exc:
+        raise InvalidModelError(f"{where}: not a valid ONNX protobuf ({exc})") from None
+    if not model.HasField("graph"):
+        raise InvalidModelError(f"{where}: ONNX file has no graph")
+    return from_model(model, base_dir=base_dir, where=where)
+
+
+def from_model(model, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
+    """Convert an in-memory onnx.ModelProto."""
+    return _Converter(model, base_dir, where).run()
+
+
+class _Converter:
+    def __init__(self, model, base_dir, where: str):
+        self.model = model
+        self.base_dir = Path(base_dir) if base_dir is not None else None
+        self.where = where
+        self.initializers: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+        self.taken: set[str] = set()
+
+    def fail(self, message: str) -> InvalidModelError:
+        return InvalidModelError(f"{self.where}: {message}")
+
+    def run(self) -> Graph:
+        model, g = self.model, self.model.graph
+        self.opset = self._opset()
+        for t in g.initializer:
+            self.initializers[t.name] = self._tensor(t)
+        for t in g.sparse_initializer:
+            raise UnsupportedOpError(f"{self.where}: sparse initializer '{t.values.name}' is not supported")
+        self.taken = {v.name for v in g.input} | set(self.initializers)
+        self.taken |= {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
+        unsupported = self._unsupported_ops(g)
+        if unsupported:
+            raise UnsupportedOpError(
+                f"{self.where}: ops not supported by tinydl: {', '.join(unsupported)}"
+            )
+        for i, n in enumerate(g.node):
+            self._node(n, i)
+        inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
+        outputs = [self._value(v) for v in g.output]
+        meta: dict[str, Any] = {
+            "source_format": "onnx",
+            "opset": self.opset,
+            "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        }
+        if model.doc_string:
+            meta["doc"] = model.doc_string[:1000]
+        props = {p.key: p.value for p in model.metadata_props}
+        if props:
+            meta["onnx_metadata"] = props
+        graph = Graph(inputs, outputs, self.nodes, self.initializers, metadata=meta,
+                      name=g.name or "graph")
+        return graph.validate()
+
+    def _opset(self) -> int:
+        versions = {o.domain: o.version for o in self.model.opset_import}
+        version = versions.get("", versions.get("ai.onnx"))
+        if version is None:
+            raise self.fail("no opset_import for the default ONNX domain")
+        if not MIN_OPSET <= version <= MAX_OPSET:
+            raise UnsupportedOpError(
+                f"{self.where}: opset {version} is not supported (tinydl reads opsets "
+                f"{MIN_OPSET}-{MAX_OPSET}; convert with onnx.version_converter)"
+            )
+        return version
+
+    def _unsupported_ops(self, g) -> list[str]:
+        from tinydl.ops import REGISTRY
+
+        bad = set()
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx"):
+                bad.add(f"{n.domain}.{n.op_type}")
+            elif n.op_type not in REGISTRY:
+                bad.add(n.op_type)
+        return sorted(bad)
+
+    # -- values and tensors ------------------------------------------------------------------
+    def _value(self, v) -> Value:
+        t = v.type
+        if t.WhichOneof("value") != "tensor_type":
+            raise UnsupportedOpError(f"{self.where}: value '{v.name}' is not a tensor")
+        elem = t.tensor_type.elem_type
+        dtype = ONNX_CODES.get(elem)
+        if elem and dtype is None:
+            raise UnsupportedOpError(f"{self.where}: value '{v.name}' has unsupported element type {elem}")
+        shape = None
+        if t.tensor_type.HasField("shape"):
+            dims = []
+            for d in t.tensor_type.shape.dim:
+                which = d.WhichOneof("value")
+                if which == "dim_value" and d.dim_value >= 0:
+                    dims.append(int(d.dim_value))
+                elif which == "dim_param" and d.dim_param:
+                    dims.append(d.dim_param)
+                else:
+                    dims.append(None)
+            shape = tuple(dims)
+        return Value(v.name, dtype, shape)
+
+    def _tensor(self, t) -> np.ndarray:
+        from onnx import numpy_helper
+
+        if t.data_type not in ONNX_CODES:
+            raise UnsupportedOpError(
+                f"{self.where}: tensor '{t.name}' has unsupported element type {t.data_type}"
+            )
+        dims = list(t.dims)
+        if any(d < 0 for d in dims) or int(np.prod(dims, dtype=np.float64)) > 2**34:
+            raise self.fail(f"tensor '{t.name}' has invalid dims {dims}")
+        if t.data_location == 1:  # EXTERNAL
+            self._load_external(t)
+        try:
+            arr = numpy_helper.to_array(t)
+        except (ValueError, TypeError, RuntimeError, KeyError, MemoryError) as exc:
+            raise self.fail(f"tensor '{t.name}' cannot be decoded: {exc}") from None
+        if tuple(arr.shape) != tuple(dims):
+            raise self.fail(f"tensor '{t.name}' holds {arr.shape}, expected dims {dims}")
+        return np.ascontiguousarray(arr)
+
+    def _load_external(self, t) -> None:
+        from onnx.external_data_helper import load_external_data_for_tensor
+
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if self.base_dir is None:
+            raise self.fail(f"tensor '{t.name}' has external data but the model has no folder")
+        base = self.base_dir.resolve()
+        target = (base / location).resolve()
+        if not location or os.path.isabs(location) or base not in target.parents:
+            raise self.fail(
+                f"tensor '{t.name}': external data location {location!r} is outside the model's folder"
+            )
+        if not target.is_file():
+            raise self.fail(f"tensor '{t.name}': external data file {location!r} not found")
+        try:
+            load_external_data_for_tensor(t, str(base))
+        except (OSError, ValueError) as exc:
+            raise self.fail(f"tensor '{t.name}': cannot read external data: {exc}") from None
+
+    # -- nodes -------------------------------------------------------------------------------
+    def _attrs(self, n) -> dict[str, Any]:
+        from onnx import AttributeProto
+
+        out: dict[str, Any] = {}
+        for a in n.attribute:
+            kind = a.type
+            if kind == AttributeProto.FLOAT:
+                out[a.name] = float(a.f)
+            elif kind == AttributeProto.INT:
+                out[a.name] = int(a.i)
+            elif kind == AttributeProto.STRING:
+                try:
+                    out[a.name] = a.s.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise self.fail(f"node '{n.name}': attribute '{a.name}' is not UTF-8") from None
+            elif kind == AttributeProto.FLOATS:
+                out[a.name] = [float(x) for x in a.floats]
+            elif kind == AttributeProto.INTS:
+                out[a.name] = [int(x) for x in a.ints]
+            elif kind == AttributeProto.STRINGS:
+                out[a.name] = [x.decode("utf-8", "replace") for x in a.strings]
+            elif kind == AttributeProto.TENSOR:
+                out[a.name] = self._tensor(a.t)
+            elif a.ref_attr_name:
+                raise UnsupportedOpError(f"{self.where}: node '{n.name}': function attribute refs")
+            else:
+                raise UnsupportedOpError(
+                    f"{self.where}: node '{n.name}' ({n.op_type}): attribute '{a.name}' of type "
+                    f"{AttributeProto.AttributeType.Name(kind) if kind in AttributeProto.AttributeType.values() else kind} "
+                    "is not supported"
+                )
+        return out
+
+    def _fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+    def _const(self, base: str, value: np.ndarray) -> str:
+        name = self._fresh(base)
+        self.initializers[name] = value
+        return name
+
+    def _node(self, n, index: int) -> None:
+        op, attrs = n.op_type, self._attrs(n)
+        name = n.name or f"{op}_{index}"
+        inputs, outputs = list(n.input), list(n.output)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        if op == "Constant":
+            if len(outputs) != 1 or inputs:
+                raise self.fail(f"node '{name}' (Constant): expects no inputs and one output")
+            from tinydl.ops import schema_of
+
+            node = Node(op, [], outputs, attrs, name)
+            schema = schema_of("Constant")
+            node.attrs = schema.check_attrs(node)
+            try:
+                (value,) = schema.run(node, [])
+            except (ValueError, TypeError) as exc:
+                raise self.fail(f"node '{name}' (Constant): {exc}") from None
+            if outputs[0] in self.initializers:
+                raise self.fail(f"node '{name}' (Constant): output '{outputs[0]}' is already defined")
+            self.initializers[outputs[0]] = np.asarray(value)
+            return
+        if op in ("Squeeze", "Unsqueeze") and "axes" in attrs:
+            axes = attrs.pop("axes")
+            inputs = [inputs[0] if inputs else "", self._const(f"{name}_axes", np.array(axes, np.int64))]
+        if op == "ReduceMean" and "axes" in attrs:
+            axes = attrs.pop("axes")
+            inputs = [inputs[0] if inputs else "", self._const(f"{name}_axes", np.array(axes, np.int64))]
+        if op == "Softmax" and self.opset < 13:
+            self._legacy_softmax(n, name, inputs, outputs, attrs.get("axis", 1))
+            return
+        self.nodes.append(Node(op, inputs, outputs, attrs, name))
+
+    def _legacy_softmax(self, n, name, inputs, outputs, axis: int) -> None:
+        """Opset < 13 Softmax coerces the input to 2-D at `axis`; axis -1 is the same as today's."""
+        if not inputs or len(outputs) != 1:
+            raise self.fail(f"node '{name}' (Softmax): expects one input and one output")
+        if axis == -1:
+            self.nodes.append(Node("Softmax", inputs, outputs, {"axis": -1}, name))
+            return
+        flat, soft, shape = (self._fresh(f"{name}_{s}") for s in ("flat", "soft", "shape"))
+        self.nodes += [
+            Node("Flatten", [inputs[0]], [flat], {"axis": axis}, f"{name}_flatten"),
+            Node("Softmax", [flat], [soft], {"axis": 1}, name),
+            Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
+            Node("Reshape", [soft, shape], outputs, {}, f"{name}_reshape"),
+        ]

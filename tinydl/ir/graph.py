@@ -1,0 +1,209 @@
+"""Graph, Node and Value: the in-memory model every importer produces and every backend consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import InvalidModelError
+from tinydl.ir.dtypes import DTYPES, dtype_name
+
+# A dimension is a concrete size, a symbol (e.g. "H") or None when nothing is known.
+Dim = int | str | None
+Shape = tuple[Dim, ...]
+
+
+@dataclass
+class Value:
+    """A named tensor: a graph input or output, or an intermediate with its inferred type."""
+
+    name: str
+    dtype: str | None = None
+    shape: Shape | None = None
+
+    def describe(self) -> str:
+        dims = "?" if self.shape is None else ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype or '?'}[{dims}]"
+
+
+@dataclass
+class Node:
+    """One op application. `inputs` may hold "" for an omitted optional input."""
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op} '{self.name}': {self.inputs} -> {self.outputs})"
+
+
+@dataclass
+class Graph:
+    """A model: inputs, outputs, nodes, weights (initializers) and metadata."""
+
+    inputs: list[Value]
+    outputs: list[Value]
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, Value] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    name: str = "graph"
+
+    # -- queries ---------------------------------------------------------------------------
+    def value(self, name: str) -> Value | None:
+        """The typed Value for a name (input, output, initializer or inferred intermediate)."""
+        for v in self.inputs:
+            if v.name == name:
+                return v
+        if name in self.values:
+            return self.values[name]
+        if name in self.initializers:
+            arr = self.initializers[name]
+            return Value(name, dtype_name(arr.dtype), tuple(arr.shape))
+        for v in self.outputs:
+            if v.name == name:
+                return v
+        return None
+
+    def producers(self) -> dict[str, Node]:
+        return {out: n for n in self.nodes for out in n.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        uses: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    uses.setdefault(i, []).append(n)
+        return uses
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op] = counts.get(n.op, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def parameter_count(self) -> int:
+        return int(sum(a.size for a in self.initializers.values()))
+
+    # -- ordering and validation -----------------------------------------------------------
+    def toposort(self) -> list[Node]:
+        """Kahn's algorithm; stable (keeps file order among ready nodes).
+
+        Raises InvalidModelError for a duplicate output, an input that nothing defines, or a cycle.
+        """
+        defined = {v.name for v in self.inputs} | set(self.initializers)
+        producer: dict[str, int] = {}
+        for idx, node in enumerate(self.nodes):
+            for out in node.outputs:
+                if not out:
+                    continue
+                if out in producer or out in defined:
+                    raise InvalidModelError(
+                        f"node '{node.name}' ({node.op}): output '{out}' is already defined "
+                        "(every value must have exactly one producer)"
+                    )
+                producer[out] = idx
+        indegree = [0] * len(self.nodes)
+        dependents: list[list[int]] = [[] for _ in self.nodes]
+        for idx, node in enumerate(self.nodes):
+            for inp in node.inputs:
+                if not inp or inp in defined:
+                    continue
+                if inp not in producer:
+                    raise InvalidModelError(
+                        f"node '{node.name}' ({node.op}): input '{inp}' is not a graph input, "
+                        "an initializer or the output of any node (dangling input)"
+                    )
+                indegree[idx] += 1
+                dependents[producer[inp]].append(idx)
+        ready = [i for i, d in enumerate(indegree) if d == 0]
+        ready.reverse()
+        order: list[int] = []
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            newly = []
+            for j in dependents[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    newly.append(j)
+            ready.extend(sorted(newly, reverse=True))
+        if len(order) != len(self.nodes):
+            stuck = next(self.nodes[i] for i, d in enumerate(indegree) if d > 0)
+            raise InvalidModelError(
+                f"node '{stuck.name}' ({stuck.op}) is part of a cycle: the graph must be acyclic"
+            )
+        return [self.nodes[i] for i in order]
+
+    def sort(self) -> Graph:
+        """Reorder nodes topologically in place."""
+        self.nodes = self.toposort()
+        return self
+
+    def validate(self, infer: bool = True) -> Graph:
+        """Check structure, ops, attributes and (with `infer`) shapes; fill inferred types.
+
+        Raises InvalidModelError naming the offending node.
+        """
+        from tinydl.ops import infer_graph, schema_of
+
+        names = set()
+        for v in self.inputs:
+            if not isinstance(v.name, str) or not v.name:
+                raise InvalidModelError(f"graph input has an invalid name: {v.name!r}")
+            if v.name in names:
+                raise InvalidModelError(f"graph input '{v.name}' is declared twice")
+            names.add(v.name)
+            _check_value_type(v, "graph input")
+        for name, arr in self.initializers.items():
+            if not isinstance(arr, np.ndarray):
+                raise InvalidModelError(f"initializer '{name}' is not an array: {type(arr).__name__}")
+            if arr.dtype.name not in DTYPES:
+                raise InvalidModelError(f"initializer '{name}' has unsupported dtype {arr.dtype}")
+        seen_names = set()
+        for node in self.nodes:
+            if not node.name or node.name in seen_names:
+                node.name = _unique(f"{node.op}_{len(seen_names)}", seen_names)
+            seen_names.add(node.name)
+            schema = schema_of(node.op)
+            if schema is None:
+                raise InvalidModelError(f"node '{node.name}': unknown op '{node.op}'")
+            node.attrs = schema.check_attrs(node)
+            schema.check_arity(node)
+        order = self.toposort()
+        produced = {o for n in self.nodes for o in n.outputs if o} | names | set(self.initializers)
+        for v in self.outputs:
+            if v.name not in produced:
+                raise InvalidModelError(f"graph output '{v.name}' is not produced by any node")
+            _check_value_type(v, "graph output")
+        self.nodes = order
+        if infer:
+            infer_graph(self)
+        return self
+
+
+def _check_value_type(v: Value, what: str) -> None:
+    if v.dtype is not None and v.dtype not in DTYPES:
+        raise InvalidModelError(f"{what} '{v.name}': unsupported dtype {v.dtype!r}")
+    if v.shape is not None:
+        for d in v.shape:
+            ok = d is None or (isinstance(d, str) and d) or (
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40
+            )
+            if not ok:
+                raise InvalidModelError(f"{what} '{v.name}': invalid dimension {d!r} in {v.shape}")
+
+
+def _unique(base: str, taken: Iterable[str]) -> str:
+    taken = set(taken)
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name

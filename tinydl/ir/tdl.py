@@ -1,0 +1,225 @@
+"""The .tdl model file: a safetensors container whose tensors are the weights and whose
+`__metadata__` holds {"format": "tinydl", "version": "1", "graph": "<graph JSON>"}.
+
+Reading validates the header, every tensor's offsets, the graph JSON's structure, every op,
+attribute and weight reference before returning; anything wrong is an InvalidModelError. Weights
+are memory-mapped read-only (no copy). Nothing in the file is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import InvalidModelError
+from tinydl.ir.dtypes import DTYPES, SAFETENSORS
+from tinydl.ir.graph import Graph, Node, Value
+
+FORMAT = "tinydl"
+VERSION = "1"
+_MAX_HEADER = 100 * 1024 * 1024
+_FROM_SAFETENSORS = {v: k for k, v in SAFETENSORS.items()}
+_ATTR_TENSOR_PREFIX = "__attr__/"
+
+
+# -- graph <-> JSON ---------------------------------------------------------------------------
+
+def graph_to_json(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The graph as a JSON-ready dict, plus the tensors that go in the container."""
+    tensors: dict[str, np.ndarray] = dict(graph.initializers)
+
+    def attr(node: Node, key: str, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            ref = f"{_ATTR_TENSOR_PREFIX}{node.name}/{key}"
+            tensors[ref] = value
+            return {"$tensor": ref}
+        return value
+
+    doc = {
+        "name": graph.name,
+        "inputs": [_value_json(v) for v in graph.inputs],
+        "outputs": [_value_json(v) for v in graph.outputs],
+        "nodes": [
+            {
+                "name": n.name,
+                "op": n.op,
+                "inputs": list(n.inputs),
+                "outputs": list(n.outputs),
+                "attrs": {k: attr(n, k, v) for k, v in n.attrs.items()},
+            }
+            for n in graph.nodes
+        ],
+        "initializers": list(graph.initializers),
+        "metadata": graph.metadata,
+    }
+    return doc, tensors
+
+
+def _value_json(v: Value) -> dict[str, Any]:
+    return {"name": v.name, "dtype": v.dtype, "shape": None if v.shape is None else list(v.shape)}
+
+
+def graph_json_text(graph: Graph) -> str:
+    doc, _ = graph_to_json(graph)
+    return json.dumps(doc, indent=1)
+
+
+def save(graph: Graph, path: str | os.PathLike) -> None:
+    """Write `graph` to a .tdl file (atomically: a partial file is never left behind)."""
+    from safetensors.numpy import save_file
+
+    doc, tensors = graph_to_json(graph)
+    meta = {"format": FORMAT, "version": VERSION, "graph": json.dumps(doc, separators=(",", ":"))}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=meta)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+def load(path: str | os.PathLike) -> Graph:
+    """Read and validate a .tdl file; raises InvalidModelError for anything malformed."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise InvalidModelError(f"{path}: not a .tdl file (only {len(head)} bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(_MAX_HEADER, size - 8):
+                raise InvalidModelError(
+                    f"{path}: not a .tdl file (header length {n} exceeds the file size {size})"
+                )
+            raw = f.read(n)
+    except OSError as exc:
+        raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidModelError(f"{path}: header is not valid JSON ({exc})") from None
+    _expect(isinstance(header, dict), path, "header must be a JSON object")
+    meta = header.pop("__metadata__", None)
+    _expect(isinstance(meta, dict), path, "no __metadata__: not a tinydl model")
+    _expect(meta.get("format") == FORMAT, path, f"format is {meta.get('format')!r}, expected 'tinydl'")
+    _expect(
+        meta.get("version") == VERSION, path,
+        f"version {meta.get('version')!r} is not supported by this tinydl (reads version {VERSION})",
+    )
+    tensors = _map_tensors(path, header, data_start=8 + n, size=size)
+    graph_text = meta.get("graph")
+    _expect(isinstance(graph_text, str), path, "__metadata__.graph must be a JSON string")
+    try:
+        doc = json.loads(graph_text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidModelError(f"{path}: graph JSON is invalid ({exc})") from None
+    graph = graph_from_json(doc, tensors, where=str(path))
+    return graph.validate()
+
+
+def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[str, np.ndarray]:
+    spans = []
+    entries = []
+    for name, info in header.items():
+        ok = (
+            isinstance(info, dict)
+            and info.get("dtype") in _FROM_SAFETENSORS
+            and isinstance(info.get("shape"), list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info["shape"])
+            and isinstance(info.get("data_offsets"), list)
+            and len(info["data_offsets"]) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in info["data_offsets"])
+        )
+        _expect(ok, path, f"tensor '{name}': malformed entry {str(info)[:80]}")
+        dtype = DTYPES[_FROM_SAFETENSORS[info["dtype"]]]
+        begin, end = info["data_offsets"]
+        count = int(np.prod(info["shape"], dtype=np.float64))
+        _expect(
+            0 <= begin <= end and data_start + end <= size and count * dtype.itemsize == end - begin,
+            path,
+            f"tensor '{name}': offsets {begin}..{end} do not fit shape {info['shape']} "
+            f"{dtype.name} in a file of {size} bytes",
+        )
+        spans.append((begin, end, name))
+        entries.append((name, dtype, tuple(info["shape"]), begin))
+    spans.sort()
+    for (_, e0, a), (b1, _, b) in zip(spans, spans[1:], strict=False):
+        _expect(e0 <= b1, path, f"tensors '{a}' and '{b}' overlap")
+    out: dict[str, np.ndarray] = {}
+    for name, dtype, shape, begin in entries:
+        if int(np.prod(shape)) == 0:
+            out[name] = np.zeros(shape, dtype)
+        else:
+            out[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape)
+    return out
+
+
+def graph_from_json(doc: Any, tensors: dict[str, np.ndarray], where: str = "graph") -> Graph:
+    """Build a Graph from its JSON form, checking every field's type; does not validate ops."""
+    p = where
+    _expect(isinstance(doc, dict), p, "graph JSON must be an object")
+    for key in ("inputs", "outputs", "nodes", "initializers"):
+        _expect(isinstance(doc.get(key), list), p, f"graph JSON field '{key}' must be a list")
+    metadata = doc.get("metadata", {})
+    _expect(isinstance(metadata, dict), p, "graph JSON field 'metadata' must be an object")
+    name = doc.get("name", "graph")
+    _expect(isinstance(name, str), p, "graph JSON field 'name' must be a string")
+
+    def value(item: Any, what: str) -> Value:
+        _expect(isinstance(item, dict) and isinstance(item.get("name"), str), p, f"{what}: bad entry")
+        dtype, shape = item.get("dtype"), item.get("shape")
+        _expect(dtype is None or dtype in DTYPES, p, f"{what} '{item['name']}': bad dtype {dtype!r}")
+        _expect(shape is None or isinstance(shape, list), p, f"{what} '{item['name']}': bad shape")
+        return Value(item["name"], dtype, None if shape is None else tuple(shape))
+
+    init_names = doc["initializers"]
+    initializers = {}
+    for n in init_names:
+        _expect(isinstance(n, str) and n in tensors, p, f"initializer {n!r} has no tensor in the file")
+        initializers[n] = tensors[n]
+    nodes = []
+    for i, item in enumerate(doc["nodes"]):
+        _expect(isinstance(item, dict), p, f"node #{i} must be an object")
+        nname = item.get("name", f"node_{i}")
+        ok = (
+            isinstance(nname, str)
+            and isinstance(item.get("op"), str)
+            and isinstance(item.get("inputs"), list)
+            and isinstance(item.get("outputs"), list)
+            and all(isinstance(x, str) for x in item["inputs"] + item["outputs"])
+            and isinstance(item.get("attrs", {}), dict)
+        )
+        _expect(ok, p, f"node #{i} ({str(nname)[:40]}): needs string op, lists of input/output names, attrs")
+        attrs = {}
+        for k, v in item.get("attrs", {}).items():
+            if isinstance(v, dict):
+                ref = v.get("$tensor")
+                _expect(
+                    isinstance(ref, str) and ref in tensors, p,
+                    f"node '{nname}': attribute '{k}' refers to a missing tensor {ref!r}",
+                )
+                v = np.array(tensors[ref])
+            attrs[k] = v
+        nodes.append(Node(item["op"], list(item["inputs"]), list(item["outputs"]), attrs, nname))
+    return Graph(
+        inputs=[value(v, "input") for v in doc["inputs"]],
+        outputs=[value(v, "output") for v in doc["outputs"]],
+        nodes=nodes,
+        initializers=initializers,
+        metadata=metadata,
+        name=name,
+    )
+
+
+def _expect(cond: bool, where: Any, message: str) -> None:
+    if not cond:
+        raise InvalidModelError(f"{where}: {message}")

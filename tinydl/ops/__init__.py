@@ -1,0 +1,19 @@
+"""Op registry: every op's schema, shape inference and NumPy reference, keyed by its ONNX name.
+
+Importing this package registers all op modules.
+"""
+
+from tinydl.ops import (  # noqa: F401  (imported for their registrations)
+    activation,
+    conv,
+    elementwise,
+    matmul,
+    norm,
+    pool,
+    reduce,
+    resize,
+    shape,
+)
+from tinydl.ops.base import REGISTRY, Attr, OpSchema, TensorType, infer_graph, op, schema_of
+
+__all__ = ["REGISTRY", "Attr", "OpSchema", "TensorType", "infer_graph", "op", "schema_of"]

@@ -1,0 +1,283 @@
+"""Op schemas: attributes with defaults, arity, shape inference and the NumPy reference, together.
+
+An op module registers each op with the `op` decorator on its NumPy reference:
+
+    @op("Relu", infer=same_as_input(0))
+    def relu(x):
+        return np.maximum(x, 0).astype(x.dtype)
+
+The reference is called as `fn(*inputs, **attrs)`; an omitted optional input is passed as None.
+It returns one array or a tuple of arrays (one per output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import InvalidModelError
+from tinydl.ir.graph import Dim, Node, Shape
+
+REQUIRED = object()
+_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute: its kind and default (REQUIRED when the op cannot run without it;
+    None when it is optional and has no default)."""
+
+    kind: str
+    default: Any = REQUIRED
+
+    def check(self, op: str, node_name: str, name: str, value: Any) -> Any:
+        where = f"node '{node_name}' ({op}): attribute '{name}'"
+        kind = self.kind
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InvalidModelError(f"{where} must be an int, got {_show(value)}")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+                raise InvalidModelError(f"{where} must be a float, got {_show(value)}")
+            return float(value)
+        if kind == "string":
+            if isinstance(value, bytes):
+                try:
+                    value = value.decode()
+                except UnicodeDecodeError:
+                    raise InvalidModelError(f"{where} is not valid UTF-8") from None
+            if not isinstance(value, str):
+                raise InvalidModelError(f"{where} must be a string, got {_show(value)}")
+            return value
+        if kind in ("ints", "floats", "strings"):
+            if not isinstance(value, list | tuple):
+                raise InvalidModelError(f"{where} must be a list of {kind}, got {_show(value)}")
+            item = Attr(kind[:-1])
+            return [item.check(op, node_name, name, v) for v in value]
+        if kind == "tensor":
+            if not isinstance(value, np.ndarray):
+                raise InvalidModelError(f"{where} must be a tensor, got {_show(value)}")
+            return value
+        raise AssertionError(kind)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}"
+
+
+@dataclass
+class TensorType:
+    """What shape inference knows about a value; `value` is set when it is a known constant."""
+
+    dtype: str | None
+    shape: Shape | None
+    value: np.ndarray | None = None
+
+
+@dataclass
+class InferContext:
+    node: Node
+    attrs: dict[str, Any]
+    inputs: list[TensorType | None]
+
+    def shape(self, i: int) -> Shape | None:
+        t = self.inputs[i] if i < len(self.inputs) else None
+        return None if t is None else t.shape
+
+    def dtype(self, i: int) -> str | None:
+        t = self.inputs[i] if i < len(self.inputs) else None
+        return None if t is None else t.dtype
+
+    def const(self, i: int) -> np.ndarray | None:
+        t = self.inputs[i] if i < len(self.inputs) else None
+        return None if t is None else t.value
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def fail(self, message: str) -> InvalidModelError:
+        return InvalidModelError(f"node '{self.node.name}' ({self.node.op}): {message}")
+
+
+Infer = Callable[[InferContext], list[TensorType]]
+
+
+@dataclass
+class OpSchema:
+    op: str
+    reference: Callable[..., Any]
+    infer: Infer | None
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    inputs: tuple[int, int] = (1, 1)
+    outputs: tuple[int, int] = (1, 1)
+    doc: str = ""
+
+    def check_attrs(self, node: Node) -> dict[str, Any]:
+        """Validate attribute types and fill defaults; unknown attributes are an error."""
+        if not isinstance(node.attrs, dict):
+            raise InvalidModelError(f"node '{node.name}' ({node.op}): attributes must be a mapping")
+        out: dict[str, Any] = {}
+        for key, value in node.attrs.items():
+            spec = self.attrs.get(key)
+            if spec is None:
+                known = ", ".join(sorted(self.attrs)) or "none"
+                raise InvalidModelError(
+                    f"node '{node.name}' ({node.op}): unknown attribute '{key}' (known: {known})"
+                )
+            out[key] = spec.check(self.op, node.name, key, value)
+        for key, spec in self.attrs.items():
+            if key in out:
+                continue
+            if spec.default is REQUIRED:
+                raise InvalidModelError(
+                    f"node '{node.name}' ({node.op}): required attribute '{key}' is missing"
+                )
+            out[key] = list(spec.default) if isinstance(spec.default, list) else spec.default
+        return out
+
+    def check_arity(self, node: Node) -> None:
+        lo, hi = self.inputs
+        n_in = len(node.inputs)
+        if not lo <= n_in <= hi or any(not node.inputs[i] for i in range(min(lo, n_in))):
+            raise InvalidModelError(
+                f"node '{node.name}' ({node.op}): expected {lo}..{hi} inputs "
+                f"(the first {lo} required), got {node.inputs}"
+            )
+        lo, hi = self.outputs
+        if not lo <= len(node.outputs) <= hi or not node.outputs[0]:
+            raise InvalidModelError(
+                f"node '{node.name}' ({node.op}): expected {lo}..{hi} outputs, got {node.outputs}"
+            )
+        for name in [*node.inputs, *node.outputs]:
+            if not isinstance(name, str):
+                raise InvalidModelError(f"node '{node.name}' ({node.op}): value name {name!r} is not a string")
+
+    def run(self, node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        result = self.reference(*inputs, **node.attrs)
+        outs = list(result) if isinstance(result, tuple) else [result]
+        return outs[: len(node.outputs)]
+
+
+REGISTRY: dict[str, OpSchema] = {}
+
+
+def op(name: str, *, infer: Infer | None = None, attrs: dict[str, Attr] | None = None,
+       inputs: int | tuple[int, int] = 1, outputs: int | tuple[int, int] = 1):
+    """Register the decorated NumPy reference as op `name` (ONNX spelling)."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in REGISTRY:
+            raise RuntimeError(f"op {name} registered twice")
+        REGISTRY[name] = OpSchema(
+            op=name, reference=fn, infer=infer, attrs=dict(attrs or {}),
+            inputs=inputs if isinstance(inputs, tuple) else (inputs, inputs),
+            outputs=outputs if isinstance(outputs, tuple) else (outputs, outputs),
+            doc=(fn.__doc__ or "").strip(),
+        )
+        return fn
+
+    return deco
+
+
+# -- shape helpers shared by op modules ----------------------------------------------------------
+
+def same_as_input(i: int = 0) -> Infer:
+    def infer(ctx: InferContext) -> list[TensorType]:
+        return [TensorType(ctx.dtype(i), ctx.shape(i))]
+
+    return infer
+
+
+def broadcast(*shapes: Shape | None) -> Shape | None:
+    """NumPy broadcasting over shapes that may hold symbols or unknown (None) dims."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        dims = [d for d in dims if d != 1]
+        ints = {d for d in dims if isinstance(d, int)}
+        if len(ints) > 1:
+            raise ValueError(f"shapes {list(shapes)} cannot be broadcast (axis {axis}: {sorted(ints)})")
+        if ints:
+            out.append(ints.pop())
+        elif not dims:
+            out.append(1)
+        elif all(d == dims[0] for d in dims):
+            out.append(dims[0])
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def schema_of(name: str) -> OpSchema | None:
+    return REGISTRY.get(name)
+
+
+# Constants up to this many elements are computed during shape inference (Shape→Slice→Concat chains).
+CONST_FOLD_LIMIT = 1 << 16
+
+
+def infer_graph(graph) -> None:
+    """Infer dtype and shape of every value in topological order; record them in graph.values.
+
+    Raises InvalidModelError naming the node whose inputs do not fit its op.
+    """
+    from tinydl.ir.graph import Value
+    from tinydl.ir.dtypes import dtype_name
+
+    known: dict[str, TensorType] = {}
+    for v in graph.inputs:
+        known[v.name] = TensorType(v.dtype, v.shape)
+    for name, arr in graph.initializers.items():
+        known[name] = TensorType(dtype_name(arr.dtype), tuple(arr.shape), arr if arr.size <= CONST_FOLD_LIMIT else None)
+    for node in graph.nodes:
+        schema = REGISTRY[node.op]
+        ins = [known.get(i) if i else None for i in node.inputs]
+        ctx = InferContext(node, node.attrs, ins)
+        try:
+            outs = schema.infer(ctx) if schema.infer else [TensorType(None, None) for _ in node.outputs]
+            if all(t is None or t.value is not None for t in ins) and any(t is not None for t in ins):
+                values = schema.run(node, [None if t is None else t.value for t in ins])
+                outs = [
+                    TensorType(dtype_name(v.dtype), tuple(v.shape), v if v.size <= CONST_FOLD_LIMIT else None)
+                    for v in (np.asarray(x) for x in values)
+                ]
+        except InvalidModelError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError,
+                MemoryError) as exc:
+            raise ctx.fail(f"{exc} (inputs: {[_describe(t) for t in ins]})") from None
+        for name, t in zip(node.outputs, outs, strict=False):
+            if name:
+                known[name] = t
+                graph.values[name] = Value(name, t.dtype, t.shape)
+    for v in graph.outputs:
+        t = known.get(v.name)
+        if t is None:
+            continue
+        if v.dtype is None:
+            v.dtype = t.dtype
+        if t.shape is not None and (v.shape is None or len(v.shape) == len(t.shape)):
+            declared = v.shape or (None,) * len(t.shape)
+            v.shape = tuple(i if isinstance(i, int) else d if d is not None else i
+                            for d, i in zip(declared, t.shape, strict=True))
+
+
+def _describe(t: TensorType | None) -> str:
+    if t is None:
+        return "-"
+    dims = "?" if t.shape is None else ",".join("?" if d is None else str(d) for d in t.shape)
+    return f"{t.dtype or '?'}[{dims}]"

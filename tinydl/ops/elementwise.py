@@ -1,0 +1,51 @@
+"""Binary arithmetic with NumPy broadcasting: Add, Sub, Mul, Div, Pow; and Sqrt."""
+
+import numpy as np
+
+from tinydl.ops.base import InferContext, TensorType, broadcast, op, same_as_input
+
+
+def _binary_infer(ctx: InferContext) -> list[TensorType]:
+    a, b = ctx.dtype(0), ctx.dtype(1)
+    if a is not None and b is not None and a != b:
+        raise ctx.fail(f"both inputs must have one dtype, got {a} and {b}")
+    return [TensorType(a or b, broadcast(ctx.shape(0), ctx.shape(1)))]
+
+
+@op("Add", inputs=2, infer=_binary_infer)
+def add(a, b):
+    return a + b
+
+
+@op("Sub", inputs=2, infer=_binary_infer)
+def sub(a, b):
+    return a - b
+
+
+@op("Mul", inputs=2, infer=_binary_infer)
+def mul(a, b):
+    return a * b
+
+
+@op("Div", inputs=2, infer=_binary_infer)
+def div(a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        # ONNX integer division truncates toward zero (C semantics), unlike NumPy's floor division.
+        return (np.trunc(a / b)).astype(a.dtype)
+    return a / b
+
+
+def _pow_infer(ctx: InferContext) -> list[TensorType]:
+    return [TensorType(ctx.dtype(0), broadcast(ctx.shape(0), ctx.shape(1)))]
+
+
+@op("Pow", inputs=2, infer=_pow_infer)
+def pow_(a, b):
+    if np.issubdtype(a.dtype, np.floating):
+        return np.power(a, b.astype(a.dtype))
+    return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+@op("Sqrt", infer=same_as_input(0))
+def sqrt(x):
+    return np.sqrt(x)

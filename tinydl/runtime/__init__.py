@@ -1,0 +1,1 @@
+"""Runtime: load a model file, compile it for backends, run it."""

@@ -1,0 +1,184 @@
+"""Session: a model compiled for a priority list of backends, ready to run."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tinydl.backends import CompileOptions, get_backend
+from tinydl.backends.partition import Placement, partition
+from tinydl.errors import BackendUnavailableError, InvalidInputError, InvalidShapeError, UnsupportedOpError
+from tinydl.ir.graph import Graph, Value
+
+PRECISIONS = ("fp32", "fp16")
+
+
+class Session:
+    """Run a compiled model. Build one with `tinydl.compile`."""
+
+    def __init__(self, graph: Graph, backends: Sequence[str] = ("cpu",), precision: str = "fp32",
+                 strict: bool = False):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if isinstance(backends, str):
+            backends = tuple(b.strip() for b in backends.split(",") if b.strip())
+        if not backends:
+            raise BackendUnavailableError("no backend requested: pass backends=('cpu',) or others")
+        t0 = time.perf_counter()
+        chosen = []
+        for name in backends:
+            backend = get_backend(name)
+            if not backend.available():
+                raise BackendUnavailableError(
+                    f"backend '{name}' is not available: {backend.unavailable_reason() or 'no device'}"
+                )
+            chosen.append(backend)
+        self.graph = graph
+        self.precision = precision
+        self.backends = [b.name for b in chosen]
+        self._backends = {b.name: b for b in chosen}
+        self.placement: Placement = partition(graph, chosen)
+        self._report_fallbacks(strict)
+        t1 = time.perf_counter()
+        options = CompileOptions(precision=precision)
+        self._kernels = [
+            (part, self._backends[part.backend].compile(part.subgraph(graph), options))
+            for part in self.placement.partitions
+        ]
+        self._init = {"partition_s": t1 - t0, "compile_s": time.perf_counter() - t1}
+        self._last_run: list[tuple[str, float]] = []
+
+    def _report_fallbacks(self, strict: bool) -> None:
+        fallbacks = self.placement.fallbacks()
+        if not fallbacks:
+            return
+        ops = sorted({self.placement.ops[n] for n in fallbacks})
+        first = self.backends[0]
+        if strict:
+            detail = "\n  ".join(
+                f"{n} ({self.placement.ops[n]}): {'; '.join(f'{b}: {r}' for b, r in why.items())}"
+                for n, why in fallbacks.items()
+            )
+            raise UnsupportedOpError(
+                f"strict=True and backend '{first}' refuses {len(fallbacks)} node(s):\n  {detail}"
+            )
+        warnings.warn(
+            f"{len(fallbacks)} node(s) fall back from '{first}' (ops: {', '.join(ops)}); "
+            "see Session.placement for the reasons, or pass strict=True to make this an error",
+            stacklevel=3,
+        )
+
+    @property
+    def inputs(self) -> list[Value]:
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list[Value]:
+        return list(self.graph.outputs)
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any], outputs: str | Sequence[str] = "host") -> dict[str, Any]:
+        """Run the model. `feeds` maps input names to arrays (or device tensors of a backend).
+
+        `outputs="host"` returns NumPy arrays; `"device"` returns tensors of the backend that
+        produced them; a list of names returns only those outputs, on the host.
+        """
+        env = self._check_feeds(feeds)
+        timings = []
+        for part, kernel in self._kernels:
+            backend = self._backends[part.backend]
+            args = {}
+            for name in part.inputs:
+                value = env[name]
+                args[name] = value if backend.is_device_tensor(value) else backend.to_device(
+                    self._to_host(value)
+                )
+            t = time.perf_counter()
+            env.update(kernel.run(args))
+            timings.append((part.backend, time.perf_counter() - t))
+        self._last_run = timings
+        if outputs == "device":
+            return {v.name: env[v.name] for v in self.graph.outputs}
+        names = [v.name for v in self.graph.outputs] if outputs == "host" else list(outputs)
+        unknown = [n for n in names if n not in env]
+        if unknown:
+            raise InvalidInputError(f"unknown output(s) {unknown}: the model's outputs are "
+                                    f"{[v.name for v in self.graph.outputs]}")
+        return {n: self._to_host(env[n]) for n in names}
+
+    def _to_host(self, value: Any) -> np.ndarray:
+        for backend in self._backends.values():
+            if backend.is_device_tensor(value):
+                return backend.to_host(value)
+        return np.asarray(value)
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(feeds, Mapping):
+            raise InvalidInputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+        expected = {v.name: v for v in self.graph.inputs}
+        unknown = [k for k in feeds if k not in expected]
+        if unknown:
+            raise InvalidInputError(f"unknown input(s) {unknown}: the model's inputs are {list(expected)}")
+        symbols: dict[str, tuple[int, str]] = {}
+        env: dict[str, Any] = {}
+        for name, spec in expected.items():
+            if name not in feeds:
+                raise InvalidInputError(f"missing input '{name}': expected {spec.describe()}")
+            value = feeds[name]
+            if not any(b.is_device_tensor(value) for b in self._backends.values()):
+                value = np.asarray(value)
+            dtype = np.dtype(value.dtype).name
+            if spec.dtype is not None and dtype != spec.dtype:
+                raise InvalidShapeError(
+                    f"input '{name}': expected dtype {spec.dtype}, got {dtype} "
+                    f"(convert with .astype(np.{spec.dtype}))"
+                )
+            shape = tuple(value.shape)
+            if spec.shape is not None:
+                if len(shape) != len(spec.shape):
+                    raise InvalidShapeError(
+                        f"input '{name}': expected rank {len(spec.shape)} {spec.describe()}, "
+                        f"got shape {shape}"
+                    )
+                for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
+                    if isinstance(want, int) and want != got:
+                        raise InvalidShapeError(
+                            f"input '{name}': expected {spec.describe()}, got shape {shape} "
+                            f"(dim {axis} must be {want})"
+                        )
+                    if isinstance(want, str):
+                        seen = symbols.setdefault(want, (got, name))
+                        if seen[0] != got:
+                            raise InvalidShapeError(
+                                f"input '{name}': dim {axis} ('{want}') is {got}, but '{want}' is "
+                                f"{seen[0]} in input '{seen[1]}'"
+                            )
+            env[name] = value
+        return env
+
+    # -- reporting ------------------------------------------------------------------------------
+    def profile(self) -> dict[str, Any]:
+        """Init costs and the per-partition times of the last run, in seconds."""
+        return {
+            "init": dict(self._init),
+            "last_run": [{"backend": b, "seconds": s} for b, s in self._last_run],
+        }
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{b}: {n}" for b, n in self.placement.counts().items())
+        return f"Session({self.graph.name!r}, backends={self.backends}, nodes: {counts})"
+
+
+def compile(model: Graph | str | os.PathLike, backends: Sequence[str] | str = ("cpu",),
+            precision: str = "fp32", strict: bool = False) -> Session:
+    """Compile a model (a Graph or a path) for backends in priority order."""
+    if not isinstance(model, Graph):
+        from tinydl.runtime.loader import load
+
+        model = load(model)
+    return Session(model, backends=backends, precision=precision, strict=strict)
