@@ -29,40 +29,40 @@ def compare_with_ort(path, feeds, limit=1e-4):
     return got, ref
 
 
-def text_image() -> np.ndarray:
+def page_image() -> np.ndarray:
     skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
-    return skimage_data.text()  # 172x448 grayscale photo of printed text
+    return skimage_data.page()  # 191x384 grayscale photo of a printed page
 
 
-def ocr_normalize(rgb: np.ndarray) -> np.ndarray:
-    """PP-OCR preprocessing: (x/255 - 0.5) / 0.5, NCHW float32."""
+def ocr_input(gray: np.ndarray, width: int, height: int) -> np.ndarray:
+    """PP-OCR preprocessing: RGB resized, (x/255 - 0.5) / 0.5, NCHW float32."""
+    from PIL import Image
+
+    rgb = np.asarray(Image.fromarray(np.stack([gray] * 3, axis=-1)).resize((width, height), Image.BILINEAR))
     x = (rgb.astype(np.float32) / 255.0 - 0.5) / 0.5
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
 def test_ppocrv4_det_matches_onnxruntime(rapidocr_models):
-    from PIL import Image
-
-    gray = text_image()
-    rgb = np.stack([gray] * 3, axis=-1)
-    rgb = np.asarray(Image.fromarray(rgb).resize((448, 160), Image.BILINEAR))  # multiples of 32
-    got, ref = compare_with_ort(rapidocr_models / "ch_PP-OCRv4_det_infer.onnx", {"x": ocr_normalize(rgb)})
+    x = ocr_input(page_image(), 384, 192)  # the model wants multiples of 32
+    got, _ = compare_with_ort(rapidocr_models / "ch_PP-OCRv4_det_infer.onnx", {"x": x})
     prob = next(iter(got.values()))
-    assert prob.shape == (1, 1, 160, 448)
-    assert 0.01 < (prob > 0.3).mean() < 0.9, "the text map should mark some, not all, pixels as text"
+    assert prob.shape == (1, 1, 192, 384)
+    assert 0.05 < (prob > 0.3).mean() < 0.5, "the text map should mark the lines of text, not all"
 
 
-def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models):
-    from PIL import Image
-
-    gray = text_image()
-    line = gray[10:60, 20:420]  # the top line of text
-    rgb = np.stack([line] * 3, axis=-1)
-    rgb = np.asarray(Image.fromarray(rgb).resize((320, 48), Image.BILINEAR))
-    got, _ = compare_with_ort(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", {"x": ocr_normalize(rgb)})
+def test_ppocrv4_rec_matches_onnxruntime_and_reads_the_line(rapidocr_models):
+    x = ocr_input(page_image()[3:37, 0:300], 320, 48)  # the page's title line
+    path = rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx"
+    got, _ = compare_with_ort(path, {"x": x})
     probs = next(iter(got.values()))
-    assert probs.shape[0] == 1 and probs.shape[1] == 40
+    assert probs.shape == (1, 40, 6625)
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-4)
+    # CTC greedy decoding with the dictionary stored in the model's metadata.
+    chars = ["<blank>", *td.load(path).metadata["onnx_metadata"]["character"].splitlines(), " "]
+    best = probs[0].argmax(-1)
+    text = "".join(chars[c] for i, c in enumerate(best) if c and (i == 0 or c != best[i - 1]))
+    assert text == "Region-based segmentation"
 
 
 def test_ppocr_cls_matches_onnxruntime(rapidocr_models, rng):
@@ -75,8 +75,8 @@ def espcn_onnx(path, scale: int, rng) -> None:
     chans = [(1, 64, 5), (64, 32, 3), (32, scale * scale, 3)]
     inits, nodes, x = [], [], "y"
     for i, (cin, cout, k) in enumerate(chans):
-        w = rng.standard_normal((cout, cin, k, k)).astype(np.float32) * (1.0 / np.sqrt(cin * k * k))
-        b = rng.standard_normal(cout).astype(np.float32) * 0.1
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
         nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4))
         x = f"c{i}"
@@ -87,7 +87,7 @@ def espcn_onnx(path, scale: int, rng) -> None:
     graph = helper.make_graph(
         nodes, "espcn",
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, "H2", "W2"])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

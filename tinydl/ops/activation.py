@@ -30,7 +30,7 @@ def _prelu_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), broadcast(ctx.shape(0), ctx.shape(1)))]
 
 
-@op("PRelu", inputs=2, infer=_prelu_infer)
+@op("PRelu", same_dtype="all", inputs=2, infer=_prelu_infer)
 def prelu(x, slope):
     return np.where(x >= 0, x, x * slope).astype(x.dtype)
 

@@ -12,6 +12,7 @@ It returns one array or a tuple of arrays (one per output).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from tinydl.errors import InvalidModelError
 from tinydl.ir.graph import Dim, Node, Shape
 
 REQUIRED = object()
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
 
 
@@ -39,10 +41,15 @@ class Attr:
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise InvalidModelError(f"{where} must be an int, got {_show(value)}")
+            # ONNX attributes are int64; a bigger Python int (from JSON) is no valid value.
+            if not _INT64_MIN <= int(value) <= _INT64_MAX:
+                raise InvalidModelError(f"{where} is out of the int64 range: {_show(value)}")
             return int(value)
         if kind == "float":
             if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
                 raise InvalidModelError(f"{where} must be a float, got {_show(value)}")
+            if isinstance(value, int | np.integer) and not _INT64_MIN <= int(value) <= _INT64_MAX:
+                raise InvalidModelError(f"{where} is out of range: {_show(value)}")
             return float(value)
         if kind == "string":
             if isinstance(value, bytes):
@@ -66,6 +73,8 @@ class Attr:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, list | tuple | dict):  # repr of a huge or deeply nested value is costly
+        return f"{type(value).__name__} of {len(value)}"
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}"
 
@@ -115,7 +124,16 @@ class OpSchema:
     attrs: dict[str, Attr] = field(default_factory=dict)
     inputs: tuple[int, int] = (1, 1)
     outputs: tuple[int, int] = (1, 1)
+    same_dtype: tuple[int, ...] | str = ()
     doc: str = ""
+
+    def check_dtypes(self, ctx: InferContext) -> None:
+        """Inputs bound to one ONNX type parameter must share a dtype ("all" = every input)."""
+        idx = range(len(ctx.inputs)) if self.same_dtype == "all" else self.same_dtype
+        seen = {(i, ctx.dtype(i)) for i in idx if ctx.dtype(i) is not None}
+        if len({d for _, d in seen}) > 1:
+            got = ", ".join(f"input {i}: {d}" for i, d in sorted(seen))
+            raise ctx.fail(f"inputs must share one dtype, got {got}")
 
     def check_attrs(self, node: Node) -> dict[str, Any]:
         """Validate attribute types and fill defaults; unknown attributes are an error."""
@@ -129,6 +147,10 @@ class OpSchema:
                 raise InvalidModelError(
                     f"node '{node.name}' ({node.op}): unknown attribute '{key}' (known: {known})"
                 )
+            # None is how an optional attribute without a default reads once filled in.
+            if value is None and spec.default is None:
+                out[key] = None
+                continue
             out[key] = spec.check(self.op, node.name, key, value)
         for key, spec in self.attrs.items():
             if key in out:
@@ -167,7 +189,8 @@ REGISTRY: dict[str, OpSchema] = {}
 
 
 def op(name: str, *, infer: Infer | None = None, attrs: dict[str, Attr] | None = None,
-       inputs: int | tuple[int, int] = 1, outputs: int | tuple[int, int] = 1):
+       inputs: int | tuple[int, int] = 1, outputs: int | tuple[int, int] = 1,
+       same_dtype: tuple[int, ...] | str = ()):
     """Register the decorated NumPy reference as op `name` (ONNX spelling)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -177,6 +200,7 @@ def op(name: str, *, infer: Infer | None = None, attrs: dict[str, Attr] | None =
             op=name, reference=fn, infer=infer, attrs=dict(attrs or {}),
             inputs=inputs if isinstance(inputs, tuple) else (inputs, inputs),
             outputs=outputs if isinstance(outputs, tuple) else (outputs, outputs),
+            same_dtype=same_dtype,
             doc=(fn.__doc__ or "").strip(),
         )
         return fn
@@ -248,17 +272,21 @@ def infer_graph(graph) -> None:
         ins = [known.get(i) if i else None for i in node.inputs]
         ctx = InferContext(node, node.attrs, ins)
         try:
-            outs = schema.infer(ctx) if schema.infer else [TensorType(None, None) for _ in node.outputs]
-            if all(t is None or t.value is not None for t in ins) and any(t is not None for t in ins):
-                values = schema.run(node, [None if t is None else t.value for t in ins])
-                outs = [
-                    TensorType(dtype_name(v.dtype), tuple(v.shape), v if v.size <= CONST_FOLD_LIMIT else None)
-                    for v in (np.asarray(x) for x in values)
-                ]
+            schema.check_dtypes(ctx)
+            outs = schema.infer(ctx) if schema.infer else []
+            outs = [t or TensorType(None, None) for t in outs]
+            outs += [TensorType(None, None)] * (len(node.outputs) - len(outs))
+            for t in outs:
+                t.shape = _checked_shape(ctx, t.shape)
+            constant = any(t is not None for t in ins) and all(t is None or t.value is not None for t in ins)
+            if constant and _worth_folding(schema, node, outs):
+                # Garbage constants may overflow; that is the model's business, not a warning's.
+                with np.errstate(all="ignore"):
+                    values = schema.run(node, [None if t is None else t.value for t in ins])
+                outs = [_folded(ctx, t, np.asarray(v)) for t, v in zip(outs, values, strict=False)]
         except InvalidModelError:
             raise
-        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError,
-                MemoryError) as exc:
+        except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, MemoryError) as exc:
             raise ctx.fail(f"{exc} (inputs: {[_describe(t) for t in ins]})") from None
         for name, t in zip(node.outputs, outs, strict=False):
             if name:
@@ -274,6 +302,57 @@ def infer_graph(graph) -> None:
             declared = v.shape or (None,) * len(t.shape)
             v.shape = tuple(i if isinstance(i, int) else d if d is not None else i
                             for d, i in zip(declared, t.shape, strict=True))
+
+
+# The largest dimension a shape may hold; the same bound graph validation puts on declared dims.
+MAX_DIM = 2**40
+# Attributes of windowed ops (Conv, pooling): their references allocate padded or dilated
+# intermediates whose size the output shape does not bound.
+_WINDOW_ATTRS = frozenset({"kernel_shape", "pads", "strides", "dilations"})
+
+
+def _checked_shape(ctx: InferContext, shape: Shape | None) -> Shape | None:
+    """An inferred shape as plain dims; a negative or absurd size means the inputs do not fit."""
+    if shape is None:
+        return None
+    dims = []
+    for d in shape:
+        if isinstance(d, np.integer):
+            d = int(d)
+        if d is None or (isinstance(d, str) and d):
+            dims.append(d)
+        elif isinstance(d, int) and not isinstance(d, bool) and 0 <= d < MAX_DIM:
+            dims.append(d)
+        else:
+            raise ctx.fail(f"the inputs give an invalid output shape {tuple(shape)}")
+    return tuple(dims)
+
+
+def _worth_folding(schema: OpSchema, node: Node, outs: list[TensorType]) -> bool:
+    """Fold only small shape-like computations, never windowed ops, and only when inference
+    already gives every output a concrete small shape: a model must not make the loader
+    allocate (say) the 2**40 elements a bad Reshape target asks for."""
+    if _WINDOW_ATTRS & schema.attrs.keys():
+        return False
+    for name, t in zip(node.outputs, outs, strict=False):
+        if not name:
+            continue
+        if t.shape is None or not all(isinstance(d, int) for d in t.shape):
+            return False
+        if math.prod(t.shape) > CONST_FOLD_LIMIT:
+            return False
+    return True
+
+
+def _folded(ctx: InferContext, inferred: TensorType, value: np.ndarray) -> TensorType:
+    """The computed constant, after checking it against what inference promised."""
+    from tinydl.ir.dtypes import dtype_name
+
+    if inferred.shape is not None and tuple(value.shape) != inferred.shape:
+        raise ctx.fail(
+            f"shape inference gives {inferred.shape} but the reference computes {tuple(value.shape)}"
+        )
+    return TensorType(dtype_name(value.dtype), tuple(value.shape), value if value.size <= CONST_FOLD_LIMIT else None)
 
 
 def _describe(t: TensorType | None) -> str:

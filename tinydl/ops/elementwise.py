@@ -6,28 +6,25 @@ from tinydl.ops.base import InferContext, TensorType, broadcast, op, same_as_inp
 
 
 def _binary_infer(ctx: InferContext) -> list[TensorType]:
-    a, b = ctx.dtype(0), ctx.dtype(1)
-    if a is not None and b is not None and a != b:
-        raise ctx.fail(f"both inputs must have one dtype, got {a} and {b}")
-    return [TensorType(a or b, broadcast(ctx.shape(0), ctx.shape(1)))]
+    return [TensorType(ctx.dtype(0) or ctx.dtype(1), broadcast(ctx.shape(0), ctx.shape(1)))]
 
 
-@op("Add", inputs=2, infer=_binary_infer)
+@op("Add", inputs=2, same_dtype="all", infer=_binary_infer)
 def add(a, b):
     return a + b
 
 
-@op("Sub", inputs=2, infer=_binary_infer)
+@op("Sub", inputs=2, same_dtype="all", infer=_binary_infer)
 def sub(a, b):
     return a - b
 
 
-@op("Mul", inputs=2, infer=_binary_infer)
+@op("Mul", inputs=2, same_dtype="all", infer=_binary_infer)
 def mul(a, b):
     return a * b
 
 
-@op("Div", inputs=2, infer=_binary_infer)
+@op("Div", inputs=2, same_dtype="all", infer=_binary_infer)
 def div(a, b):
     if np.issubdtype(a.dtype, np.integer):
         # ONNX integer division truncates toward zero (C semantics), unlike NumPy's floor division.

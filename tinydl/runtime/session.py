@@ -50,6 +50,9 @@ class Session:
             (part, self._backends[part.backend].compile(part.subgraph(graph), options))
             for part in self.placement.partitions
         ]
+        self._constant_outputs = {
+            v.name: graph.initializers[v.name] for v in graph.outputs if v.name in graph.initializers
+        }
         self._init = {"partition_s": t1 - t0, "compile_s": time.perf_counter() - t1}
         self._last_run: list[tuple[str, float]] = []
 
@@ -89,6 +92,8 @@ class Session:
         produced them; a list of names returns only those outputs, on the host.
         """
         env = self._check_feeds(feeds)
+        # An output may be a weight (e.g. a folded Constant) that no partition produces.
+        env.update(self._constant_outputs)
         timings = []
         for part, kernel in self._kernels:
             backend = self._backends[part.backend]

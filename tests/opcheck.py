@@ -1,0 +1,195 @@
+"""Check an op against onnxruntime: run one ONNX model on both, compare, and check shape inference.
+
+    from opcheck import check_op
+    check_op({"op": "Relu", "inputs": {"x": x}}, rtol=1e-5, atol=1e-5)
+
+A node spec is the keyword arguments of `node_model`; a full onnx.ModelProto works too (then pass
+`feeds`). tinydl runs the model through `tinydl.load` + `tinydl.compile(backends=("cpu",))`.
+For a one-node model the op's NumPy reference is also run directly on the node as written (the
+importer may rewrite it), and its shape inference is checked on concrete and on symbolic dims.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+import tinydl
+from tinydl.ir.dtypes import dtype_name
+from tinydl.ir.graph import Node
+from tinydl.ops import TensorType, schema_of
+from tinydl.ops.base import InferContext
+
+
+def node_model(
+    op: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping | None = None,
+    consts=(),
+    outputs: int = 1,
+    opset: int = 21,
+) -> tuple[onnx.ModelProto, dict]:
+    """A one-node model and its feeds.
+
+    inputs: the node's inputs in order, name -> array; None leaves an optional input empty ("").
+    consts: input names stored as initializers (shape-like inputs, weights); the rest are fed.
+    """
+    graph_inputs, inits, feeds = [], [], {}
+    for name, arr in inputs.items():
+        if arr is None:
+            continue
+        if name in consts:
+            inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, arr.shape))
+            feeds[name] = arr
+    out_names = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node(
+        op, [n if a is not None else "" for n, a in inputs.items()], out_names, **dict(attrs or {})
+    )
+    graph = helper.make_graph(
+        [node],
+        f"{op}_test",
+        graph_inputs,
+        [helper.make_empty_tensor_value_info(n) for n in out_names],
+        inits,
+    )
+    # IR version 10 (ONNX 1.16) is what onnxruntime reads; onnx's newest default may be newer.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    # Declare the output types (importers want them) as onnx's own shape inference finds them.
+    inferred = onnx.shape_inference.infer_shapes(model).graph.output
+    model.graph.ClearField("output")
+    model.graph.output.extend(inferred)
+    return model, feeds
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return sess.run(None, dict(feeds))
+
+
+def run_tinydl(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        onnx.save(model, path)
+        sess = tinydl.compile(tinydl.load(path), backends=("cpu",))
+    outs = sess.run(dict(feeds))
+    return [np.asarray(outs[o.name]) for o in model.graph.output]
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    out = {}
+    for a in node.attribute:
+        value = helper.get_attribute_value(a)
+        out[a.name] = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
+    return out
+
+
+def _node(model: onnx.ModelProto):
+    (proto,) = model.graph.node
+    node = Node(proto.op_type, list(proto.input), list(proto.output), _attrs(proto), name="node")
+    schema = schema_of(node.op)
+    node.attrs = schema.check_attrs(node)
+    schema.check_arity(node)
+    return node, schema
+
+
+def run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """The op's NumPy reference on a one-node model's node."""
+    node, schema = _node(model)
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer} | dict(feeds)
+    return [
+        np.asarray(v) for v in schema.run(node, [values[i] if i else None for i in node.inputs])
+    ]
+
+
+def infer_node(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], symbolic: bool = False
+) -> list[TensorType]:
+    """The op's own shape inference for the model's single node.
+
+    Initializers carry their values; fed inputs only their type (with `symbolic`, every fed dim
+    becomes a symbol, as a model with dynamic axes declares it).
+    """
+    node, schema = _node(model)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    types = []
+    for k, name in enumerate(node.inputs):
+        if not name:
+            types.append(None)
+        elif name in inits:
+            arr = inits[name]
+            types.append(TensorType(dtype_name(arr.dtype), tuple(arr.shape), arr))
+        else:
+            arr = feeds[name]
+            shape = tuple(f"s{k}_{i}" for i in range(arr.ndim)) if symbolic else tuple(arr.shape)
+            types.append(TensorType(dtype_name(arr.dtype), shape))
+    return schema.infer(InferContext(node, node.attrs, types))
+
+
+def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, onnxruntime gives {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, onnxruntime gives {want.shape}"
+    if np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            want.astype(np.float64),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            err_msg=what,
+        )
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def check_op(
+    model_or_node_spec,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+) -> list[np.ndarray]:
+    """Run on onnxruntime and tinydl, compare outputs, and check the op's shape inference.
+
+    Returns tinydl's outputs.
+    """
+    if isinstance(model_or_node_spec, onnx.ModelProto):
+        model, feeds = model_or_node_spec, dict(feeds or {})
+    else:
+        model, feeds = node_model(**model_or_node_spec)
+    want = run_onnxruntime(model, feeds)
+    if len(model.graph.node) == 1:
+        for i, (g, w) in enumerate(zip(run_reference(model, feeds), want, strict=True)):
+            _compare(g, w, rtol, atol, f"reference output {i}")
+        inferred = infer_node(model, feeds)
+        for i, (t, w) in enumerate(zip(inferred, want, strict=False)):
+            assert t.shape == w.shape, f"inferred shape of output {i}: {t.shape}, actual {w.shape}"
+            assert t.dtype == w.dtype.name, (
+                f"inferred dtype of output {i}: {t.dtype}, actual {w.dtype}"
+            )
+        for i, (t, w) in enumerate(
+            zip(infer_node(model, feeds, symbolic=True), want, strict=False)
+        ):
+            if t.shape is None:
+                continue
+            assert len(t.shape) == w.ndim, f"symbolic inference of output {i}: rank of {t.shape}"
+            for d, actual in zip(t.shape, w.shape, strict=True):
+                assert not isinstance(d, int) or d == actual, (
+                    f"symbolic inference of output {i}: {t.shape}, actual {w.shape}"
+                )
+    got = run_tinydl(model, feeds)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        _compare(g, w, rtol, atol, f"output {i}")
+    return got
