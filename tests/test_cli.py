@@ -1,0 +1,304 @@
+"""The `tinydl` command: every subcommand in-process through `main`, plus one real `--help` run."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tinydl as td
+from tinydl.cli import main
+from tinydl.ir.graph import Graph, Node, Value
+
+onnx = pytest.importorskip("onnx")
+
+
+def conv_model(path, channels=3, batch=1, seed=0):
+    """Conv(channels -> 4, 3x3, pads 1) + Relu on [batch, channels, 8, 8], opset 17."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((4, channels, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1] * 4, name="conv"
+            ),
+            helper.make_node("Relu", ["c"], ["y"], name="relu"),
+        ],
+        "tiny_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tinydl-tests"
+    )
+    model.ir_version = 8  # onnxruntime rejects the newest IR versions
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def model(tmp_path):
+    return conv_model(tmp_path / "conv.onnx")
+
+
+def reference_run(model_path, x):
+    return td.compile(td.load(model_path), backends=("cpu",)).run({"x": x})["y"]
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- help --------------------------------------------------------------------------------------
+
+
+def test_help_runs_without_importing_numpy():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tinydl", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for command in ("info", "convert", "inspect", "run"):
+        assert command in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
+    assert not [m for m in imported if m.split(".")[0] in ("numpy", "onnx", "PIL")]
+
+
+@pytest.mark.parametrize("command", ["info", "convert", "inspect", "run"])
+def test_subcommand_help_has_an_example(capsys, command):
+    code, out, _ = run_cli(capsys, command, "--help")
+    assert code == 0
+    assert f"tinydl {command}" in out and "example" in out
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    code, _, err = run_cli(capsys)
+    assert code == 2
+    assert "usage: tinydl" in err
+
+
+# -- info --------------------------------------------------------------------------------------
+
+
+def test_info_text(capsys):
+    code, out, _ = run_cli(capsys, "info")
+    assert code == 0
+    assert f"tinydl {td.__version__}" in out
+    assert f"NumPy  {np.__version__}" in out
+    assert "cpu" in out and "available" in out
+
+
+def test_info_json(capsys):
+    code, out, _ = run_cli(capsys, "info", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["tinydl"] == td.__version__
+    assert report["numpy"] == np.__version__
+    assert report["backends"]["cpu"]["available"] is True
+    assert report["backends"]["cpu"]["devices"]
+
+
+# -- convert -----------------------------------------------------------------------------------
+
+
+def test_convert_to_tdl_keeps_outputs(capsys, tmp_path, model, rng):
+    out_path = tmp_path / "conv.tdl"
+    code, out, err = run_cli(capsys, "convert", model, "-o", out_path)
+    assert code == 0, err
+    assert "2 nodes" in out and "112 parameters" in out
+    assert f"{out_path.stat().st_size:,} bytes" in out
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    converted = td.compile(td.load(out_path), backends=("cpu",)).run({"x": x})["y"]
+    np.testing.assert_allclose(converted, reference_run(model, x), rtol=1e-6)
+
+
+def test_convert_json_to_file_and_stdout(capsys, tmp_path, model):
+    out_path = tmp_path / "conv.json"
+    code, _, err = run_cli(capsys, "convert", model, "--json", "-o", out_path)
+    assert code == 0, err
+    doc = json.loads(out_path.read_text())
+    assert [n["op"] for n in doc["nodes"]] == ["Conv", "Relu"]
+
+    code, out, err = run_cli(capsys, "convert", model, "--json", "-o", "-")
+    assert code == 0
+    assert json.loads(out) == doc
+    assert "2 nodes" in err  # the summary stays off stdout
+
+
+def test_convert_tdl_to_stdout_is_refused(capsys, model):
+    code, out, err = run_cli(capsys, "convert", model, "-o", "-")
+    assert code == 2 and out == ""
+    assert err.startswith("error:") and "--json" in err
+
+
+# -- inspect -----------------------------------------------------------------------------------
+
+
+def test_inspect_text(capsys, model):
+    code, out, err = run_cli(capsys, "inspect", model)
+    assert code == 0, err
+    assert "onnx, opset 17, producer tinydl-tests" in out
+    assert "x  float32[1,3,8,8]" in out and "y  float32[1,4,8,8]" in out
+    assert "Conv  1" in out and "Relu  1" in out
+    assert "parameters: 112 (448 bytes)" in out
+    assert "placement (cpu): cpu 2 nodes" in out
+    assert "refused by" not in out  # the per-node table only with --verbose
+
+
+def test_inspect_verbose_lists_every_node(capsys, model):
+    code, out, _ = run_cli(capsys, "inspect", model, "--backends", "cpu", "--verbose")
+    assert code == 0
+    table = out[out.index("refused by") :]
+    assert "conv" in table and "relu" in table
+
+
+def test_inspect_json(capsys, model):
+    code, out, _ = run_cli(capsys, "inspect", model, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["source_format"] == "onnx" and report["opset"] == 17
+    assert report["inputs"] == [
+        {"name": "x", "dtype": "float32", "shape": [1, 3, 8, 8], "type": "float32[1,3,8,8]"}
+    ]
+    assert report["op_counts"] == {"Conv": 1, "Relu": 1}
+    assert report["parameters"] == 112 and report["weight_bytes"] == 448
+    assert report["placement"]["counts"] == {"cpu": 2}
+    assert report["placement"]["fallbacks"] == {}
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def test_run_npy_input_saves_outputs(capsys, tmp_path, model, rng):
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys, "run", model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", out_dir
+    )
+    assert code == 0, err
+    expected = reference_run(model, x)
+    np.testing.assert_array_equal(np.load(out_dir / "y.npy"), expected)
+    row = next(line for line in out.splitlines() if line.startswith("y "))
+    assert row.split()[1:3] == ["float32", "[1,4,8,8]"]
+    assert float(row.split()[4]) == pytest.approx(expected.max(), rel=1e-5)
+
+
+@pytest.mark.parametrize("channels,size", [(3, (8, 8)), (3, (13, 10)), (1, (8, 8))])
+def test_run_image_input(capsys, tmp_path, rng, channels, size):
+    from PIL import Image
+
+    model = conv_model(tmp_path / "conv.onnx", channels=channels)
+    pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "in.png")
+    code, _, err = run_cli(
+        capsys, "run", model, "--input", tmp_path / "in.png", "--output-dir", tmp_path
+    )
+    assert code == 0, err
+    image = Image.open(tmp_path / "in.png").convert("RGB" if channels == 3 else "L")
+    image = image.resize((8, 8), Image.Resampling.BILINEAR) if size != (8, 8) else image
+    x = np.asarray(image, np.float32).reshape(8, 8, channels).transpose(2, 0, 1)[None] / 255
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference_run(model, x), rtol=1e-6)
+
+
+def test_run_without_inputs_uses_seeded_random_data(capsys, model):
+    code, out, err = run_cli(capsys, "run", model, "--seed", 7)
+    assert code == 0
+    assert "random inputs (seed 7): x float32[1,3,8,8]" in err
+    assert run_cli(capsys, "run", model, "--seed", 7)[1] == out
+
+
+def test_run_symbolic_shape_needs_an_input_or_shape(capsys, tmp_path):
+    model = conv_model(tmp_path / "conv.onnx", batch="N")
+    code, _, err = run_cli(capsys, "run", model)
+    assert code == 2
+    assert "float32[N,3,8,8]" in err and "--shape x=" in err
+    code, out, err = run_cli(capsys, "run", model, "--shape", "x=2,3,8,8")
+    assert code == 0, err
+    assert "[2,4,8,8]" in out
+
+
+def test_run_time_prints_statistics(capsys, model):
+    code, out, _ = run_cli(capsys, "run", model, "--time", "--repeat", 3, "--warmup", 1)
+    assert code == 0
+    assert "3 run(s) after 1 warmup" in out
+    timing = out.splitlines()[-1]
+    for stat in ("mean", "median", "p90", "min"):
+        assert stat in timing and "ms" in timing
+
+
+def test_run_sanitizes_output_file_names(capsys, tmp_path):
+    graph = Graph(
+        inputs=[Value("x", "float32", (2, 3))],
+        outputs=[Value("../out:0", "float32", (2, 3))],
+        nodes=[Node("Relu", ["x"], ["../out:0"], name="relu")],
+    ).validate()
+    td.save(graph, tmp_path / "relu.tdl")
+    code, out, _ = run_cli(capsys, "run", tmp_path / "relu.tdl", "-o", tmp_path / "out")
+    assert code == 0
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["_out_0.npy"]
+
+
+# -- user errors: exit 2, one line, no traceback ------------------------------------------------
+
+
+def _garbage(tmp_path):
+    (tmp_path / "garbage.onnx").write_bytes(b"\x08\x07this is not a protobuf \xff\xff\xff")
+    return ["inspect", tmp_path / "garbage.onnx"]
+
+
+def _wrong_shape(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 9, 8), np.float32))
+    return ["run", tmp_path / "conv.onnx", "--input", tmp_path / "x.npy"]
+
+
+def _not_npy(tmp_path):
+    (tmp_path / "x.npy").write_text("hello")
+    return ["run", tmp_path / "conv.onnx", "--input", f"x={tmp_path / 'x.npy'}"]
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (lambda p: ["run", p / "missing.onnx"], "no such file"),
+        (lambda p: ["convert", p / "missing.onnx", "-o", p / "out.tdl"], "no such file"),
+        (_garbage, "not a valid ONNX"),
+        (_wrong_shape, "dim 2 must be 8"),
+        (_not_npy, "not a valid .npy"),
+        (lambda p: ["run", p / "conv.onnx", "--input", p / "none.npy"], "no such file"),
+        (lambda p: ["run", p / "conv.onnx", "--input", f"z={p / 'conv.onnx'}"], "NAME=FILE"),
+        (lambda p: ["run", p / "conv.onnx", "--shape", "x=1,three"], "expected sizes"),
+        (lambda p: ["inspect", p / "conv.onnx", "--backends", "nosuch"], "unknown backend"),
+        (lambda p: ["run", p / "conv.onnx", "--backends", "cpu,nosuch"], "unknown backend"),
+        (lambda p: ["run", p / "conv.onnx", "-o", p / "conv.onnx"], "expected a folder"),
+        (lambda p: ["convert", p / "conv.onnx", "-o", p / "no" / "dir.tdl"], "does not exist"),
+    ],
+    ids=[
+        "missing-model",
+        "missing-convert",
+        "garbage",
+        "wrong-shape",
+        "not-npy",
+        "missing-input",
+        "unknown-input",
+        "bad-shape",
+        "unknown-backend",
+        "unknown-backend-run",
+        "output-dir-is-file",
+        "missing-folder",
+    ],
+)
+def test_user_errors_exit_2_without_traceback(capsys, tmp_path, model, argv, expected):
+    code, _, err = run_cli(capsys, *argv(tmp_path))
+    assert code == 2
+    assert err.startswith("error: ") and expected in err
+    assert "Traceback" not in err and err.count("\n") == 1

@@ -1,0 +1,650 @@
+"""The `tinydl` command: info, convert, inspect and run models from a shell.
+
+    tinydl info
+    tinydl convert model.onnx -o model.tdl
+    tinydl inspect model.onnx --backends webgpu,cpu
+    tinydl run model.onnx --input image.png --output-dir out/ --time
+
+Every subcommand imports what it needs when it runs, so `tinydl --help` loads neither NumPy nor
+onnx. A user error (a bad file, an unknown backend, a wrong input shape) prints `error: ...` and
+exits with status 2; a traceback means a bug in tinydl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from tinydl.errors import InvalidInputError, TinyDLError
+
+EXIT_USAGE = 2
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+# -- info ------------------------------------------------------------------------------------------
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import platform
+    from importlib import metadata
+
+    import numpy as np
+
+    import tinydl
+    from tinydl.backends import KNOWN, get_backend
+
+    def version(package: str) -> str | None:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+
+    backends = {}
+    for name in KNOWN:
+        entry: dict[str, Any] = {"available": False, "reason": "", "devices": []}
+        # info is the tool for diagnosing a broken install, so one broken backend must not stop it.
+        try:
+            backend = get_backend(name)
+            entry["available"] = bool(backend.available())
+            if entry["available"]:
+                entry["devices"] = list(backend.devices())
+            else:
+                entry["reason"] = backend.unavailable_reason() or "no usable device"
+        except Exception as exc:
+            entry["reason"] = f"failed to load: {type(exc).__name__}: {exc}"
+        backends[name] = entry
+    report = {
+        "tinydl": tinydl.__version__,
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "packages": {p: version(p) for p in ("onnx", "safetensors", "pillow", "wgpu", "cupy")},
+        "backends": backends,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"tinydl {report['tinydl']}")
+    print(f"Python {report['python']} on {report['platform']}")
+    print(f"NumPy  {report['numpy']}")
+    optional = ", ".join(f"{p} {v or '(not installed)'}" for p, v in report["packages"].items())
+    print(f"optional packages: {optional}")
+    print("backends:")
+    width = max(map(len, backends), default=0)
+    for name, entry in backends.items():
+        if entry["available"]:
+            devices = "; ".join(entry["devices"]) or "(no device listed)"
+            print(f"  {name:{width}}  available    {devices}")
+        else:
+            print(f"  {name:{width}}  unavailable  {entry['reason']}")
+    return 0
+
+
+# -- convert ---------------------------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import tinydl
+    from tinydl.ir.tdl import graph_json_text
+
+    source = Path(args.model)
+    graph = tinydl.load(source)
+    if args.output is None:
+        out = source.with_suffix(".json" if args.json else ".tdl")
+    else:
+        out = None if args.output == "-" else Path(args.output)
+    if out is None and not args.json:
+        raise InvalidInputError("-o - (stdout) works only with --json: a .tdl file is binary")
+    if out is not None:
+        if out.exists() and out.resolve() == source.resolve():
+            raise InvalidInputError(
+                f"{out}: refusing to overwrite the input model; choose another -o"
+            )
+        if not out.parent.is_dir():
+            raise InvalidInputError(f"{out}: folder {out.parent} does not exist")
+    if args.json:
+        text = graph_json_text(graph) + "\n"
+        if out is None:
+            sys.stdout.write(text)
+            written = len(text.encode())
+        else:
+            out.write_text(text, encoding="utf-8")
+            written = out.stat().st_size
+    else:
+        tinydl.save(graph, out)
+        written = out.stat().st_size
+    summary = (
+        f"wrote {'stdout' if out is None else out}: {len(graph.nodes)} nodes, "
+        f"{graph.parameter_count():,} parameters, {written:,} bytes"
+    )
+    # With the JSON on stdout the summary goes to stderr, so stdout stays parseable.
+    print(summary, file=sys.stderr if out is None else sys.stdout)
+    return 0
+
+
+# -- inspect ---------------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import tinydl
+
+    graph = tinydl.load(args.model)
+    session = _compile(graph, args.backends, strict=False, quiet=True)
+    placement = session.placement
+    fallbacks = placement.fallbacks()
+    meta = graph.metadata
+    report: dict[str, Any] = {
+        "model": str(args.model),
+        "name": graph.name,
+        "source_format": meta.get("source_format", "tdl"),
+        "opset": meta.get("opset"),
+        "producer": meta.get("producer") or None,
+        "metadata": meta,
+        "inputs": [_value_report(v) for v in graph.inputs],
+        "outputs": [_value_report(v) for v in graph.outputs],
+        "nodes": len(graph.nodes),
+        "op_counts": graph.op_counts(),
+        "parameters": graph.parameter_count(),
+        "weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
+        "placement": {
+            "backends": placement.backends,
+            "counts": placement.counts(),
+            "partitions": len(placement.partitions),
+            "fallbacks": fallbacks,
+        },
+    }
+    if args.verbose:
+        report["placement"]["nodes"] = [
+            {
+                "name": n,
+                "op": placement.ops[n],
+                "backend": b,
+                "refused_by": placement.refusals.get(n, {}),
+            }
+            for n, b in placement.nodes.items()
+        ]
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+
+    print(f"model:    {report['model']} (graph '{graph.name}')")
+    source = [report["source_format"]]
+    if report["opset"] is not None:
+        source.append(f"opset {report['opset']}")
+    if report["producer"]:
+        source.append(f"producer {report['producer']}")
+    print(f"source:   {', '.join(source)}")
+    for title, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
+        print(f"{title}:")
+        width = max((len(v.name) for v in values), default=0)
+        for v in values:
+            print(f"  {v.name:{width}}  {v.describe()}")
+    print(f"ops ({len(graph.nodes)} nodes):")
+    width = max(map(len, report["op_counts"]), default=0)
+    for op_name, count in report["op_counts"].items():
+        print(f"  {op_name:{width}}  {count}")
+    print(f"parameters: {report['parameters']:,} ({_human_bytes(report['weight_bytes'])})")
+    counts = ", ".join(f"{b} {n}" for b, n in placement.counts().items())
+    print(
+        f"placement ({','.join(placement.backends)}): {counts} nodes "
+        f"in {len(placement.partitions)} partition(s)"
+    )
+    if fallbacks:
+        ops = sorted({placement.ops[n] for n in fallbacks})
+        hint = "" if args.verbose else "; --verbose for the reasons"
+        print(
+            f"  {len(fallbacks)} node(s) fall back from {placement.backends[0]} "
+            f"(ops: {', '.join(ops)}){hint}"
+        )
+    if args.verbose:
+        print(placement.table())
+    return 0
+
+
+def _value_report(v) -> dict[str, Any]:
+    shape = None if v.shape is None else list(v.shape)
+    return {"name": v.name, "dtype": v.dtype, "shape": shape, "type": v.describe()}
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} bytes"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import tinydl
+
+    graph = tinydl.load(args.model)
+    specs = {v.name: v for v in graph.inputs}
+    files = dict(_assign(args.input, specs, "--input", "FILE"))
+    shape_args = _assign(args.shape, specs, "--shape", "DIMS")
+    shapes = {name: _parse_dims(name, text) for name, text in shape_args}
+    if args.output_dir is not None and Path(args.output_dir).exists():
+        if not Path(args.output_dir).is_dir():
+            raise InvalidInputError(f"--output-dir {args.output_dir}: is a file, expected a folder")
+    session = _compile(graph, args.backends, strict=args.strict, precision=args.precision)
+
+    feeds: dict[str, Any] = {}
+    generated = []
+    rng = np.random.default_rng(args.seed)
+    for name, spec in specs.items():
+        if name in files:
+            feeds[name] = _read_input(name, Path(files[name]), spec, shapes.get(name))
+        elif not files or name in shapes:
+            feeds[name] = _random_input(spec, shapes.get(name), rng)
+            generated.append(f"{name} {feeds[name].dtype}[{','.join(map(str, feeds[name].shape))}]")
+        else:
+            raise InvalidInputError(
+                f"missing input '{name}' {spec.describe()}: pass --input {name}=FILE "
+                f"(or --shape {name}=DIMS for random data)"
+            )
+    if generated:
+        print(f"note: random inputs (seed {args.seed}): {', '.join(generated)}", file=sys.stderr)
+
+    outputs = session.run(feeds)
+    _print_outputs(outputs)
+    if args.output_dir is not None:
+        saved = _save_outputs(outputs, Path(args.output_dir))
+        print(f"saved {len(saved)} output(s) to {args.output_dir}: {', '.join(saved)}")
+    if args.time:
+        _time_runs(session, feeds, args.warmup, args.repeat)
+    return 0
+
+
+def _assign(items: list[str], specs: dict, flag: str, what: str) -> list[tuple[str, str]]:
+    """Split `NAME=VALUE` items; a bare VALUE is accepted when the model has one input."""
+    names = list(specs)
+    seen: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in specs:
+            # A lone input takes the whole text, so an existing file whose name holds '=' works.
+            bare = not sep or (what == "FILE" and Path(item).is_file())
+            if len(names) != 1 or not bare:
+                raise InvalidInputError(
+                    f"{flag} {item}: expected NAME={what} with NAME one of the model's inputs "
+                    f"{names}"
+                )
+            name, value = names[0], item
+        if name in seen:
+            raise InvalidInputError(f"{flag} given twice for input '{name}'")
+        seen[name] = value
+    return list(seen.items())
+
+
+def _parse_dims(name: str, text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 0 for d in dims):
+        raise InvalidInputError(f"--shape {name}={text}: expected sizes such as 1,3,224,224")
+    return dims
+
+
+def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None):
+    import numpy as np
+
+    if not path.is_file():
+        raise InvalidInputError(f"input '{name}': {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return _read_image(name, path, spec, shape)
+    if suffix != ".npy":
+        raise InvalidInputError(
+            f"input '{name}': {path}: unsupported file type '{suffix}' "
+            f"(expected .npy or an image: {', '.join(sorted(IMAGE_SUFFIXES))})"
+        )
+    if shape is not None:
+        raise InvalidInputError(
+            f"input '{name}': --shape applies to images and random inputs, not to .npy files"
+        )
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
+        raise InvalidInputError(f"input '{name}': {path}: not a valid .npy file ({exc})") from None
+    if not isinstance(array, np.ndarray):
+        raise InvalidInputError(f"input '{name}': {path}: holds several arrays, expected one")
+    if spec.dtype is not None and array.dtype.name != spec.dtype:
+        target = np.dtype(spec.dtype)
+        # float64 -> float32 is the common case (NumPy's default); never cross kinds silently.
+        if np.can_cast(array.dtype, target, casting="same_kind"):
+            print(f"note: input '{name}': converted {array.dtype} to {target}", file=sys.stderr)
+            array = array.astype(target)
+    return array
+
+
+def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None):
+    import numpy as np
+
+    try:
+        from PIL import Image
+    except ImportError:
+        raise InvalidInputError(
+            "reading images needs Pillow: pip install 'tinydl[image]'"
+        ) from None
+    dims = shape if shape is not None else spec.shape
+    if dims is not None and len(dims) != 4:
+        raise InvalidInputError(
+            f"input '{name}' is {spec.describe()}: an image file fits only a 4-D NCHW input"
+        )
+    channels = dims[1] if dims is not None and isinstance(dims[1], int) else 3
+    modes = {1: "L", 3: "RGB", 4: "RGBA"}
+    if channels not in modes:
+        raise InvalidInputError(
+            f"input '{name}' is {spec.describe()}: {channels} channels, "
+            "but an image gives 1, 3 or 4"
+        )
+    dtype = spec.dtype or "float32"
+    if dtype not in ("float32", "float16", "float64", "uint8"):
+        raise InvalidInputError(
+            f"input '{name}' is {spec.describe()}: cannot fill it from an image"
+        )
+    with Image.open(path) as image:
+        image = image.convert(modes[channels])
+        if dims is not None and isinstance(dims[2], int) and isinstance(dims[3], int):
+            if image.size != (dims[3], dims[2]):
+                image = image.resize((dims[3], dims[2]), Image.Resampling.BILINEAR)
+        pixels = np.asarray(image)
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    nchw = pixels.transpose(2, 0, 1)[None]
+    if dtype == "uint8":
+        return np.ascontiguousarray(nchw)
+    return (nchw.astype(np.float32) / 255.0).astype(dtype)
+
+
+def _random_input(spec, shape: tuple[int, ...] | None, rng):
+    import numpy as np
+
+    dims = shape if shape is not None else spec.shape
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        raise InvalidInputError(
+            f"input '{spec.name}' has shape {spec.describe()}, which is not fully known: pass "
+            f"--input {spec.name}=FILE (.npy or image) or --shape {spec.name}=1,3,224,224"
+        )
+    dtype = np.dtype(spec.dtype or "float32")
+    if dtype.kind == "f":
+        return rng.standard_normal(dims).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(dims) < 0.5
+    return rng.integers(0, 10, size=dims).astype(dtype)
+
+
+def _print_outputs(outputs: dict) -> None:
+    import numpy as np
+
+    rows = []
+    for name, value in outputs.items():
+        array = np.asarray(value)
+        if array.size and array.dtype.kind in "biuf":
+            stats = [f"{float(f(array)):.6g}" for f in (np.min, np.max, np.mean)]
+        else:
+            stats = ["-", "-", "-"]
+        rows.append([name, array.dtype.name, "[" + ",".join(map(str, array.shape)) + "]", *stats])
+    header = ["output", "dtype", "shape", "min", "max", "mean"]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _save_outputs(outputs: dict, folder: Path) -> list[str]:
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    saved: list[str] = []
+    for name, value in outputs.items():
+        # Value names come from the model file: keep them from escaping the folder.
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "output"
+        base, k = stem, 1
+        while f"{stem}.npy" in saved:
+            stem, k = f"{base}_{k}", k + 1
+        np.save(folder / f"{stem}.npy", np.asarray(value))
+        saved.append(f"{stem}.npy")
+    return saved
+
+
+def _time_runs(session, feeds: dict, warmup: int, repeat: int) -> None:
+    import time
+
+    import numpy as np
+
+    for _ in range(warmup):
+        session.run(feeds)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    ms = np.array(times)
+    print(f"timing: {repeat} run(s) after {warmup} warmup, backends {','.join(session.backends)}")
+    print(
+        f"  mean {ms.mean():.3f} ms  median {np.median(ms):.3f} ms  "
+        f"p90 {np.percentile(ms, 90):.3f} ms  min {ms.min():.3f} ms"
+    )
+
+
+# -- shared ----------------------------------------------------------------------------------------
+
+
+def _compile(graph, backends: str, strict: bool, precision: str = "fp32", quiet: bool = False):
+    """tinydl.compile, with fallback warnings printed as one `warning:` line each."""
+    import warnings
+
+    import tinydl
+
+    names = tuple(b.strip() for b in backends.split(",") if b.strip())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = tinydl.compile(graph, backends=names, precision=precision, strict=strict)
+    if not quiet:
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
+    return session
+
+
+def _count(text: str, least: int = 0) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _count(text, least=1)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose lines to the terminal; keeps indented lines (the examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return "\n".join(
+            indent + line
+            if not line or line.startswith(" ")
+            else textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+            for line in text.splitlines()
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tinydl import __version__
+
+    fmt = _Formatter
+    parser = argparse.ArgumentParser(
+        prog="tinydl",
+        description="Run neural networks on any GPU (or the CPU) with tinydl.",
+        epilog="examples:\n  tinydl info\n  tinydl run model.onnx --input cat.png --time\n\n"
+        "Run 'tinydl COMMAND --help' for a command's options.",
+        formatter_class=fmt,
+    )
+    parser.add_argument("--version", action="version", version=f"tinydl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "info",
+        help="show versions, backends and devices",
+        formatter_class=fmt,
+        description="Show the tinydl, Python and NumPy versions, the optional packages, and for "
+        "each backend whether it is available (and if not, why) and which devices it would use.",
+        epilog="example:\n  tinydl info --json",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "convert",
+        help="convert a model to .tdl (or its graph to JSON)",
+        formatter_class=fmt,
+        description="Load any supported model (.onnx, .tdl) and write it as a .tdl file: the "
+        "weights in a safetensors container with the graph as JSON metadata. With --json, write "
+        "only the human-readable graph JSON.",
+        epilog="examples:\n  tinydl convert model.onnx -o model.tdl\n"
+        "  tinydl convert model.onnx --json -o - | less",
+    )
+    p.add_argument("model", help="model file (.onnx or .tdl)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="output path; '-' writes JSON to stdout (default: MODEL with .tdl or .json suffix)",
+    )
+    p.add_argument("--json", action="store_true", help="write the graph JSON alone (no weights)")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser(
+        "inspect",
+        help="show a model's inputs, outputs, ops, weights and placement",
+        formatter_class=fmt,
+        description="Show a model's source (format, opset, producer), inputs and outputs with "
+        "their dtypes and (symbolic) shapes, op counts, parameter count, weight size, and which "
+        "backend each node would run on.",
+        epilog="examples:\n  tinydl inspect model.onnx\n"
+        "  tinydl inspect model.onnx --backends webgpu,cpu --verbose",
+    )
+    p.add_argument("model", help="model file (.onnx or .tdl)")
+    p.add_argument(
+        "--backends",
+        default="cpu",
+        metavar="LIST",
+        help="backends in priority order, comma-separated (default: cpu)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every node's backend and the reasons for fallbacks",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "run",
+        help="run a model on .npy / image inputs, print and save outputs",
+        formatter_class=fmt,
+        description="Run a model once and print each output's dtype, shape and min/max/mean. "
+        "Inputs come from .npy files or images (PNG/JPEG/...: converted to float32 NCHW in "
+        "[0,1], RGB or gray by the input's channels, resized to its fixed H,W, batch dim added). "
+        "Without --input, fully-known inputs are filled with seeded random data.",
+        epilog="examples:\n  tinydl run model.onnx\n"
+        "  tinydl run model.onnx --input image=cat.png --output-dir out/\n"
+        "  tinydl run model.onnx --shape x=1,3,224,224 --time --repeat 50",
+    )
+    p.add_argument("model", help="model file (.onnx or .tdl)")
+    p.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="an input from a .npy or image file; NAME= may be left out when the "
+        "model has one input (repeatable)",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
+        help="shape for a random input with symbolic dims, or the size an image is "
+        "resized to, e.g. x=1,3,224,224 (repeatable)",
+    )
+    p.add_argument("-o", "--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
+    p.add_argument(
+        "--backends",
+        default="cpu",
+        metavar="LIST",
+        help="backends in priority order, comma-separated (default: cpu)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "fp16"),
+        default="fp32",
+        help="compute precision (default: fp32)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail instead of falling back when the first backend refuses a node",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default: 0)")
+    p.add_argument("--time", action="store_true", help="time repeated runs")
+    p.add_argument(
+        "--repeat",
+        type=_positive,
+        default=20,
+        metavar="N",
+        help="timed runs with --time (default: 20)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_count,
+        default=3,
+        metavar="N",
+        help="untimed runs before timing (default: 3)",
+    )
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except TinyDLError as exc:
+        message = str(exc)
+    except OSError as exc:
+        message = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    except KeyboardInterrupt:
+        return 130
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
