@@ -8,6 +8,7 @@ initializers. External data is read only from files inside the model's folder.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ def load(path: str | os.PathLike) -> Graph:
     return from_bytes(data, base_dir=path.parent, where=str(path))
 
 
-def from_bytes(data: bytes, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
+def from_bytes(
+    data: bytes, base_dir: str | os.PathLike | None = None, where: str = "model"
+) -> Graph:
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -42,7 +45,25 @@ def from_bytes(data: bytes, base_dir: str | os.PathLike | None = None, where: st
         raise InvalidModelError(f"{where}: not a valid ONNX protobuf ({exc})") from None
     if not model.HasField("graph"):
         raise InvalidModelError(f"{where}: ONNX file has no graph")
+    _check_strings(model, where)
     return from_model(model, base_dir=base_dir, where=where)
+
+
+def _check_strings(message, where: str, path: str = "model") -> None:
+    """Refuse text fields that are not UTF-8 (protobuf returns those as bytes, not str)."""
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_STRING:
+            for item in [value] if isinstance(value, str | bytes) else value:
+                if not isinstance(item, str):
+                    raise InvalidModelError(
+                        f"{where}: {path}.{field.name} is not UTF-8 text: {bytes(item[:40])!r}"
+                    )
+        elif field.type == field.TYPE_MESSAGE:
+            items = [value] if hasattr(value, "ListFields") else value
+            for i, item in enumerate(items):
+                _check_strings(
+                    item, where, f"{path}.{field.name}" + (f"[{i}]" if items is value else "")
+                )
 
 
 def from_model(model, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
@@ -68,7 +89,9 @@ class _Converter:
         for t in g.initializer:
             self.initializers[t.name] = self._tensor(t)
         for t in g.sparse_initializer:
-            raise UnsupportedOpError(f"{self.where}: sparse initializer '{t.values.name}' is not supported")
+            raise UnsupportedOpError(
+                f"{self.where}: sparse initializer '{t.values.name}' is not supported"
+            )
         self.taken = {v.name for v in g.input} | set(self.initializers)
         self.taken |= {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
         unsupported = self._unsupported_ops(g)
@@ -90,8 +113,9 @@ class _Converter:
         props = {p.key: p.value for p in model.metadata_props}
         if props:
             meta["onnx_metadata"] = props
-        graph = Graph(inputs, outputs, self.nodes, self.initializers, metadata=meta,
-                      name=g.name or "graph")
+        graph = Graph(
+            inputs, outputs, self.nodes, self.initializers, metadata=meta, name=g.name or "graph"
+        )
         return graph.validate()
 
     def _opset(self) -> int:
@@ -125,7 +149,9 @@ class _Converter:
         elem = t.tensor_type.elem_type
         dtype = ONNX_CODES.get(elem)
         if elem and dtype is None:
-            raise UnsupportedOpError(f"{self.where}: value '{v.name}' has unsupported element type {elem}")
+            raise UnsupportedOpError(
+                f"{self.where}: value '{v.name}' has unsupported element type {elem}"
+            )
         shape = None
         if t.tensor_type.HasField("shape"):
             dims = []
@@ -133,7 +159,7 @@ class _Converter:
                 which = d.WhichOneof("value")
                 if which == "dim_value" and d.dim_value >= 0:
                     dims.append(int(d.dim_value))
-                elif which == "dim_param" and d.dim_param:
+                elif which == "dim_param" and d.dim_param and d.dim_param != "?":  # "?": unknown
                     dims.append(d.dim_param)
                 else:
                     dims.append(None)
@@ -148,7 +174,7 @@ class _Converter:
                 f"{self.where}: tensor '{t.name}' has unsupported element type {t.data_type}"
             )
         dims = list(t.dims)
-        if any(d < 0 for d in dims) or int(np.prod(dims, dtype=np.float64)) > 2**34:
+        if any(d < 0 for d in dims) or math.prod(dims) > 2**34:
             raise self.fail(f"tensor '{t.name}' has invalid dims {dims}")
         if t.data_location == 1:  # EXTERNAL
             self._load_external(t)
@@ -158,11 +184,10 @@ class _Converter:
             raise self.fail(f"tensor '{t.name}' cannot be decoded: {exc}") from None
         if tuple(arr.shape) != tuple(dims):
             raise self.fail(f"tensor '{t.name}' holds {arr.shape}, expected dims {dims}")
-        return np.ascontiguousarray(arr)
+        return np.asarray(arr, order="C")  # (ascontiguousarray would make a scalar 1-D)
 
     def _load_external(self, t) -> None:
-        from onnx.external_data_helper import load_external_data_for_tensor
-
+        """Read a tensor's bytes from a file beside the model, checking the span before reading."""
         info = {e.key: e.value for e in t.external_data}
         location = info.get("location", "")
         if self.base_dir is None:
@@ -171,14 +196,33 @@ class _Converter:
         target = (base / location).resolve()
         if not location or os.path.isabs(location) or base not in target.parents:
             raise self.fail(
-                f"tensor '{t.name}': external data location {location!r} is outside the model's folder"
+                f"tensor '{t.name}': external data location {location!r} is outside the model's "
+                "folder"
             )
         if not target.is_file():
             raise self.fail(f"tensor '{t.name}': external data file {location!r} not found")
+        need = math.prod(t.dims) * np.dtype(ONNX_CODES[t.data_type]).itemsize
         try:
-            load_external_data_for_tensor(t, str(base))
-        except (OSError, ValueError) as exc:
-            raise self.fail(f"tensor '{t.name}': cannot read external data: {exc}") from None
+            offset, length = int(info.get("offset", 0)), int(info.get("length", need))
+            size = target.stat().st_size
+        except (ValueError, OSError) as exc:
+            raise self.fail(f"tensor '{t.name}': bad external data entry: {exc}") from None
+        if offset < 0 or length != need or offset + need > size:
+            raise self.fail(
+                f"tensor '{t.name}': external data {location!r} at offset {offset}, "
+                f"length {length} "
+                f"does not hold the {need} bytes of dims {list(t.dims)} (file size {size})"
+            )
+        try:
+            with open(target, "rb") as f:
+                f.seek(offset)
+                t.raw_data = f.read(need)
+        except OSError as exc:
+            raise self.fail(
+                f"tensor '{t.name}': cannot read external data: {exc.strerror or exc}"
+            ) from None
+        t.data_location = 0  # DEFAULT: the bytes are now inline
+        del t.external_data[:]
 
     # -- nodes -------------------------------------------------------------------------------
     def _attrs(self, n) -> dict[str, Any]:
@@ -207,10 +251,11 @@ class _Converter:
             elif a.ref_attr_name:
                 raise UnsupportedOpError(f"{self.where}: node '{n.name}': function attribute refs")
             else:
+                names = AttributeProto.AttributeType
+                kind_name = names.Name(kind) if kind in names.values() else kind
                 raise UnsupportedOpError(
                     f"{self.where}: node '{n.name}' ({n.op_type}): attribute '{a.name}' of type "
-                    f"{AttributeProto.AttributeType.Name(kind) if kind in AttributeProto.AttributeType.values() else kind} "
-                    "is not supported"
+                    f"{kind_name} is not supported"
                 )
         return out
 
@@ -234,8 +279,8 @@ class _Converter:
         while inputs and not inputs[-1]:
             inputs.pop()
         if op == "Constant":
-            if len(outputs) != 1 or inputs:
-                raise self.fail(f"node '{name}' (Constant): expects no inputs and one output")
+            if len(outputs) != 1 or inputs or not outputs[0]:
+                raise self.fail(f"node '{name}' (Constant): expects no inputs and one named output")
             from tinydl.ops import schema_of
 
             node = Node(op, [], outputs, attrs, name)
@@ -246,24 +291,45 @@ class _Converter:
             except (ValueError, TypeError) as exc:
                 raise self.fail(f"node '{name}' (Constant): {exc}") from None
             if outputs[0] in self.initializers:
-                raise self.fail(f"node '{name}' (Constant): output '{outputs[0]}' is already defined")
+                raise self.fail(
+                    f"node '{name}' (Constant): output '{outputs[0]}' is already defined"
+                )
             self.initializers[outputs[0]] = np.asarray(value)
             return
-        if op in ("Squeeze", "Unsqueeze") and "axes" in attrs:
+        if op in ("Squeeze", "Unsqueeze", "ReduceMean") and "axes" in attrs:
             axes = attrs.pop("axes")
-            inputs = [inputs[0] if inputs else "", self._const(f"{name}_axes", np.array(axes, np.int64))]
-        if op == "ReduceMean" and "axes" in attrs:
-            axes = attrs.pop("axes")
-            inputs = [inputs[0] if inputs else "", self._const(f"{name}_axes", np.array(axes, np.int64))]
+            if (
+                not isinstance(axes, list)
+                or not all(isinstance(a, int) for a in axes)
+                or len(inputs) > 1
+            ):
+                raise self.fail(
+                    f"node '{name}' ({op}): 'axes' must be one list of ints, given as an attribute "
+                    f"(opset < 13) or as the second input, not both; got {type(axes).__name__}"
+                )
+            inputs = [
+                inputs[0] if inputs else "",
+                self._const(f"{name}_axes", np.array(axes, np.int64)),
+            ]
         if op == "Softmax" and self.opset < 13:
-            self._legacy_softmax(n, name, inputs, outputs, attrs.get("axis", 1))
+            self._legacy_softmax(name, inputs, outputs, attrs)
             return
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
 
-    def _legacy_softmax(self, n, name, inputs, outputs, axis: int) -> None:
+    def _legacy_softmax(self, name, inputs, outputs, attrs: dict[str, Any]) -> None:
         """Opset < 13 Softmax coerces the input to 2-D at `axis`; axis -1 is the same as today's."""
-        if not inputs or len(outputs) != 1:
+        if len(inputs) != 1 or not inputs[0] or len(outputs) != 1 or not outputs[0]:
             raise self.fail(f"node '{name}' (Softmax): expects one input and one output")
+        axis = attrs.pop("axis", 1)
+        if attrs:
+            raise self.fail(
+                f"node '{name}' (Softmax): unknown attribute '{sorted(attrs)[0]}' (known: axis)"
+            )
+        if not isinstance(axis, int):
+            raise self.fail(
+                f"node '{name}' (Softmax): attribute 'axis' must be an int, "
+                f"got {type(axis).__name__}"
+            )
         if axis == -1:
             self.nodes.append(Node("Softmax", inputs, outputs, {"axis": -1}, name))
             return

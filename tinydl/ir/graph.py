@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,11 @@ class Value:
     shape: Shape | None = None
 
     def describe(self) -> str:
-        dims = "?" if self.shape is None else ",".join("?" if d is None else str(d) for d in self.shape)
+        dims = (
+            "?"
+            if self.shape is None
+            else ",".join("?" if d is None else str(d) for d in self.shape)
+        )
         return f"{self.dtype or '?'}[{dims}]"
 
 
@@ -94,7 +99,8 @@ class Graph:
 
     # -- ordering and validation -----------------------------------------------------------
     def toposort(self) -> list[Node]:
-        """Kahn's algorithm; stable (keeps file order among ready nodes).
+        """Kahn's algorithm; stable: among ready nodes the earliest in file order goes first, so
+        an already ordered graph keeps its order.
 
         Raises InvalidModelError for a duplicate output, an input that nothing defines, or a cycle.
         """
@@ -124,23 +130,44 @@ class Graph:
                 indegree[idx] += 1
                 dependents[producer[inp]].append(idx)
         ready = [i for i, d in enumerate(indegree) if d == 0]
-        ready.reverse()
+        heapq.heapify(ready)
         order: list[int] = []
         while ready:
-            i = ready.pop()
+            i = heapq.heappop(ready)
             order.append(i)
-            newly = []
             for j in dependents[i]:
                 indegree[j] -= 1
                 if indegree[j] == 0:
-                    newly.append(j)
-            ready.extend(sorted(newly, reverse=True))
+                    heapq.heappush(ready, j)
         if len(order) != len(self.nodes):
-            stuck = next(self.nodes[i] for i, d in enumerate(indegree) if d > 0)
+            cycle = [self.nodes[i] for i in self._find_cycle(indegree, producer, defined)]
+            path = " -> ".join(f"'{n.name}'" for n in [*cycle, cycle[0]])
             raise InvalidModelError(
-                f"node '{stuck.name}' ({stuck.op}) is part of a cycle: the graph must be acyclic"
+                f"node '{cycle[0].name}' ({cycle[0].op}) is part of a cycle ({path}): "
+                "the graph must be acyclic"
             )
         return [self.nodes[i] for i in order]
+
+    def _find_cycle(
+        self, indegree: list[int], producer: dict[str, int], defined: set[str]
+    ) -> list[int]:
+        """One cycle among the nodes Kahn's algorithm could not order, in data-flow order.
+
+        Each such node still waits on an unordered producer, so walking from producer to
+        producer must come back to a node already seen.
+        """
+        seen: dict[int, int] = {}
+        walk: list[int] = []
+        i = next(k for k, d in enumerate(indegree) if d > 0)
+        while i not in seen:
+            seen[i] = len(walk)
+            walk.append(i)
+            i = next(
+                producer[inp]
+                for inp in self.nodes[i].inputs
+                if inp and inp not in defined and indegree[producer[inp]] > 0
+            )
+        return walk[seen[i] :][::-1]
 
     def sort(self) -> Graph:
         """Reorder nodes topologically in place."""
@@ -163,14 +190,23 @@ class Graph:
             names.add(v.name)
             _check_value_type(v, "graph input")
         for name, arr in self.initializers.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidModelError(f"initializer has an invalid name: {name!r}")
             if not isinstance(arr, np.ndarray):
-                raise InvalidModelError(f"initializer '{name}' is not an array: {type(arr).__name__}")
+                raise InvalidModelError(
+                    f"initializer '{name}' is not an array: {type(arr).__name__}"
+                )
             if arr.dtype.name not in DTYPES:
                 raise InvalidModelError(f"initializer '{name}' has unsupported dtype {arr.dtype}")
+        for index, node in enumerate(self.nodes):
+            _check_node_fields(node, index)
+        # An unnamed or repeated node gets a fresh name that no other node already has.
+        taken = {node.name for node in self.nodes if node.name}
         seen_names = set()
-        for node in self.nodes:
+        for index, node in enumerate(self.nodes):
             if not node.name or node.name in seen_names:
-                node.name = _unique(f"{node.op}_{len(seen_names)}", seen_names)
+                node.name = _unique(f"{node.op}_{index}", taken)
+                taken.add(node.name)
             seen_names.add(node.name)
             schema = schema_of(node.op)
             if schema is None:
@@ -180,6 +216,8 @@ class Graph:
         order = self.toposort()
         produced = {o for n in self.nodes for o in n.outputs if o} | names | set(self.initializers)
         for v in self.outputs:
+            if not isinstance(v.name, str) or not v.name:
+                raise InvalidModelError(f"graph output has an invalid name: {v.name!r}")
             if v.name not in produced:
                 raise InvalidModelError(f"graph output '{v.name}' is not produced by any node")
             _check_value_type(v, "graph output")
@@ -189,13 +227,34 @@ class Graph:
         return self
 
 
+def _check_node_fields(node: Node, index: int) -> None:
+    """The field types the rest of validation relies on (a Node may be built by any code)."""
+    where = f"node #{index} '{node.name}'" if isinstance(node.name, str) else f"node #{index}"
+    if not isinstance(node.name, str):
+        raise InvalidModelError(f"{where}: name must be a string, got {type(node.name).__name__}")
+    if not isinstance(node.op, str):
+        raise InvalidModelError(f"{where}: op must be a string, got {node.op!r:.60}")
+    for field_name in ("inputs", "outputs"):
+        names = getattr(node, field_name)
+        if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+            raise InvalidModelError(
+                f"{where} ({node.op}): {field_name} must be a list of value names"
+            )
+
+
 def _check_value_type(v: Value, what: str) -> None:
-    if v.dtype is not None and v.dtype not in DTYPES:
-        raise InvalidModelError(f"{what} '{v.name}': unsupported dtype {v.dtype!r}")
+    if v.dtype is not None and (not isinstance(v.dtype, str) or v.dtype not in DTYPES):
+        raise InvalidModelError(f"{what} '{v.name}': unsupported dtype {v.dtype!r:.60}")
+    if v.shape is not None and not isinstance(v.shape, tuple | list):
+        raise InvalidModelError(
+            f"{what} '{v.name}': shape must be a sequence of dims, got {v.shape!r:.60}"
+        )
     if v.shape is not None:
         for d in v.shape:
-            ok = d is None or (isinstance(d, str) and d) or (
-                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40
+            ok = (
+                d is None
+                or (isinstance(d, str) and d)
+                or (isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40)
             )
             if not ok:
                 raise InvalidModelError(f"{what} '{v.name}': invalid dimension {d!r} in {v.shape}")

@@ -9,6 +9,7 @@ are memory-mapped read-only (no copy). Nothing in the file is ever executed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -23,11 +24,13 @@ from tinydl.ir.graph import Graph, Node, Value
 FORMAT = "tinydl"
 VERSION = "1"
 _MAX_HEADER = 100 * 1024 * 1024
+_MAX_DIM = 2**40  # the same bound graph validation puts on a dimension
 _FROM_SAFETENSORS = {v: k for k, v in SAFETENSORS.items()}
 _ATTR_TENSOR_PREFIX = "__attr__/"
 
 
 # -- graph <-> JSON ---------------------------------------------------------------------------
+
 
 def graph_to_json(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The graph as a JSON-ready dict, plus the tensors that go in the container."""
@@ -78,13 +81,16 @@ def save(graph: Graph, path: str | os.PathLike) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     try:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=meta)
+        save_file(
+            {k: np.asarray(v, order="C") for k, v in tensors.items()}, str(tmp), metadata=meta
+        )
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 # -- reading -------------------------------------------------------------------------------------
+
 
 def load(path: str | os.PathLike) -> Graph:
     """Read and validate a .tdl file; raises InvalidModelError for anything malformed."""
@@ -105,22 +111,28 @@ def load(path: str | os.PathLike) -> Graph:
         raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: bad UTF-8, bad JSON, a 5000-digit int
         raise InvalidModelError(f"{path}: header is not valid JSON ({exc})") from None
     _expect(isinstance(header, dict), path, "header must be a JSON object")
     meta = header.pop("__metadata__", None)
     _expect(isinstance(meta, dict), path, "no __metadata__: not a tinydl model")
-    _expect(meta.get("format") == FORMAT, path, f"format is {meta.get('format')!r}, expected 'tinydl'")
     _expect(
-        meta.get("version") == VERSION, path,
-        f"version {meta.get('version')!r} is not supported by this tinydl (reads version {VERSION})",
+        meta.get("format") == FORMAT,
+        path,
+        f"format is {_summary(meta.get('format'))}, expected 'tinydl'",
+    )
+    _expect(
+        meta.get("version") == VERSION,
+        path,
+        f"version {_summary(meta.get('version'))} is not supported by this tinydl "
+        f"(reads version {VERSION})",
     )
     tensors = _map_tensors(path, header, data_start=8 + n, size=size)
     graph_text = meta.get("graph")
     _expect(isinstance(graph_text, str), path, "__metadata__.graph must be a JSON string")
     try:
         doc = json.loads(graph_text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise InvalidModelError(f"{path}: graph JSON is invalid ({exc})") from None
     graph = graph_from_json(doc, tensors, where=str(path))
     return graph.validate()
@@ -132,19 +144,21 @@ def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[s
     for name, info in header.items():
         ok = (
             isinstance(info, dict)
-            and info.get("dtype") in _FROM_SAFETENSORS
+            and isinstance(info.get("dtype"), str)
+            and info["dtype"] in _FROM_SAFETENSORS
             and isinstance(info.get("shape"), list)
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info["shape"])
+            and all(_is_int(d) and 0 <= d < _MAX_DIM for d in info["shape"])
             and isinstance(info.get("data_offsets"), list)
             and len(info["data_offsets"]) == 2
-            and all(isinstance(o, int) and not isinstance(o, bool) for o in info["data_offsets"])
+            and all(_is_int(o) for o in info["data_offsets"])
         )
-        _expect(ok, path, f"tensor '{name}': malformed entry {str(info)[:80]}")
+        _expect(ok, path, f"tensor '{name}': malformed entry {_summary(info)}")
         dtype = DTYPES[_FROM_SAFETENSORS[info["dtype"]]]
         begin, end = info["data_offsets"]
-        count = int(np.prod(info["shape"], dtype=np.float64))
+        # Python ints: exact for any shape, where a fixed-width product could wrap around.
+        nbytes = math.prod(info["shape"]) * dtype.itemsize
         _expect(
-            0 <= begin <= end and data_start + end <= size and count * dtype.itemsize == end - begin,
+            0 <= begin <= end and data_start + end <= size and nbytes == end - begin,
             path,
             f"tensor '{name}': offsets {begin}..{end} do not fit shape {info['shape']} "
             f"{dtype.name} in a file of {size} bytes",
@@ -156,11 +170,32 @@ def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[s
         _expect(e0 <= b1, path, f"tensors '{a}' and '{b}' overlap")
     out: dict[str, np.ndarray] = {}
     for name, dtype, shape, begin in entries:
-        if int(np.prod(shape)) == 0:
-            out[name] = np.zeros(shape, dtype)
+        if math.prod(shape) == 0:
+            arr = np.zeros(shape, dtype)
+            arr.flags.writeable = False
+            out[name] = arr
         else:
-            out[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape)
+            out[name] = np.memmap(
+                path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape
+            )
     return out
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _summary(x: Any) -> str:
+    """A short description of a JSON value, safe for any size or nesting depth."""
+    if isinstance(x, dict):
+        return (
+            "{"
+            + ", ".join(f"{str(k)[:20]}: {type(v).__name__}" for k, v in list(x.items())[:4])
+            + "}"
+        )
+    if isinstance(x, list):
+        return f"list of {len(x)}"
+    return repr(x)[:60]
 
 
 def graph_from_json(doc: Any, tensors: dict[str, np.ndarray], where: str = "graph") -> Graph:
@@ -175,16 +210,26 @@ def graph_from_json(doc: Any, tensors: dict[str, np.ndarray], where: str = "grap
     _expect(isinstance(name, str), p, "graph JSON field 'name' must be a string")
 
     def value(item: Any, what: str) -> Value:
-        _expect(isinstance(item, dict) and isinstance(item.get("name"), str), p, f"{what}: bad entry")
+        _expect(
+            isinstance(item, dict) and isinstance(item.get("name"), str), p, f"{what}: bad entry"
+        )
         dtype, shape = item.get("dtype"), item.get("shape")
-        _expect(dtype is None or dtype in DTYPES, p, f"{what} '{item['name']}': bad dtype {dtype!r}")
+        _expect(
+            dtype is None or (isinstance(dtype, str) and dtype in DTYPES),
+            p,
+            f"{what} '{item['name']}': bad dtype {_summary(dtype)}",
+        )
         _expect(shape is None or isinstance(shape, list), p, f"{what} '{item['name']}': bad shape")
         return Value(item["name"], dtype, None if shape is None else tuple(shape))
 
     init_names = doc["initializers"]
     initializers = {}
     for n in init_names:
-        _expect(isinstance(n, str) and n in tensors, p, f"initializer {n!r} has no tensor in the file")
+        _expect(
+            isinstance(n, str) and n in tensors,
+            p,
+            f"initializer {_summary(n)} has no tensor in the file",
+        )
         initializers[n] = tensors[n]
     nodes = []
     for i, item in enumerate(doc["nodes"]):
@@ -198,14 +243,19 @@ def graph_from_json(doc: Any, tensors: dict[str, np.ndarray], where: str = "grap
             and all(isinstance(x, str) for x in item["inputs"] + item["outputs"])
             and isinstance(item.get("attrs", {}), dict)
         )
-        _expect(ok, p, f"node #{i} ({str(nname)[:40]}): needs string op, lists of input/output names, attrs")
+        _expect(
+            ok,
+            p,
+            f"node #{i} ({_summary(nname)}): needs string op, lists of input/output names, attrs",
+        )
         attrs = {}
         for k, v in item.get("attrs", {}).items():
             if isinstance(v, dict):
                 ref = v.get("$tensor")
                 _expect(
-                    isinstance(ref, str) and ref in tensors, p,
-                    f"node '{nname}': attribute '{k}' refers to a missing tensor {ref!r}",
+                    isinstance(ref, str) and ref in tensors,
+                    p,
+                    f"node '{nname}': attribute '{k}' refers to a missing tensor {_summary(ref)}",
                 )
                 v = np.array(tensors[ref])
             attrs[k] = v

@@ -46,7 +46,8 @@ class Attr:
                 raise InvalidModelError(f"{where} is out of the int64 range: {_show(value)}")
             return int(value)
         if kind == "float":
-            if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            number = int | float | np.integer | np.floating
+            if isinstance(value, bool) or not isinstance(value, number):
                 raise InvalidModelError(f"{where} must be a float, got {_show(value)}")
             if isinstance(value, int | np.integer) and not _INT64_MIN <= int(value) <= _INT64_MAX:
                 raise InvalidModelError(f"{where} is out of range: {_show(value)}")
@@ -250,7 +251,7 @@ def schema_of(name: str) -> OpSchema | None:
     return REGISTRY.get(name)
 
 
-# Constants up to this many elements are computed during shape inference (Shape→Slice→Concat chains).
+# Constants up to this many elements are computed during shape inference (Shape→Slice→Concat).
 CONST_FOLD_LIMIT = 1 << 16
 
 
@@ -259,14 +260,15 @@ def infer_graph(graph) -> None:
 
     Raises InvalidModelError naming the node whose inputs do not fit its op.
     """
-    from tinydl.ir.graph import Value
     from tinydl.ir.dtypes import dtype_name
+    from tinydl.ir.graph import Value
 
     known: dict[str, TensorType] = {}
     for v in graph.inputs:
         known[v.name] = TensorType(v.dtype, v.shape)
     for name, arr in graph.initializers.items():
-        known[name] = TensorType(dtype_name(arr.dtype), tuple(arr.shape), arr if arr.size <= CONST_FOLD_LIMIT else None)
+        value = arr if arr.size <= CONST_FOLD_LIMIT else None
+        known[name] = TensorType(dtype_name(arr.dtype), tuple(arr.shape), value)
     for node in graph.nodes:
         schema = REGISTRY[node.op]
         ins = [known.get(i) if i else None for i in node.inputs]
@@ -276,9 +278,9 @@ def infer_graph(graph) -> None:
             outs = schema.infer(ctx) if schema.infer else []
             outs = [t or TensorType(None, None) for t in outs]
             outs += [TensorType(None, None)] * (len(node.outputs) - len(outs))
-            for t in outs:
-                t.shape = _checked_shape(ctx, t.shape)
-            constant = any(t is not None for t in ins) and all(t is None or t.value is not None for t in ins)
+            outs = [TensorType(t.dtype, _checked_shape(ctx, t.shape), t.value) for t in outs]
+            given = [t for t in ins if t is not None]
+            constant = bool(given) and all(t.value is not None for t in given)
             if constant and _worth_folding(schema, node, outs):
                 # Garbage constants may overflow; that is the model's business, not a warning's.
                 with np.errstate(all="ignore"):
@@ -350,9 +352,10 @@ def _folded(ctx: InferContext, inferred: TensorType, value: np.ndarray) -> Tenso
 
     if inferred.shape is not None and tuple(value.shape) != inferred.shape:
         raise ctx.fail(
-            f"shape inference gives {inferred.shape} but the reference computes {tuple(value.shape)}"
+            f"shape inference gives {inferred.shape}, the reference computes {tuple(value.shape)}"
         )
-    return TensorType(dtype_name(value.dtype), tuple(value.shape), value if value.size <= CONST_FOLD_LIMIT else None)
+    kept = value if value.size <= CONST_FOLD_LIMIT else None
+    return TensorType(dtype_name(value.dtype), tuple(value.shape), kept)
 
 
 def _describe(t: TensorType | None) -> str:

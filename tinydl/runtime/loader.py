@@ -42,9 +42,9 @@ def load(path: str | os.PathLike) -> Graph:
     fmt = detect_format(path)
     if fmt == "onnx":
         try:
-            from tinydl.importers import onnx as onnx_importer
-
             import onnx  # noqa: F401
+
+            from tinydl.importers import onnx as onnx_importer
         except ImportError:
             from tinydl.errors import BackendUnavailableError
 
