@@ -454,3 +454,25 @@ def test_onnx_scalar_weights_keep_their_shape_through_tdl(tmp_path):
     assert loaded.initializers["s"].shape == ()
     tinydl.save(loaded, tmp_path / "m.tdl")
     assert tinydl.load(tmp_path / "m.tdl").initializers["s"].shape == ()
+
+
+@pytest.mark.parametrize(
+    "op, inputs, initializers, message",
+    [
+        ("Conv", [("x", "float32", (1, 1, 4, 4))], {"w": np.ones((1, 1, 3, 3))},
+         "inputs must share one dtype, got input 0: float32, input 1: float64"),
+        ("Sqrt", [("x", "int64", (3,))], {}, "input 0 must be float"),
+        ("Relu", [("x", "bool", (3,))], {}, "input 0 must be signed"),
+        ("Reshape", [("x", "float32", (6,))], {"s": np.array([2.0, 3.0], np.float32)},
+         "input 1 must be index"),
+    ],
+)
+def test_type_constraints_name_the_node(op, inputs, initializers, message):
+    graph = Graph(
+        inputs=[Value(n, d, s) for n, d, s in inputs],
+        outputs=[Value("y")],
+        nodes=[Node(op, [n for n, _, _ in inputs] + list(initializers), ["y"], name="the_node")],
+        initializers=initializers,
+    )
+    with pytest.raises(InvalidModelError, match=f"node 'the_node' \\({op}\\): {message}"):
+        graph.validate()

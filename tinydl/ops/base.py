@@ -2,7 +2,7 @@
 
 An op module registers each op with the `op` decorator on its NumPy reference:
 
-    @op("Relu", infer=same_as_input(0))
+    @op("Relu", types="signed", infer=same_as_input(0))
     def relu(x):
         return np.maximum(x, 0).astype(x.dtype)
 
@@ -23,6 +23,17 @@ from tinydl.errors import InvalidModelError
 from tinydl.ir.graph import Dim, Node, Shape
 
 REQUIRED = object()
+
+# Element-type classes for ONNX type constraints, by the names ops use in `types=`.
+_FLOATS = {"float16", "float32", "float64"}
+_SIGNED = _FLOATS | {"int8", "int16", "int32", "int64"}
+_NUMERIC = _SIGNED | {"uint8", "uint16", "uint32", "uint64"}
+TYPE_CLASSES = {
+    "float": _FLOATS,
+    "signed": _SIGNED,
+    "numeric": _NUMERIC,
+    "index": {"int32", "int64"},
+}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
 
@@ -126,10 +137,17 @@ class OpSchema:
     inputs: tuple[int, int] = (1, 1)
     outputs: tuple[int, int] = (1, 1)
     same_dtype: tuple[int, ...] | str = ()
+    types: dict[int, str] = field(default_factory=dict)
     doc: str = ""
 
     def check_dtypes(self, ctx: InferContext) -> None:
         """Inputs bound to one ONNX type parameter must share a dtype ("all" = every input)."""
+        for i, cls in self.types.items():
+            got = ctx.dtype(i)
+            if got is not None and got not in TYPE_CLASSES[cls]:
+                raise ctx.fail(
+                    f"input {i} must be {cls} ({', '.join(sorted(TYPE_CLASSES[cls]))}), got {got}"
+                )
         idx = range(len(ctx.inputs)) if self.same_dtype == "all" else self.same_dtype
         seen = {(i, ctx.dtype(i)) for i in idx if ctx.dtype(i) is not None}
         if len({d for _, d in seen}) > 1:
@@ -178,7 +196,9 @@ class OpSchema:
             )
         for name in [*node.inputs, *node.outputs]:
             if not isinstance(name, str):
-                raise InvalidModelError(f"node '{node.name}' ({node.op}): value name {name!r} is not a string")
+                raise InvalidModelError(
+                    f"node '{node.name}' ({node.op}): value name {name!r} is not a string"
+                )
 
     def run(self, node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         result = self.reference(*inputs, **node.attrs)
@@ -189,19 +209,31 @@ class OpSchema:
 REGISTRY: dict[str, OpSchema] = {}
 
 
-def op(name: str, *, infer: Infer | None = None, attrs: dict[str, Attr] | None = None,
-       inputs: int | tuple[int, int] = 1, outputs: int | tuple[int, int] = 1,
-       same_dtype: tuple[int, ...] | str = ()):
+def op(
+    name: str,
+    *,
+    infer: Infer | None = None,
+    attrs: dict[str, Attr] | None = None,
+    inputs: int | tuple[int, int] = 1,
+    outputs: int | tuple[int, int] = 1,
+    same_dtype: tuple[int, ...] | str = (),
+    types: dict[int, str] | str | None = None,
+):
+    """`types` maps input index to a type class of TYPE_CLASSES; a plain string applies to input 0."""
     """Register the decorated NumPy reference as op `name` (ONNX spelling)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in REGISTRY:
             raise RuntimeError(f"op {name} registered twice")
         REGISTRY[name] = OpSchema(
-            op=name, reference=fn, infer=infer, attrs=dict(attrs or {}),
+            op=name,
+            reference=fn,
+            infer=infer,
+            attrs=dict(attrs or {}),
             inputs=inputs if isinstance(inputs, tuple) else (inputs, inputs),
             outputs=outputs if isinstance(outputs, tuple) else (outputs, outputs),
             same_dtype=same_dtype,
+            types={0: types} if isinstance(types, str) else dict(types or {}),
             doc=(fn.__doc__ or "").strip(),
         )
         return fn
@@ -210,6 +242,7 @@ def op(name: str, *, infer: Infer | None = None, attrs: dict[str, Attr] | None =
 
 
 # -- shape helpers shared by op modules ----------------------------------------------------------
+
 
 def same_as_input(i: int = 0) -> Infer:
     def infer(ctx: InferContext) -> list[TensorType]:
@@ -229,7 +262,9 @@ def broadcast(*shapes: Shape | None) -> Shape | None:
         dims = [d for d in dims if d != 1]
         ints = {d for d in dims if isinstance(d, int)}
         if len(ints) > 1:
-            raise ValueError(f"shapes {list(shapes)} cannot be broadcast (axis {axis}: {sorted(ints)})")
+            raise ValueError(
+                f"shapes {list(shapes)} cannot be broadcast (axis {axis}: {sorted(ints)})"
+            )
         if ints:
             out.append(ints.pop())
         elif not dims:
@@ -302,8 +337,10 @@ def infer_graph(graph) -> None:
             v.dtype = t.dtype
         if t.shape is not None and (v.shape is None or len(v.shape) == len(t.shape)):
             declared = v.shape or (None,) * len(t.shape)
-            v.shape = tuple(i if isinstance(i, int) else d if d is not None else i
-                            for d, i in zip(declared, t.shape, strict=True))
+            v.shape = tuple(
+                i if isinstance(i, int) else d if d is not None else i
+                for d, i in zip(declared, t.shape, strict=True)
+            )
 
 
 # The largest dimension a shape may hold; the same bound graph validation puts on declared dims.

@@ -176,7 +176,7 @@ def _conv_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), (x[0], w[0], *[o for _, _, o in geo]))]
 
 
-@op("Conv", same_dtype="all", inputs=(2, 3), attrs=_CONV_ATTRS, infer=_conv_infer)
+@op("Conv", types="float", same_dtype="all", inputs=(2, 3), attrs=_CONV_ATTRS, infer=_conv_infer)
 def conv(x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     """Grouped N-D cross-correlation with optional bias."""
     attrs = dict(auto_pad=auto_pad, dilations=dilations, pads=pads, strides=strides)
@@ -260,6 +260,7 @@ def _conv_transpose_infer(ctx: InferContext) -> list[TensorType]:
 
 @op(
     "ConvTranspose",
+    types="float",
     inputs=(2, 3),
     same_dtype="all",
     infer=_conv_transpose_infer,

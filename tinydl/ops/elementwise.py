@@ -9,22 +9,22 @@ def _binary_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0) or ctx.dtype(1), broadcast(ctx.shape(0), ctx.shape(1)))]
 
 
-@op("Add", inputs=2, same_dtype="all", infer=_binary_infer)
+@op("Add", types="numeric", inputs=2, same_dtype="all", infer=_binary_infer)
 def add(a, b):
     return a + b
 
 
-@op("Sub", inputs=2, same_dtype="all", infer=_binary_infer)
+@op("Sub", types="numeric", inputs=2, same_dtype="all", infer=_binary_infer)
 def sub(a, b):
     return a - b
 
 
-@op("Mul", inputs=2, same_dtype="all", infer=_binary_infer)
+@op("Mul", types="numeric", inputs=2, same_dtype="all", infer=_binary_infer)
 def mul(a, b):
     return a * b
 
 
-@op("Div", inputs=2, same_dtype="all", infer=_binary_infer)
+@op("Div", types="numeric", inputs=2, same_dtype="all", infer=_binary_infer)
 def div(a, b):
     if np.issubdtype(a.dtype, np.integer):
         # ONNX integer division truncates toward zero (C semantics), unlike NumPy's floor division.
@@ -36,13 +36,13 @@ def _pow_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), broadcast(ctx.shape(0), ctx.shape(1)))]
 
 
-@op("Pow", inputs=2, infer=_pow_infer)
+@op("Pow", types={0: "numeric", 1: "numeric"}, inputs=2, infer=_pow_infer)
 def pow_(a, b):
     if np.issubdtype(a.dtype, np.floating):
         return np.power(a, b.astype(a.dtype))
     return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
 
 
-@op("Sqrt", infer=same_as_input(0))
+@op("Sqrt", types="float", infer=same_as_input(0))
 def sqrt(x):
     return np.sqrt(x)

@@ -31,7 +31,7 @@ def _matmul_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(dtype, (*broadcast(a2[:-2], b2[:-2]), *rows, *cols))]
 
 
-@op("MatMul", same_dtype="all", inputs=2, infer=_matmul_infer)
+@op("MatMul", types="numeric", same_dtype="all", inputs=2, infer=_matmul_infer)
 def matmul(a, b):
     return np.matmul(a, b)
 
@@ -58,6 +58,7 @@ def _gemm_infer(ctx: InferContext) -> list[TensorType]:
 
 @op(
     "Gemm",
+    types="numeric",
     inputs=(2, 3),
     same_dtype="all",
     infer=_gemm_infer,

@@ -21,6 +21,7 @@ def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
 
 @op(
     "BatchNormalization",
+    types="float",
     inputs=5,
     outputs=(1, 3),
     infer=_batch_norm_infer,

@@ -58,6 +58,7 @@ def _windows(x, kernel, attrs, fill, pad_fill=None):
 
 @op(
     "MaxPool",
+    types="numeric",
     outputs=(1, 2),
     infer=_pool_infer,
     attrs={**_POOL_ATTRS, "storage_order": Attr("int", 0)},
@@ -75,7 +76,12 @@ def max_pool(x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides, 
     return y
 
 
-@op("AveragePool", infer=_pool_infer, attrs={**_POOL_ATTRS, "count_include_pad": Attr("int", 0)})
+@op(
+    "AveragePool",
+    types="float",
+    infer=_pool_infer,
+    attrs={**_POOL_ATTRS, "count_include_pad": Attr("int", 0)},
+)
 def average_pool(
     x, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides
 ):
@@ -106,7 +112,7 @@ def _global_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), None if x is None else (*x[:2], *[1] * (len(x) - 2)))]
 
 
-@op("GlobalAveragePool", infer=_global_infer)
+@op("GlobalAveragePool", types="float", infer=_global_infer)
 def global_average_pool(x):
     """Mean over all spatial axes, kept as size 1."""
     ct = np.promote_types(x.dtype, np.float32)

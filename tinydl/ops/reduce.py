@@ -30,6 +30,7 @@ def _reduce_infer(ctx: InferContext) -> list[TensorType]:
 
 @op(
     "ReduceMean",
+    types={0: "numeric", 1: "index"},
     inputs=(1, 2),
     infer=_reduce_infer,
     attrs={

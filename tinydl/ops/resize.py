@@ -273,7 +273,13 @@ def _pad_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), out)]
 
 
-@op("Pad", inputs=(2, 4), attrs={"mode": Attr("string", "constant")}, infer=_pad_infer)
+@op(
+    "Pad",
+    types={1: "index"},
+    inputs=(2, 4),
+    attrs={"mode": Attr("string", "constant")},
+    infer=_pad_infer,
+)
 def pad(x, pads, constant_value=None, axes=None, *, mode):
     """Pad (or, with negative pads, crop) each axis; constant, reflect, edge or wrap."""
     widths = _pad_widths(x.ndim, pads, axes)

@@ -62,7 +62,13 @@ def _reshape_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), tuple(out))]
 
 
-@op("Reshape", inputs=2, attrs={"allowzero": Attr("int", 0)}, infer=_reshape_infer)
+@op(
+    "Reshape",
+    types={1: "index"},
+    inputs=2,
+    attrs={"allowzero": Attr("int", 0)},
+    infer=_reshape_infer,
+)
 def reshape(x, shape, *, allowzero):
     """Reshape to `shape`: -1 is inferred; 0 copies the input dim unless allowzero."""
     shape = [int(d) for d in shape]
@@ -113,7 +119,7 @@ def _squeeze_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), tuple(d for i, d in enumerate(x) if i not in axes))]
 
 
-@op("Squeeze", inputs=(1, 2), infer=_squeeze_infer)
+@op("Squeeze", types={1: "index"}, inputs=(1, 2), infer=_squeeze_infer)
 def squeeze(x, axes=None):
     """Drop the size-1 axes listed in `axes` (all size-1 axes when omitted)."""
     if axes is None:
@@ -131,7 +137,7 @@ def _unsqueeze_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), tuple(1 if i in axes else next(rest) for i in range(rank)))]
 
 
-@op("Unsqueeze", inputs=2, infer=_unsqueeze_infer)
+@op("Unsqueeze", types={1: "index"}, inputs=2, infer=_unsqueeze_infer)
 def unsqueeze(x, axes):
     """Insert size-1 axes at `axes` (positions in the output)."""
     return np.expand_dims(x, tuple(_axes(axes, x.ndim + np.size(axes))))
@@ -164,7 +170,13 @@ def _concat_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(dtype, tuple(out))]
 
 
-@op("Concat", inputs=(1, 1 << 16), same_dtype="all", attrs={"axis": Attr("int")}, infer=_concat_infer)
+@op(
+    "Concat",
+    inputs=(1, 1 << 16),
+    same_dtype="all",
+    attrs={"axis": Attr("int")},
+    infer=_concat_infer,
+)
 def concat(*inputs, axis):
     return np.concatenate(inputs, axis=axis)
 
@@ -216,7 +228,12 @@ def _slice_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), tuple(out))]
 
 
-@op("Slice", inputs=(3, 5), infer=_slice_infer)
+@op(
+    "Slice",
+    types={1: "index", 2: "index", 3: "index", 4: "index"},
+    inputs=(3, 5),
+    infer=_slice_infer,
+)
 def slice_(x, starts, ends, axes=None, steps=None):
     """Strided slice with ONNX clamping (out-of-range bounds, negative steps, INT64 sentinels)."""
     index = [slice(None)] * x.ndim
