@@ -25,6 +25,11 @@ def _pool_infer(ctx: InferContext) -> list[TensorType]:
     if len(x) != len(kernel) + 2:
         raise ctx.fail(f"kernel_shape {kernel} needs an input of rank {len(kernel) + 2}, got {x}")
     strides, dilations, pads = window_attrs(ctx.attrs, kernel)
+    n = len(kernel)
+    for axis, (k, d) in enumerate(zip(kernel, dilations, strict=True)):
+        if max(pads[axis], pads[axis + n]) >= (k - 1) * d + 1:
+            # A window made only of padding has no value (onnxruntime refuses this too).
+            raise ctx.fail(f"pads {pads} must be smaller than the kernel {kernel} on every axis")
     geo = window_geometry(
         x[2:], kernel, strides, dilations, pads, ctx.attrs["auto_pad"], bool(ctx.attrs["ceil_mode"])
     )
