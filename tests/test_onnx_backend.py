@@ -1,0 +1,141 @@
+"""ONNX conformance: tinydl as an `onnx.backend.base.Backend`, run through onnx.backend.test.
+
+Only the node tests (`onnx/backend/test/case/node`) of the ops tinydl claims are collected, on CPU
+device names; the backend itself comes from TINYDL_BACKEND (default cpu). Every exclusion in
+EXCLUDED carries a one-line reason; `tools/conformance_summary.py` prints the counts for the README.
+onnx's own rtol/atol apply.
+
+onnx stamps its node tests with the newest opset of each op (up to 28), while tinydl reads opsets
+11-23: such models are first converted with `onnx.version_converter`, as tinydl's own error message
+advises, and a model that cannot be converted fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+import onnx
+import onnx.backend.base
+import onnx.backend.test
+import onnx.version_converter
+import pytest
+
+import tinydl
+from tinydl.importers.onnx import MAX_OPSET, from_model
+
+# Claimed op -> the name onnx gives its node tests (after "test_"); the lookaheads keep `conv` off
+# `convinteger`/`convtranspose`, `matmul` off `matmulinteger`, `constant` off `constant_pad`.
+CLAIMED = {
+    "Conv": r"(basic_)?conv(?!integer|transpose)",
+    "ConvTranspose": r"convtranspose",
+    "BatchNormalization": r"batchnorm",
+    "Relu": r"relu",
+    "Clip": r"clip",
+    "LeakyRelu": r"leakyrelu",
+    "PRelu": r"prelu",
+    "HardSigmoid": r"hardsigmoid",
+    "HardSwish": r"hardswish",
+    "Sigmoid": r"sigmoid",
+    "Tanh": r"tanh",
+    "Add": r"add",
+    "Sub": r"sub",
+    "Mul": r"mul",
+    "Div": r"div",
+    "Pow": r"pow",
+    "Sqrt": r"sqrt",
+    "MaxPool": r"maxpool",
+    "AveragePool": r"averagepool",
+    "GlobalAveragePool": r"globalaveragepool",
+    "ReduceMean": r"reduce_mean",
+    "MatMul": r"matmul",
+    "Gemm": r"gemm",
+    "Flatten": r"flatten",
+    "Reshape": r"reshape",
+    "Transpose": r"transpose",
+    "Squeeze": r"squeeze",
+    "Unsqueeze": r"unsqueeze",
+    "Concat": r"concat",
+    "Slice": r"slice",
+    "Shape": r"shape",
+    "Cast": r"cast",
+    "Constant": r"constant(?!_pad)",
+    "Identity": r"identity",
+    "Softmax": r"softmax",
+    "DepthToSpace": r"depthtospace",
+    "Resize": r"resize",
+    "Pad": r"(constant|edge|reflect|wrap)_pad",
+}
+# A fragment must be followed by "_" or the end, so `add` does not take `test_addition_...`.
+INCLUDE = re.compile(r"^test_(" + "|".join(CLAIMED.values()) + r")(_|$)")
+
+# Test-name regex -> why tinydl deliberately does not run it (one line each; tools/ counts them).
+EXCLUDED = {
+    r"^test_cast_.*(BFLOAT16|FLOAT8|FLOAT4|INT4|INT2)": (
+        "bfloat16, float8, float4 and 2/4-bit integer types: tinydl carries float16/32/64, "
+        "(u)int8-64 and bool only"
+    ),
+    r"^test_identity_(opt|sequence)_": "optional and sequence values: tinydl runs tensors only",
+    r"^test_batchnorm_.*_training_mode_": (
+        "BatchNormalization training_mode=1: tinydl is inference-only"
+    ),
+    r"^test_maxpool_with_argmax_": "MaxPool's second output (Indices): not supported",
+    r"^test_resize_.*_antialias_": "Resize antialias=1: not supported",
+    r"^test_resize_downsample_scales_(linear|cubic)_align_corners_": (
+        "align_corners with a fractional scale*length: onnx's reference divides by it, tinydl "
+        "and onnxruntime by the integer output length (ORT skips these too)"
+    ),
+    r"^test_(?!clip_default(_int8)?_inbounds)(clip|leakyrelu|prelu|relu|hardsigmoid|softmax)_"
+    r".*expanded": (
+        "function-expanded variant built from ops tinydl does not claim "
+        "(CastLike, Less, Where, Max, Min, Exp, ReduceMax, ReduceSum)"
+    ),
+}
+
+
+class TinyDLRep(onnx.backend.base.BackendRep):
+    def __init__(self, model: onnx.ModelProto):
+        initializers = {t.name for t in model.graph.initializer}
+        self.input_names = [v.name for v in model.graph.input if v.name not in initializers]
+        self.output_names = [v.name for v in model.graph.output]
+        backend = os.environ.get("TINYDL_BACKEND", "cpu")
+        self.session = tinydl.compile(from_model(model), backends=(backend,))
+
+    def run(self, inputs, **kwargs):
+        results = self.session.run(dict(zip(self.input_names, inputs, strict=True)))
+        return tuple(results[name] for name in self.output_names)
+
+
+class TinyDLBackend(onnx.backend.base.Backend):
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        if opset > MAX_OPSET:
+            model = onnx.version_converter.convert_version(model, MAX_OPSET)
+        return TinyDLRep(model)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device.upper() == "CPU"
+
+
+with warnings.catch_warnings():
+    # onnx computes its expected outputs at import; their overflow/divide warnings are not ours.
+    warnings.simplefilter("ignore", RuntimeWarning)
+    backend_test = onnx.backend.test.BackendTest(TinyDLBackend, __name__)
+for pattern in CLAIMED.values():
+    backend_test.include(rf"^test_{pattern}(_|$)")
+for pattern in EXCLUDED:
+    backend_test.exclude(pattern)
+
+with warnings.catch_warnings():
+    # enable_report tags every case with onnx's coverage mark, which this project does not register.
+    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    _cases = backend_test.enable_report().test_cases
+
+# Keep the claimed node tests on CPU only, so pytest's "skipped" count is exactly the exclusions.
+OnnxBackendNodeModelTest = _cases["OnnxBackendNodeModelTest"]
+for _name in [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]:
+    if not (_name.endswith("_cpu") and INCLUDE.search(_name)):
+        delattr(OnnxBackendNodeModelTest, _name)
