@@ -10,6 +10,7 @@ from tinydl.errors import BackendUnavailableError
 # name -> "module:Class"; modules import their heavy libraries lazily.
 KNOWN: dict[str, str] = {
     "cpu": "tinydl.backends.cpu:CPUBackend",
+    "webgpu": "tinydl.backends.webgpu:WebGPUBackend",
 }
 
 _instances: dict[str, Backend] = {}

@@ -22,7 +22,7 @@ class Session:
     """Run a compiled model. Build one with `tinydl.compile`."""
 
     def __init__(self, graph: Graph, backends: Sequence[str] = ("cpu",), precision: str = "fp32",
-                 strict: bool = False):
+                 strict: bool = False, profile: bool = False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if isinstance(backends, str):
@@ -45,7 +45,8 @@ class Session:
         self.placement: Placement = partition(graph, chosen)
         self._report_fallbacks(strict)
         t1 = time.perf_counter()
-        options = CompileOptions(precision=precision)
+        # profile=True asks backends for per-op device times on every run (GPU timestamps).
+        options = CompileOptions(precision=precision, extra={"timing": "ops"} if profile else {})
         self._kernels = [
             (part, self._backends[part.backend].compile(part.subgraph(graph), options))
             for part in self.placement.partitions
@@ -55,6 +56,15 @@ class Session:
         }
         self._init = {"partition_s": t1 - t0, "compile_s": time.perf_counter() - t1}
         self._last_run: list[tuple[str, float]] = []
+        # Per partition: outputs that a later partition of another backend reads (so they go
+        # to the host anyway), and those a later partition of the same backend reads.
+        self._crossing: list[set[str]] = []
+        self._staying: list[set[str]] = []
+        parts = self.placement.partitions
+        for k, part in enumerate(parts):
+            later = [(p.backend, i) for p in parts[k + 1:] for n in p.nodes for i in n.inputs]
+            self._crossing.append({i for b, i in later if b != part.backend} & set(part.outputs))
+            self._staying.append({i for b, i in later if b == part.backend} & set(part.outputs))
 
     def _report_fallbacks(self, strict: bool) -> None:
         fallbacks = self.placement.fallbacks()
@@ -94,8 +104,10 @@ class Session:
         env = self._check_feeds(feeds)
         # An output may be a weight (e.g. a folded Constant) that no partition produces.
         env.update(self._constant_outputs)
+        wanted = set() if outputs == "device" else {v.name for v in self.graph.outputs} if (
+            outputs == "host") else set(outputs)
         timings = []
-        for part, kernel in self._kernels:
+        for k, (part, kernel) in enumerate(self._kernels):
             backend = self._backends[part.backend]
             args = {}
             for name in part.inputs:
@@ -104,7 +116,11 @@ class Session:
                     self._to_host(value)
                 )
             t = time.perf_counter()
-            env.update(kernel.run(args))
+            # A kernel with run_host reads the outputs bound for the host back in the same
+            # submission as its compute (one queue submit per run on a GPU backend).
+            host = (self._crossing[k] | (wanted & set(part.outputs))) - self._staying[k]
+            run_host = getattr(kernel, "run_host", None)
+            env.update(run_host(args, host) if host and run_host else kernel.run(args))
             timings.append((part.backend, time.perf_counter() - t))
         self._last_run = timings
         if outputs == "device":
@@ -168,10 +184,24 @@ class Session:
 
     # -- reporting ------------------------------------------------------------------------------
     def profile(self) -> dict[str, Any]:
-        """Init costs and the per-partition times of the last run, in seconds."""
+        """Init costs and the per-partition times of the last run, in seconds.
+
+        A partition whose kernel reports more (GPU backends: weight upload, shader compile,
+        first run; with `profile=True`, per-op device times of the last run) adds it under
+        "partitions"; "ops" lists every op's device time of the last run.
+        """
+        parts, ops = [], []
+        for part, kernel in self._kernels:
+            report = getattr(kernel, "profile", None)
+            entry = {"backend": part.backend, **(report() if report else {})}
+            parts.append(entry)
+            ops += [{"backend": part.backend, "op": name, "seconds": s}
+                    for name, s in entry.get("ops") or []]
         return {
             "init": dict(self._init),
             "last_run": [{"backend": b, "seconds": s} for b, s in self._last_run],
+            "partitions": parts,
+            "ops": ops,
         }
 
     def __repr__(self) -> str:
@@ -180,10 +210,13 @@ class Session:
 
 
 def compile(model: Graph | str | os.PathLike, backends: Sequence[str] | str = ("cpu",),
-            precision: str = "fp32", strict: bool = False) -> Session:
-    """Compile a model (a Graph or a path) for backends in priority order."""
+            precision: str = "fp32", strict: bool = False, profile: bool = False) -> Session:
+    """Compile a model (a Graph or a path) for backends in priority order.
+
+    profile=True times every op on the device (GPU timestamps) on each run; see profile().
+    """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
 
         model = load(model)
-    return Session(model, backends=backends, precision=precision, strict=strict)
+    return Session(model, backends=backends, precision=precision, strict=strict, profile=profile)

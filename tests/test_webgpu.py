@@ -1,0 +1,293 @@
+"""The webgpu backend as a whole: real models vs onnxruntime, device tensors, one submit per run,
+buffer reuse, profiling, limits, a lost device, adapter choice and fallback reasons.
+
+Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from test_models import espcn_onnx, ocr_input, page_image, rel_err
+
+import tinydl as td
+from tinydl.backends import get_backend
+from tinydl.errors import BackendUnavailableError, BufferSizeError, UnsupportedOpError
+from tinydl.ir.graph import Graph, Node, Value
+
+BACKEND = get_backend("webgpu")
+if not BACKEND.available():
+    pytest.skip(BACKEND.unavailable_reason(), allow_module_level=True)
+
+from tinydl.backends.webgpu.context import _choose_adapter, get_context  # noqa: E402
+from tinydl.backends.webgpu.tensor import GPUTensor  # noqa: E402
+
+
+def espcn(tmp_path, rng, scale=3):
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, scale, rng)
+    return td.load(path)
+
+
+def kernel_of(sess):
+    ((part, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == "webgpu"]
+    return kernel
+
+
+def only_plan(kernel):
+    (plan,) = kernel.plans.values()
+    return plan
+
+
+# -- real models ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppocr_det(rapidocr_models):
+    import onnxruntime as ort
+
+    path = rapidocr_models / "ch_PP-OCRv4_det_infer.onnx"
+    x = ocr_input(page_image(), 384, 192)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    return path, x, ref[0]
+
+
+def test_ppocrv4_det_matches_onnxruntime(ppocr_det):
+    path, x, ref = ppocr_det
+    sess = td.compile(td.load(path), backends=("webgpu",), strict=True)
+    (prob,) = sess.run({"x": x}).values()
+    assert prob.shape == ref.shape == (1, 1, 192, 384)
+    assert rel_err(prob, ref) <= 1e-4
+    assert set(sess.placement.nodes.values()) == {"webgpu"}
+
+
+def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
+    """fp16 storage (fp32 accumulation): the text mask is what fp32 finds."""
+    path, x, ref = ppocr_det
+    sess = td.compile(td.load(path), backends=("webgpu",), precision="fp16", strict=True)
+    if not get_context().has_f16:
+        pytest.skip("the adapter lacks shader-f16")
+    (prob,) = sess.run({"x": x}).values()
+    assert np.abs(prob - ref).max() < 0.15
+    assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
+    """conv+tanh, conv+tanh, conv+pixel shuffle: three kernels, nhwc4 intermediates."""
+    graph = espcn(tmp_path, rng)
+    y = rng.random((1, 1, 36, 64), dtype=np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run({"y": y})["out"]
+    plan = only_plan(kernel_of(sess))
+    assert len(plan.steps) == 3
+    assert [plan.infos[n].layout for n in plan.infos if n not in ("y", "out")] == ["nhwc4"] * 2
+    tol = 1e-5 if precision == "fp32" else 1e-2
+    assert rel_err(got, want) <= tol
+
+
+def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
+    sess = td.compile(espcn(tmp_path, rng, scale=2), backends=("webgpu",), strict=True)
+    for h, w in ((8, 12), (10, 7), (8, 12)):
+        y = rng.random((1, 1, h, w), dtype=np.float32)
+        assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
+    assert len(kernel_of(sess).plans) == 2
+
+
+# -- device tensors, submits, buffers ------------------------------------------------------------
+
+
+def small_graph() -> Graph:
+    return Graph(
+        inputs=[Value("x", "float32", (2, 8))],
+        outputs=[Value("y", "float32", None)],
+        nodes=[
+            Node("Mul", ["x", "two"], ["a"], name="mul"),
+            Node("Relu", ["a"], ["r"], name="relu"),
+            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+        ],
+        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
+    ).validate()
+
+
+def reference(x):
+    return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
+
+
+def test_device_tensors_in_and_out(rng):
+    sess = td.compile(small_graph(), backends=("webgpu",), strict=True)
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    out = sess.run({"x": x}, outputs="device")["y"]
+    assert isinstance(out, GPUTensor) and out.shape == (4, 4)
+    np.testing.assert_allclose(out.numpy(), reference(x), rtol=1e-6)
+    view = out.reshape(2, 8)
+    assert view.storage is out.storage and view.shape == (2, 8)
+    # A device tensor goes back in as a feed without touching the host.
+    again = sess.run({"x": view}, outputs="device")["y"]
+    np.testing.assert_allclose(again.numpy(), reference(reference(x).reshape(2, 8)), rtol=1e-6)
+    fed = BACKEND.to_device(x)
+    np.testing.assert_allclose(sess.run({"x": fed})["y"], reference(x), rtol=1e-6)
+
+
+def test_one_queue_submit_per_run(rng, monkeypatch):
+    ctx = get_context()
+    sess = td.compile(small_graph(), backends=("webgpu",), strict=True)
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    sess.run({"x": x})
+    submits = []
+    real = ctx.queue
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def submit(self, buffers):
+            submits.append(len(buffers))
+            return real.submit(buffers)
+
+    monkeypatch.setattr(ctx, "queue", Counting())
+    y = sess.run({"x": x})["y"]
+    np.testing.assert_allclose(y, reference(x), rtol=1e-6)
+    assert submits == [1], "compute and the read-back of the output share one submission"
+
+
+def test_buffers_planned_by_liveness_and_reused(rng):
+    # A chain of 6 elementwise ops: intermediates alternate between two buffers.
+    nodes = [
+        Node("Relu" if i % 2 else "Tanh", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(6)
+    ]
+    graph = Graph([Value("v0", "float32", (64, 64))], [Value("v6", "float32", None)], nodes)
+    sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    sess.run({"v0": x})
+    plan = only_plan(kernel_of(sess))
+    buffers = {id(s.buffer) for s in plan.storage.values()}
+    assert len(plan.storage) == 5 and len(buffers) == 2
+    before = {k: s.serial for k, s in plan.storage.items()}
+    ctx = get_context()
+    out = sess.run({"v0": x}, outputs="device")["v6"]
+    del out
+    created = ctx.stats["buffers"]
+    for _ in range(5):
+        # Dropped inputs and outputs go back to the pool and serve the next run.
+        out = sess.run({"v0": x}, outputs="device")["v6"]
+        del out
+    assert ctx.stats["buffers"] == created
+    assert {k: s.serial for k, s in plan.storage.items()} == before
+
+
+# -- profiling and init costs --------------------------------------------------------------------
+
+
+def test_profile_reports_ops_and_init_costs(tmp_path, rng):
+    sess = td.compile(espcn(tmp_path, rng), backends=("webgpu",), profile=True)
+    sess.run({"y": rng.random((1, 1, 16, 16), dtype=np.float32)})
+    report = sess.profile()
+    (part,) = report["partitions"]
+    assert {"weights_s", "plan_s", "compile_s", "first_run_s"} <= set(part["init"])
+    if get_context().has_timestamps:
+        ops = report["ops"]
+        assert len(ops) == 3 and all(op["seconds"] > 0 for op in ops)
+        assert "tanh" in ops[0]["op"].lower() and "DepthToSpace" in ops[2]["op"]
+
+
+# -- limits, errors, choice of adapter, fallbacks ------------------------------------------------
+
+
+def test_oversize_tensor_is_a_buffer_size_error(rng, monkeypatch):
+    ctx = get_context()
+    monkeypatch.setitem(ctx.limits, "max-storage-buffer-binding-size", 1024)
+    graph = Graph(
+        [Value("x", "float32", ("N", 64))],
+        [Value("y", "float32", None)],
+        [Node("Tanh", ["x"], ["t"], name="t"), Node("Relu", ["t"], ["y"], name="r")],
+    )
+    sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
+    with pytest.raises(BufferSizeError, match="max-storage-buffer-binding-size"):
+        sess.run({"x": rng.standard_normal((64, 64)).astype(np.float32)})
+    # Static shapes are planned when compiled, so the error comes at once.
+    static = Graph(
+        [Value("x", "float32", (64, 64))],
+        [Value("y", "float32", None)],
+        [Node("Tanh", ["x"], ["t"], name="t"), Node("Relu", ["t"], ["y"], name="r")],
+    )
+    with pytest.raises(BufferSizeError):
+        td.compile(static.validate(), backends=("webgpu",), strict=True)
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_lost_device_raises_and_a_new_session_works():
+    result = _python("""
+        import numpy as np, tinydl as td
+        from tinydl.errors import DeviceLostError
+        from tinydl.backends.webgpu.context import get_context
+        from tinydl.ir.graph import Graph, Node, Value
+        g = Graph([Value("x", "float32", (4,))], [Value("y", "float32", None)],
+                  [Node("Relu", ["x"], ["y"], name="r")]).validate()
+        x = np.array([-1, 2, -3, 4], np.float32)
+        sess = td.compile(g, backends=("webgpu",))
+        get_context().device.destroy()
+        try:
+            sess.run({"x": x})
+        except DeviceLostError as e:
+            print("LOST", e)
+        print(td.compile(g, backends=("webgpu",)).run({"x": x})["y"].tolist())
+    """)
+    assert "LOST" in result.stdout and "compile the model again" in result.stdout, result.stderr
+    assert "[0.0, 2.0, 0.0, 4.0]" in result.stdout, result.stderr
+
+
+def test_unavailable_without_wgpu_says_what_to_install():
+    result = _python("""
+        import sys
+        sys.modules["wgpu"] = None
+        from tinydl.backends.webgpu import WebGPUBackend
+        b = WebGPUBackend()
+        print(b.available(), b.unavailable_reason())
+    """)
+    assert "False" in result.stdout and "pip install 'tinydl[webgpu]'" in result.stdout, (
+        result.stdout + result.stderr
+    )
+
+
+def test_adapter_override_by_name(monkeypatch):
+    import wgpu
+
+    monkeypatch.setenv("TINYDL_WEBGPU_ADAPTER", "no-such-adapter")
+    with pytest.raises(BackendUnavailableError, match="matches no adapter"):
+        _choose_adapter(wgpu)
+    name = wgpu.gpu.enumerate_adapters_sync()[0].summary.split()[0]
+    monkeypatch.setenv("TINYDL_WEBGPU_ADAPTER", name)
+    assert name in _choose_adapter(wgpu).summary
+
+
+def test_refused_nodes_fall_back_with_a_reason():
+    graph = Graph(
+        inputs=[Value("x", "float32", (2, 3))],
+        outputs=[Value("y", "float32", None), Value("s", "int64", None)],
+        nodes=[
+            Node("Relu", ["x"], ["y"], name="relu"),
+            Node("Cast", ["x"], ["s"], {"to": 7}, name="cast"),
+        ],
+    ).validate()
+    with pytest.warns(UserWarning, match="fall back"):
+        sess = td.compile(graph, backends=("webgpu", "cpu"))
+    assert sess.placement["relu"] == "webgpu" and sess.placement["cast"] == "cpu"
+    assert "int64" in sess.placement.refusals["cast"]["webgpu"]
+    x = np.array([[-1.5, 2.5, 3.0], [4.0, -5.0, 6.5]], np.float32)
+    out = sess.run({"x": x})
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(out["s"], x.astype(np.int64))
+    with pytest.raises(UnsupportedOpError):
+        td.compile(graph, backends=("webgpu", "cpu"), strict=True)

@@ -1,0 +1,297 @@
+"""The WebGPU context: adapter, device and queue, limits, the pipeline cache and the buffer pool.
+
+One Context per process (`get_context()`); a lost device marks it dead, and the next
+`get_context()` builds a fresh one, so a session compiled again after DeviceLostError works.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import BackendUnavailableError, BufferSizeError, DeviceLostError
+
+ADAPTER_ENV = "TINYDL_WEBGPU_ADAPTER"
+# Features used when the adapter has them; none is required.
+OPTIONAL_FEATURES = ("shader-f16", "timestamp-query")
+# Limits raised to the adapter's maxima (WebGPU's defaults are far below what GPUs allow).
+RAISED_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-storage-buffers-per-shader-stage",
+)
+
+
+def import_wgpu():
+    """The wgpu module, or BackendUnavailableError saying how to install it."""
+    try:
+        import wgpu
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"wgpu is not installed ({exc}): pip install 'tinydl[webgpu]'"
+        ) from None
+    return wgpu
+
+
+def _choose_adapter(wgpu):
+    """TINYDL_WEBGPU_ADAPTER picks by name substring or power preference; otherwise
+    high-performance, then a retry with low-power."""
+    wanted = os.environ.get(ADAPTER_ENV, "").strip()
+    if wanted and wanted not in ("high-performance", "low-power"):
+        adapters = wgpu.gpu.enumerate_adapters_sync()
+        for adapter in adapters:
+            if wanted.lower() in adapter.summary.lower():
+                return adapter
+        names = "; ".join(a.summary for a in adapters) or "none"
+        raise BackendUnavailableError(
+            f"{ADAPTER_ENV}={wanted!r} matches no adapter (found: {names})"
+        )
+    order = [wanted] if wanted else ["high-performance", "low-power"]
+    for preference in order:
+        try:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference=preference)
+        except Exception:  # noqa: BLE001 - wgpu raises plain RuntimeError when none is found
+            adapter = None
+        if adapter is not None:
+            return adapter
+    raise BackendUnavailableError("no Vulkan/Metal/DX12 adapter found")
+
+
+class Context:
+    """A WebGPU device with what every kernel shares."""
+
+    def __init__(self):
+        wgpu = import_wgpu()
+        t0 = time.perf_counter()
+        self.wgpu = wgpu
+        self.adapter = _choose_adapter(wgpu)
+        self.features = {f for f in OPTIONAL_FEATURES if f in self.adapter.features}
+        limits = {k: self.adapter.limits[k] for k in RAISED_LIMITS if k in self.adapter.limits}
+        self.device = self.adapter.request_device_sync(
+            required_features=sorted(self.features), required_limits=limits
+        )
+        self.queue = self.device.queue
+        self.limits = dict(self.device.limits)
+        info = self.adapter.info
+        self.name = f"{info['device']} ({info['backend_type']}, {info['adapter_type']})"
+        self.lost = False
+        self._pipelines: dict[str, Any] = {}
+        self._pool: dict[tuple[int, int], list[Any]] = {}
+        self._lock = threading.Lock()
+        self._fence = None
+        self.stats = {
+            "device_s": time.perf_counter() - t0,
+            "pipelines": 0,
+            "compile_s": 0.0,
+            "buffers": 0,
+        }
+
+    # -- capabilities --------------------------------------------------------------------------
+    @property
+    def has_f16(self) -> bool:
+        return "shader-f16" in self.features
+
+    @property
+    def has_timestamps(self) -> bool:
+        return "timestamp-query" in self.features
+
+    @property
+    def max_binding(self) -> int:
+        return int(self.limits["max-storage-buffer-binding-size"])
+
+    @property
+    def max_workgroup_storage(self) -> int:
+        return int(self.limits["max-compute-workgroup-storage-size"])
+
+    def check_size(self, nbytes: int, what: str) -> None:
+        if nbytes > self.max_binding:
+            raise BufferSizeError(
+                f"{what} needs {nbytes} bytes in one buffer, but this adapter binds at most "
+                f"{self.max_binding} bytes (max-storage-buffer-binding-size); "
+                "use a smaller input or the cpu backend for it"
+            )
+
+    # -- pipelines -----------------------------------------------------------------------------
+    def pipeline(self, source: str, label: str = ""):
+        """A compute pipeline for WGSL `source` (entry point `main`), cached by a hash of it."""
+        key = hashlib.sha256(source.encode()).hexdigest()
+        cached = self._pipelines.get(key)
+        if cached is not None:
+            return cached
+        t0 = time.perf_counter()
+        with self.guard(f"compiling {label or 'a kernel'}"):
+            module = self.device.create_shader_module(label=label, code=source)
+            pipeline = self.device.create_compute_pipeline(
+                label=label, layout="auto", compute={"module": module, "entry_point": "main"}
+            )
+        self._pipelines[key] = pipeline
+        self.stats["pipelines"] += 1
+        self.stats["compile_s"] += time.perf_counter() - t0
+        return pipeline
+
+    def clear_pipeline_cache(self) -> None:
+        self._pipelines.clear()
+
+    # -- buffers -------------------------------------------------------------------------------
+    @property
+    def storage_usage(self) -> int:
+        u = self.wgpu.BufferUsage
+        return u.STORAGE | u.COPY_SRC | u.COPY_DST
+
+    def create_buffer(self, nbytes: int, usage: int | None = None, what: str = "a tensor"):
+        usage = self.storage_usage if usage is None else usage
+        if usage & self.wgpu.BufferUsage.STORAGE:
+            self.check_size(nbytes, what)
+        self.stats["buffers"] += 1
+        with self.guard("allocating a buffer"):
+            return self.device.create_buffer(size=max(4, _round4(nbytes)), usage=usage)
+
+    def acquire(self, nbytes: int, usage: int | None = None):
+        """A buffer of at least `nbytes` from the pool (or a new one).
+
+        Reuse needs no wait: every use of a buffer is a queue operation, and the queue runs
+        them in order, so work already submitted is done with it before any later write.
+        """
+        usage = self.storage_usage if usage is None else usage
+        size = _bucket(nbytes)
+        with self._lock:
+            free = self._pool.get((size, usage))
+            if free:
+                return free.pop()
+        return self.create_buffer(size, usage)
+
+    def release(self, buffer, usage: int | None = None) -> None:
+        """Give a buffer back to the pool (called when the last tensor on it is dropped)."""
+        if self.lost:
+            return
+        usage = self.storage_usage if usage is None else usage
+        with self._lock:
+            free = self._pool.setdefault((buffer.size, usage), [])
+            if len(free) < 4:
+                free.append(buffer)
+                return
+        buffer.destroy()  # wgpu keeps it alive until submitted work using it has finished
+
+    def upload(self, array: np.ndarray, usage: int | None = None):
+        array = np.ascontiguousarray(array)
+        buffer = self.acquire(array.nbytes, usage)
+        if array.nbytes:
+            with self.guard("uploading a tensor"):
+                self.queue.write_buffer(buffer, 0, _padded_bytes(array))
+        return buffer
+
+    def read(self, buffer, nbytes: int, offset: int = 0) -> np.ndarray:
+        """Copy `nbytes` of a GPU buffer to a new host array (uint8), through a staging buffer."""
+        u = self.wgpu.BufferUsage
+        staging = self.acquire(nbytes, u.MAP_READ | u.COPY_DST)
+        with self.guard("reading a tensor back"):
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, _round4(nbytes))
+            self.queue.submit([encoder.finish()])
+            return self.map_read(staging, nbytes)
+
+    def map_read(self, staging, nbytes: int) -> np.ndarray:
+        """Map a staging buffer whose copy is already submitted, copy out, give it back."""
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            with self.guard("reading a tensor back"):
+                staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
+                view = staging.read_mapped(0, _round4(nbytes), copy=False)
+                out[:] = np.frombuffer(view, np.uint8, nbytes)
+                staging.unmap()
+        u = self.wgpu.BufferUsage
+        self.release(staging, u.MAP_READ | u.COPY_DST)
+        return out
+
+    def sync(self) -> None:
+        """Wait until the GPU has finished everything submitted so far."""
+        # A map waits for the submission that last used the buffer, and the queue runs in
+        # order (on_submitted_work_done is broken in wgpu-py 0.32 with wgpu-native 29).
+        u = self.wgpu.BufferUsage
+        with self.guard("waiting for the GPU"):
+            if self._fence is None:
+                self._fence = self.device.create_buffer(size=256, usage=u.MAP_READ | u.COPY_DST)
+            encoder = self.device.create_command_encoder()
+            encoder.clear_buffer(self._fence)
+            self.queue.submit([encoder.finish()])
+            self._fence.map_sync("READ_NOSYNC")
+            self._fence.unmap()
+
+    # -- errors --------------------------------------------------------------------------------
+    def guard(self, what: str) -> _Guard:
+        return _Guard(self, what)
+
+
+class _Guard:
+    """Turns wgpu's errors about a lost device into DeviceLostError (and marks the context)."""
+
+    def __init__(self, ctx: Context, what: str):
+        self.ctx, self.what = ctx, what
+
+    def __enter__(self):
+        if self.ctx.lost:
+            raise DeviceLostError(
+                f"the WebGPU device ({self.ctx.name}) was lost; compile the model again"
+            )
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, DeviceLostError):
+            return False
+        if "lost" in str(exc).lower() or "destroyed" in str(exc).lower():
+            self.ctx.lost = True
+            _forget(self.ctx)
+            raise DeviceLostError(
+                f"the WebGPU device ({self.ctx.name}) was lost while {self.what}: "
+                f"{str(exc).strip().splitlines()[-1]}; compile the model again"
+            ) from exc
+        return False
+
+
+def _round4(n: int) -> int:
+    return (int(n) + 3) // 4 * 4
+
+
+def _bucket(nbytes: int) -> int:
+    """Pool size classes: multiples of 256 bytes, then eight steps per power of two."""
+    n = max(256, _round4(nbytes))
+    if n <= 1 << 16:
+        return (n + 255) // 256 * 256
+    step = 1 << (n.bit_length() - 4)
+    return (n + step - 1) // step * step
+
+
+def _padded_bytes(array: np.ndarray):
+    if array.nbytes % 4 == 0:
+        return array
+    raw = np.zeros(_round4(array.nbytes), np.uint8)
+    raw[: array.nbytes] = array.view(np.uint8).ravel()
+    return raw
+
+
+_context: Context | None = None
+_context_lock = threading.Lock()
+
+
+def get_context() -> Context:
+    """The process's WebGPU context; a new one after the device was lost."""
+    global _context
+    with _context_lock:
+        if _context is None or _context.lost:
+            _context = Context()
+        return _context
+
+
+def _forget(ctx: Context) -> None:
+    global _context
+    if _context is ctx:
+        _context = None

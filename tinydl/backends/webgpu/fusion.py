@@ -1,0 +1,147 @@
+"""Fuse Conv/ConvTranspose with what follows it into one kernel: BatchNormalization (folded into
+the weights), a chain of activations, and a DepthToSpace (pixel shuffle) written by the conv's
+own store. Runs on a partition's nodes when a plan is made; the graph itself is not changed.
+
+The fused node keeps the conv's op and inputs, takes the last output of the chain, and carries
+`meta["bn"]` (scale, shift per output channel), `meta["epilogue"]` (activations in order) and
+`meta["d2s"]` (blocksize, mode).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinydl.ir.graph import Graph, Node
+
+CONV_OPS = ("Conv", "ConvTranspose", "tinydl.FusedConv")
+
+
+def _scalar(graph: Graph, name: str) -> float | None:
+    arr = graph.initializers.get(name)
+    return None if arr is None or arr.size != 1 else float(arr.reshape(()))
+
+
+def _per_channel(graph: Graph, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant that broadcasts per channel (axis 1) over `shape`, as a (C,) vector."""
+    arr = graph.initializers.get(name)
+    if arr is None or arr.ndim > len(shape):
+        return None
+    channels = shape[1]
+    if arr.size == 1:
+        return np.full(channels, float(arr.reshape(())), np.float32)
+    full = (1,) * (len(shape) - arr.ndim) + arr.shape
+    if full[1] == channels and all(d == 1 for i, d in enumerate(full) if i != 1):
+        return arr.reshape(channels).astype(np.float32)
+    return None
+
+
+def activation_of(node: Node, graph: Graph, shape: tuple[int, ...]) -> tuple[str, dict] | None:
+    """The epilogue form of an activation node, or None when it cannot be fused."""
+    op = node.op
+    if op in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
+        return op, {}
+    if op == "LeakyRelu":
+        return op, {"alpha": node.attrs["alpha"]}
+    if op == "HardSigmoid":
+        return op, {"alpha": node.attrs["alpha"], "beta": node.attrs["beta"]}
+    if op == "Clip":
+        bounds = {}
+        for i, key in ((1, "min"), (2, "max")):
+            name = node.inputs[i] if len(node.inputs) > i else ""
+            if name:
+                value = _scalar(graph, name)
+                if value is None:
+                    return None
+                bounds[key] = value
+        return op, bounds
+    if op == "PRelu":
+        slope = _per_channel(graph, node.inputs[1], shape)
+        return None if slope is None else (op, {"slope": slope})
+    return None
+
+
+def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
+    """The graph's nodes with conv chains fused. `keep`: values that must stay visible
+    (partition outputs); `shape_of(value)`: a value's concrete shape; `d2s_ok(node)`: whether
+    the conv's kernel can store through a DepthToSpace."""
+    consumers = graph.consumers()
+    nodes = list(graph.nodes)
+    index = {id(n): i for i, n in enumerate(nodes)}
+    dropped: set[int] = set()
+    out: dict[int, Node] = {}
+
+    def single_consumer(value: str) -> Node | None:
+        users = consumers.get(value, [])
+        if value in keep or len(users) != 1:
+            return None
+        return users[0]
+
+    for node in nodes:
+        if node.op not in CONV_OPS or id(node) in dropped:
+            continue
+        value = node.outputs[0]
+        shape = shape_of(value)
+        meta: dict = {"epilogue": []}
+        label = [node.op]
+        nxt = single_consumer(value)
+        plain = node.op != "tinydl.FusedConv" or node.attrs.get("activation") == "none"
+        if plain and nxt is not None and nxt.op == "BatchNormalization" and nxt.inputs[0] == value:
+            params = [graph.initializers.get(n) for n in nxt.inputs[1:5]]
+            if all(p is not None for p in params) and len(nxt.outputs) == 1:
+                scale, bias, mean, var = (p.astype(np.float64) for p in params)
+                k = scale / np.sqrt(var + nxt.attrs["epsilon"])
+                meta["bn"] = (k, bias - mean * k)
+                dropped.add(id(nxt))
+                label.append("BatchNormalization")
+                value = nxt.outputs[0]
+                nxt = single_consumer(value)
+        while value not in keep:
+            users = consumers.get(value, [])
+            mul = _silu(users, value, consumers, keep)
+            if mul is not None:
+                dropped.update(id(u) for u in users)
+                meta["epilogue"].append(("SiLU", {}))
+                label.append("SiLU")
+                value = mul.outputs[0]
+                continue
+            act = None
+            if len(users) == 1 and users[0].inputs[0] == value:
+                act = activation_of(users[0], graph, shape)
+            if act is None:
+                break
+            dropped.add(id(users[0]))
+            meta["epilogue"].append(act)
+            label.append(users[0].op)
+            value = users[0].outputs[0]
+        nxt = single_consumer(value)
+        if nxt is not None and nxt.op == "DepthToSpace" and d2s_ok(node):
+            meta["d2s"] = (nxt.attrs["blocksize"], nxt.attrs["mode"])
+            dropped.add(id(nxt))
+            label.append("DepthToSpace")
+            value = nxt.outputs[0]
+        if len(label) == 1:
+            continue
+        out[index[id(node)]] = Node(
+            node.op,
+            list(node.inputs),
+            [value],
+            dict(node.attrs),
+            name=node.name,
+            meta={**node.meta, **meta, "label": "+".join(label)},
+        )
+    return [out.get(i, n) for i, n in enumerate(nodes) if id(n) not in dropped]
+
+
+def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | None:
+    """x -> Sigmoid -> Mul(x, sigmoid(x)): the Mul, when `value`'s two users are that pattern."""
+    if len(users) != 2:
+        return None
+    sig = next((u for u in users if u.op == "Sigmoid" and u.inputs[0] == value), None)
+    if sig is None or sig.outputs[0] in keep:
+        return None
+    s = sig.outputs[0]
+    s_users = consumers.get(s, [])
+    mul = next((u for u in users if u is not sig), None)
+    if len(s_users) != 1 or s_users[0] is not mul or mul.op != "Mul":
+        return None
+    return mul if sorted(mul.inputs) == sorted([value, s]) else None

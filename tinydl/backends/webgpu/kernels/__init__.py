@@ -1,0 +1,164 @@
+"""WGSL kernels: each op family is `<name>.py` (the builder, registered with `@kernel`) plus
+`<name>.wgsl` (a Jinja2 template). The backend supports an op when a module here registers it.
+
+A builder gets a `Build` (see program.py) for one node and emits dispatches: it renders its
+template with the node's shapes, strides, kernel sizes, activation and precision baked in, and
+binds value names (resolved to buffers when the plan is made) or uploaded constants.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from tinydl.backends.base import Support
+from tinydl.ir.graph import Graph, Node
+
+
+@dataclass
+class KernelDef:
+    op: str
+    build: Callable
+    supports: Callable[[Node, Graph], Support] | None = None
+    # nhwc4(node, plan): True when the node's kernel can read input 0 and write output 0 in
+    # the nhwc4 layout.
+    nhwc4: Callable | None = None
+
+
+REGISTRY: dict[str, KernelDef] = {}
+
+
+def kernel(*ops: str, supports=None, nhwc4=None):
+    """Register the decorated builder for `ops` (ONNX spelling)."""
+
+    def deco(fn):
+        for op in ops:
+            if op in REGISTRY:
+                raise RuntimeError(f"webgpu kernel for {op} registered twice")
+            REGISTRY[op] = KernelDef(op, fn, supports, nhwc4)
+        return fn
+
+    return deco
+
+
+_env = jinja2.Environment(
+    loader=jinja2.FunctionLoader(
+        lambda name: resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    ),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+
+
+def render(template: str, **params) -> str:
+    """Specialize a .wgsl template of this package."""
+    return _env.get_template(template).render(**params)
+
+
+# -- index helpers -------------------------------------------------------------------------------
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
+    """Element strides of a row-major `shape` broadcast (NumPy rules) to `out_shape`."""
+    pad = len(out_shape) - len(shape)
+    full = [1] * pad + list(shape)
+    st = [0] * pad + strides_of(shape)
+    return [0 if d == 1 and o != 1 else s for d, s, o in zip(full, st, out_shape, strict=True)]
+
+
+def collapse(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent axes that every stride list walks contiguously; drop size-1 axes.
+
+    Returns the shorter shape and each stride list for it (at least one axis).
+    """
+    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
+    out: list[tuple[int, list[int]]] = []
+    for d, st in dims:
+        if out:
+            pd, pst = out[-1]
+            if all(p == s * d for p, s in zip(pst, st, strict=True)):
+                out[-1] = (pd * d, st)
+                continue
+        out.append((d, st))
+    if not out:
+        out = [(1, [0] * len(strides))]
+    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(strides))]
+
+
+def grid(total: int, per_group: int, limit: int = 65535) -> tuple[int, int, int]:
+    """Workgroups for `total` invocations in groups of `per_group`, folded into y past `limit`."""
+    groups = max(1, math.ceil(total / per_group))
+    if groups <= limit:
+        return (groups, 1, 1)
+    return (limit, math.ceil(groups / limit), 1)
+
+
+def wgsl_float(x: float) -> str:
+    """A WGSL f32 literal."""
+    if math.isnan(x):
+        return "bitcast<f32>(0x7fc00000u)"
+    if math.isinf(x):
+        return "bitcast<f32>(0x7f800000u)" if x > 0 else "bitcast<f32>(0xff800000u)"
+    text = repr(float(x))
+    return text if ("e" in text or "." in text) else text + ".0"
+
+
+# -- activations (shared by the elementwise kernels and the fused conv epilogues) ----------------
+
+
+def activation_expr(kind: str, v: str, params: dict, vec: int = 4, ctype: str = "f32") -> str:
+    """WGSL for activation `kind` applied to expression `v` (a vec`vec`<ctype>, or a scalar)."""
+    t = f"vec{vec}<{ctype}>" if vec > 1 else ctype
+
+    def c(x):
+        return f"{t}({wgsl_float(x)})"
+
+    if kind == "Relu":
+        return f"max({v}, {c(0)})"
+    if kind == "Clip":
+        lo, hi = params.get("min"), params.get("max")
+        e = v
+        if lo is not None:
+            e = f"max({e}, {c(lo)})"
+        if hi is not None:
+            e = f"min({e}, {c(hi)})"
+        return e
+    if kind == "LeakyRelu":
+        return f"select({v} * {c(params['alpha'])}, {v}, {v} >= {c(0)})"
+    if kind == "PRelu":
+        return f"select({v} * {params['slope']}, {v}, {v} >= {c(0)})"
+    if kind == "HardSigmoid":
+        return f"clamp({v} * {c(params['alpha'])} + {c(params['beta'])}, {c(0)}, {c(1)})"
+    if kind == "HardSwish":
+        return f"{v} * clamp({v} * {c(1 / 6)} + {c(0.5)}, {c(0)}, {c(1)})"
+    if kind == "Sigmoid":
+        return f"sigmoid_{vec}({v})"
+    if kind == "Tanh":
+        return f"tanh_{vec}({v})"
+    if kind == "SiLU":
+        return f"{v} * sigmoid_{vec}({v})"
+    raise KeyError(kind)
+
+
+ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "PRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+
+
+# Importing every module of this package registers its kernels: adding an op is adding a file.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,410 @@
+"""Conv, ConvTranspose and tinydl.FusedConv, with fused epilogues.
+
+Three kernels:
+- conv_direct.wgsl (group 1): register-blocked direct convolution. Inputs and weights pass
+  through workgroup memory a chunk of input channels at a time; each thread accumulates PY
+  pixels x OCV vec4 of output channels. Reads NCHW or nhwc4, writes NCHW, nhwc4, or NCHW
+  through a fused DepthToSpace. Weights are packed once as 4x4 blocks in the order read.
+- conv_grouped.wgsl (group > 1, depthwise included): 4 pixels per thread, NCHW.
+- conv_transpose.wgsl: a gather over the taps that land on each output pixel, 4 channels per
+  thread.
+The epilogue adds the bias (BatchNormalization folded in), then the activations in order.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.webgpu.kernels import activation_expr, kernel
+from tinydl.ops.conv import (
+    _kernel,
+    _transpose_attrs,
+    _transpose_geometry,
+    window_attrs,
+    window_geometry,
+)
+
+FUSED = "tinydl.FusedConv"
+# tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
+FUSED_ACTIVATIONS = {
+    "relu": lambda a: ("Relu", {}),
+    "relu6": lambda a: ("Clip", {"min": 0.0, "max": 6.0}),
+    "clip": lambda a: ("Clip", {"min": a["min"], "max": a["max"]}),
+    "tanh": lambda a: ("Tanh", {}),
+    "sigmoid": lambda a: ("Sigmoid", {}),
+    "leaky_relu": lambda a: ("LeakyRelu", {"alpha": _or(a["alpha"], 0.01)}),
+    "hard_swish": lambda a: ("HardSwish", {}),
+    "hard_sigmoid": lambda a: (
+        "HardSigmoid",
+        {"alpha": _or(a["alpha"], 0.2), "beta": _or(a["beta"], 0.5)},
+    ),
+    "silu": lambda a: ("SiLU", {}),
+}
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+@dataclass
+class DirectConfig:
+    """Blocking of conv_direct: threads TX x TY, PY rows per thread, OCV output vec4 per
+    thread, CC4 input vec4 per chunk, ct the accumulation type."""
+
+    tx: int = 16
+    ty: int = 4
+    py: int = 4
+    ocv: int = 4
+    cc4: int = 2
+    ct: str = "f32"
+
+    @classmethod
+    def parse(cls, text: str) -> DirectConfig:
+        tx, ty, py, ocv, cc4, *ct = text.split(",")
+        return cls(int(tx), int(ty), int(py), int(ocv), int(cc4), *(ct or ["f32"]))
+
+
+def _spatial_rank(node, graph) -> int | None:
+    w = graph.initializers.get(node.inputs[1])
+    if w is not None:
+        return w.ndim - 2
+    v = graph.value(node.inputs[0])
+    return None if v is None or v.shape is None else len(v.shape) - 2
+
+
+def _supports(node, graph) -> Support:
+    rank = _spatial_rank(node, graph)
+    if rank not in (1, 2):
+        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
+    for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if name and name not in graph.initializers:
+            return Support(False, f"{node.op} with {what} computed at run time is not implemented")
+    if node.op == FUSED and node.attrs["activation"] not in (*FUSED_ACTIVATIONS, "none", "prelu"):
+        return Support(False, f"FusedConv activation {node.attrs['activation']} not implemented")
+    return Support(True)
+
+
+def direct_ok(node) -> bool:
+    return node.op in ("Conv", FUSED) and node.attrs.get("group", 1) == 1
+
+
+def _nhwc4(node, plan) -> bool:
+    return direct_ok(node) and len(plan.infos[node.inputs[0]].shape) == 4
+
+
+def _epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
+    """The node's activations in order, and a per-channel PRelu slope (or None)."""
+    acts = []
+    if b.node.op == FUSED:
+        name = b.attrs["activation"]
+        if name == "prelu":
+            from tinydl.backends.webgpu.fusion import _per_channel
+
+            slope = _per_channel(b.plan.graph, b.inputs[3], b.out().shape)
+            if slope is None:
+                raise ValueError(f"{b.label}: PRelu slope must be per channel")
+            acts.append(("PRelu", {"slope": slope}))
+        elif name != "none":
+            acts.append(FUSED_ACTIVATIONS[name](b.attrs))
+    acts += b.node.meta.get("epilogue", [])
+    slopes = [p["slope"] for k, p in acts if k == "PRelu"]
+    if len(slopes) > 1:
+        raise ValueError(f"{b.label}: at most one PRelu can be fused")
+    return acts, (np.broadcast_to(slopes[0], (channels,)) if slopes else None)
+
+
+def _epilogue_code(acts, vec: int) -> list[str]:
+    out = []
+    for kind, params in acts:
+        if kind == "PRelu":
+            params = {"slope": "slope"}
+        out.append(activation_expr(kind, "r", params, vec))
+    return out
+
+
+def _weights_and_bias(b, out_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights with BatchNormalization folded in, and the bias, in float64."""
+    w = b.const(1).astype(np.float64)
+    oc = w.shape[0] if out_axis == 0 else b.out().shape[1]
+    bias = b.const(2).astype(np.float64) if b.has(2) else np.zeros(oc)
+    bn = b.node.meta.get("bn")
+    if bn is not None:
+        k, shift = bn
+        if out_axis == 0:
+            w = w * k.reshape(-1, *[1] * (w.ndim - 1))
+        else:
+            g = b.attrs["group"]
+            cg, mg = w.shape[0] // g, w.shape[1]
+            w = (
+                w.reshape(g, cg, mg, *w.shape[2:]) * k.reshape(g, 1, mg, *[1] * (w.ndim - 2))
+            ).reshape(w.shape)
+        bias = bias * k + shift
+    return w, bias
+
+
+def _as_2d(shape):
+    return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+
+def _label(node) -> str:
+    """Conv+Tanh+DepthToSpace: the ops a fused node stands for."""
+    parts = ["Conv"]
+    if node.op == FUSED and node.attrs["activation"] != "none":
+        parts.append(node.attrs["activation"])
+    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
+
+
+@kernel("Conv", FUSED, supports=_supports, nhwc4=_nhwc4)
+def conv(b):
+    b.label = _label(b.node)
+    xi, yo = b.info(0), b.out()
+    w, bias = _weights_and_bias(b, 0)
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
+    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    if len(kernel_shape) == 1:
+        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
+        geo = [(0, 0, 1), *geo]
+        w = w[:, :, None]
+    n, c, ih, iw = _as_2d(xi.shape)
+    oc = w.shape[0]
+    _, _, oh, ow = _as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
+    acts, slope = _epilogue(b, oc)
+    geom = dict(
+        N=n,
+        C=c,
+        IH=ih,
+        IW=iw,
+        OC=oc,
+        OH=oh,
+        OW=ow,
+        KH=kernel_shape[0],
+        KW=kernel_shape[1],
+        SH=strides[0],
+        SW=strides[1],
+        DH=dilations[0],
+        DW=dilations[1],
+        PT=geo[0][0],
+        PL=geo[1][0],
+    )
+    if b.attrs["group"] == 1:
+        _direct(b, w, bias, slope, acts, geom)
+    else:
+        _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
+
+
+def _pick(b, geom, scalar_in: bool) -> DirectConfig:
+    override = b.node.meta.get("conv_config") or os.environ.get("TINYDL_WEBGPU_CONV")
+    if override:
+        cfg = DirectConfig.parse(override) if isinstance(override, str) else override
+    else:
+        oc4 = math.ceil(geom["OC"] / 4)
+        cfg = DirectConfig()
+        cfg.ocv = min(oc4, 8 if scalar_in else 4)
+        cfg.py = 4 if geom["OH"] >= 16 else 2 if geom["OH"] >= 2 else 1
+        cfg.tx = 16 if geom["OW"] >= 16 else 8
+        cfg.ty = 4 if geom["OH"] >= 16 else 8 // cfg.py if geom["OH"] > 1 else 8
+        cfg.cc4 = 1 if scalar_in else min(math.ceil(geom["C"] / 4), 2)
+    if scalar_in:
+        cfg.cc4 = 1
+    limit = b.ctx.max_workgroup_storage
+    while _shared_bytes(cfg, geom, scalar_in) > limit:
+        if cfg.cc4 > 1:
+            cfg.cc4 //= 2
+        elif cfg.py > 1:
+            cfg.py //= 2
+        elif cfg.ocv > 1:
+            cfg.ocv //= 2
+        elif cfg.tx > 1:
+            cfg.tx //= 2
+        else:
+            raise ValueError(f"{b.label}: the kernel's taps do not fit in workgroup memory")
+    return cfg
+
+
+def _tile(cfg: DirectConfig, g) -> tuple[int, int]:
+    th, tw = cfg.ty * cfg.py, cfg.tx
+    return (th - 1) * g["SH"] + (g["KH"] - 1) * g["DH"] + 1, (tw - 1) * g["SW"] + (g["KW"] - 1) * g[
+        "DW"
+    ] + 1
+
+
+def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool) -> int:
+    tih, tiw = _tile(cfg, g)
+    size = 2 if cfg.ct == "f16" else 4
+    tin = tih * tiw * cfg.cc4 * (1 if scalar_in else 4)
+    tw = cfg.cc4 * g["KH"] * g["KW"] * cfg.ocv * (1 if scalar_in else 4) * 4
+    return (tin + tw) * size
+
+
+def _direct(b, w, bias, slope, acts, g) -> None:
+    xi, yo = b.info(0), b.out()
+    scalar_in = g["C"] == 1
+    cfg = _pick(b, g, scalar_in)
+    if cfg.ct == "f16" and not b.ctx.has_f16:
+        cfg.ct = "f32"
+    oc, c = g["OC"], g["C"]
+    oc4, c4 = math.ceil(oc / 4), math.ceil(c / 4)
+    nocb = math.ceil(oc4 / cfg.ocv)
+    nchunk = 1 if scalar_in else math.ceil(c4 / cfg.cc4)
+    kh, kw = g["KH"], g["KW"]
+    # Pack weights as [ocb][chunk][c4 in chunk][ky][kx][ocv][input lane] vec4 of output lanes.
+    ocp = nocb * cfg.ocv * 4
+    if scalar_in:
+        wp = np.zeros((ocp, kh, kw))
+        wp[:oc] = w[:, 0]
+        wp = wp.reshape(nocb, cfg.ocv, 4, kh, kw).transpose(0, 3, 4, 1, 2)
+    else:
+        cp = nchunk * cfg.cc4 * 4
+        wp = np.zeros((ocp, cp, kh, kw))
+        wp[:oc, :c] = w
+        wp = wp.reshape(nocb, cfg.ocv, 4, nchunk, cfg.cc4, 4, kh, kw)
+        wp = wp.transpose(0, 3, 4, 6, 7, 1, 5, 2)
+    wchunk = wp.size // (nocb * nchunk * 4)
+    wt = cfg.ct
+    wbuf = b.upload("weights", wp.reshape(-1, 4).astype(np.float32), wt)
+    chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
+    chan[0, :oc] = bias
+    if slope is not None:
+        chan[1, :oc] = slope
+    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
+    d2s = b.node.meta.get("d2s")
+    out_mode = "d2s" if d2s else yo.layout
+    th, tw = cfg.ty * cfg.py, cfg.tx
+    tih, tiw = _tile(cfg, g)
+    rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
+    grid = (math.ceil(g["OW"] / tw), math.ceil(g["OH"] / th), g["N"] * nocb)
+    bs = d2s[0] if d2s else 1
+    b.dispatch(
+        "conv_direct.wgsl",
+        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        grid,
+        **g,
+        C4=c4,
+        OC4=oc4,
+        NOCB=nocb,
+        NCHUNK=nchunk,
+        TX=cfg.tx,
+        TY=cfg.ty,
+        PY=cfg.py,
+        OCV=cfg.ocv,
+        CC4=cfg.cc4,
+        TH=th,
+        TW=tw,
+        TIH=tih,
+        TIW=tiw,
+        WCHUNK=wchunk,
+        rows=rows,
+        scalar_in=scalar_in,
+        in_layout=xi.layout,
+        out_mode=out_mode,
+        st=xi.stype,
+        ot=yo.stype,
+        wt=wt,
+        ct=cfg.ct,
+        has_slope=slope is not None,
+        epilogue=_epilogue_code(acts, 4),
+        BS=bs,
+        CO=oc // (bs * bs),
+        dcr=bool(d2s) and d2s[1] == "DCR",
+    )
+
+
+def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
+    xi, yo = b.info(0), b.out()
+    oc = g["OC"]
+    wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
+    chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
+    cbuf = b.upload("channels", chan, "f32")
+    wg = 64
+    cols = sorted({p * g["SW"] + kx * g["DW"] for p in range(4) for kx in range(g["KW"])})
+    grid = (math.ceil(g["OW"] / (4 * wg)), g["OH"], g["N"] * oc)
+    b.dispatch(
+        "conv_grouped.wgsl",
+        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        grid,
+        **g,
+        CG=g["C"] // group,
+        MG=oc // group,
+        WG=wg,
+        cols=cols,
+        st=xi.stype,
+        ot=yo.stype,
+        has_slope=slope is not None,
+        epilogue=_epilogue_code(acts, 4),
+    )
+
+
+@kernel("ConvTranspose", supports=_supports)
+def conv_transpose(b):
+    xi, yo = b.info(0), b.out()
+    w, bias = _weights_and_bias(b, 1)
+    group = b.attrs["group"]
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
+    geo = _transpose_geometry(
+        xi.shape[2:],
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        output_padding,
+        b.attrs["output_shape"],
+        b.attrs["auto_pad"],
+    )
+    if len(kernel_shape) == 1:
+        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
+        geo = [(0, 0, 1), *geo]
+        w = w[:, :, None]
+    n, c, ih, iw = _as_2d(xi.shape)
+    _, oc, oh, ow = _as_2d(yo.shape)
+    cg, mg = c // group, w.shape[1]
+    mg4 = math.ceil(mg / 4)
+    kh, kw = kernel_shape
+    # Weights as [g][ic][ky][kx][m4] vec4 of 4 output channels of the group.
+    wp = np.zeros((group, cg, kh, kw, mg4 * 4))
+    wp[..., :mg] = w.reshape(group, cg, mg, kh, kw).transpose(0, 1, 3, 4, 2)
+    wbuf = b.upload("weights", wp.reshape(-1, 4).astype(np.float32), "f32")
+    acts, slope = _epilogue(b, oc)
+    chan = np.zeros((2 if slope is not None else 1, group, mg4 * 4))
+    chan[0, :, :mg] = bias.reshape(group, mg)
+    if slope is not None:
+        chan[1, :, :mg] = np.asarray(slope).reshape(group, mg)
+    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
+    wg = 64
+    grid = (math.ceil(oh * ow / wg), 1, n * group * mg4)
+    b.dispatch(
+        "conv_transpose.wgsl",
+        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        grid,
+        N=n,
+        C=c,
+        IH=ih,
+        IW=iw,
+        OC=oc,
+        OH=oh,
+        OW=ow,
+        KH=kh,
+        KW=kw,
+        SH=strides[0],
+        SW=strides[1],
+        DH=dilations[0],
+        DW=dilations[1],
+        PT=geo[0][0],
+        PL=geo[1][0],
+        G=group,
+        CG=cg,
+        MG=mg,
+        MG4=mg4,
+        WG=wg,
+        st=xi.stype,
+        ot=yo.stype,
+        has_slope=slope is not None,
+        epilogue=_epilogue_code(acts, 4),
+    )

@@ -1,0 +1,154 @@
+{{ header }}
+// {{ label }}: direct convolution, register-blocked.
+// Input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} ({{ in_layout }}), output {{ N }}x{{ OC }}x{{ OH }}x{{ OW }} ({{ out_mode }}),
+// kernel {{ KH }}x{{ KW }}, stride {{ SH }}x{{ SW }}, dilation {{ DH }}x{{ DW }}, pad {{ PT }},{{ PL }}.
+// A workgroup of {{ TX }}x{{ TY }} threads makes a {{ TW }}x{{ TH }} output tile for {{ 4 * OCV }} output
+// channels; each thread makes {{ PY }} pixels of one column x {{ OCV }} vec4 of channels. Input
+// channels go through workgroup memory {{ 4 * CC4 }} at a time, with the weights of the chunk.
+{% set cvec = "vec4<" ~ ct ~ ">" %}
+{% if scalar_in %}{% set tin_t = ct %}{% else %}{% set tin_t = cvec %}{% endif %}
+@group(0) @binding(0) var<storage, read> x: array<{{ "vec4<" ~ st ~ ">" if in_layout == "nhwc4" else st }}>;
+@group(0) @binding(1) var<storage, read> w: array<vec4<{{ wt }}>>;
+@group(0) @binding(2) var<storage, read> chan: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nhwc4" else ot }}>;
+
+const TIH: u32 = {{ TIH }}u;
+const TIW: u32 = {{ TIW }}u;
+const TILE_IN: u32 = {{ TIH * TIW * CC4 }}u;
+const TILE_W: u32 = {{ WCHUNK }}u;
+var<workgroup> tin: array<{{ tin_t }}, {{ TIH * TIW * CC4 }}>;
+var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
+
+@compute @workgroup_size({{ TX }}, {{ TY }}, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let n = wid.z / {{ NOCB }}u;
+    let ocb = wid.z % {{ NOCB }}u;
+    let oy0 = wid.y * {{ TH }}u;
+    let ox0 = wid.x * {{ TW }}u;
+    let iy0 = i32(oy0 * {{ SH }}u) - {{ PT }};
+    let ix0 = i32(ox0 * {{ SW }}u) - {{ PL }};
+    let tx = lid.x;
+    let ty = lid.y;
+{% for p in range(PY) %}{% for v in range(OCV) %}
+    var a{{ p }}_{{ v }} = {{ cvec }}(0.0);
+{% endfor %}{% endfor %}
+    for (var ch = 0u; ch < {{ NCHUNK }}u; ch++) {
+        workgroupBarrier();
+        for (var e = li; e < TILE_IN; e += {{ TX * TY }}u) {
+{% if in_layout == "nhwc4" %}
+            let cl = e % {{ CC4 }}u;
+            let col = (e / {{ CC4 }}u) % TIW;
+            let row = e / {{ CC4 * TIW }}u;
+{% else %}
+            let col = e % TIW;
+            let row = (e / TIW) % TIH;
+            let cl = e / {{ TIW * TIH }}u;
+{% endif %}
+            let iy = iy0 + i32(row);
+            let ix = ix0 + i32(col);
+            let c4 = ch * {{ CC4 }}u + cl;
+            var v = {{ tin_t }}(0.0);
+            if (iy >= 0 && iy < {{ IH }} && ix >= 0 && ix < {{ IW }} && c4 < {{ C4 }}u) {
+                let pix = (n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix);
+{% if scalar_in %}
+                v = {{ ct }}(x[pix]);
+{% elif in_layout == "nhwc4" %}
+                v = {{ cvec }}(x[pix * {{ C4 }}u + c4]);
+{% else %}
+                let base = (n * {{ C }}u + c4 * 4u) * {{ IH * IW }}u + u32(iy) * {{ IW }}u + u32(ix);
+{% for j in range(4) %}
+                if (c4 * 4u + {{ j }}u < {{ C }}u) { v[{{ j }}] = {{ ct }}(x[base + {{ j * IH * IW }}u]); }
+{% endfor %}
+{% endif %}
+            }
+            tin[(cl * TIH + row) * TIW + col] = v;
+        }
+        let wbase = (ocb * {{ NCHUNK }}u + ch) * TILE_W;
+        for (var e = li; e < TILE_W; e += {{ TX * TY }}u) {
+            tw[e] = {{ cvec }}(w[wbase + e]);
+        }
+        workgroupBarrier();
+        let rbase = ty * {{ PY * SH }}u;
+        let cbase = tx * {{ SW }}u;
+{% for cl in range(CC4) %}
+{% for kx in range(KW) %}
+{% for r in rows %}
+        let x{{ cl }}_{{ kx }}_{{ r }} = tin[({{ cl }}u * TIH + rbase + {{ r }}u) * TIW + cbase + {{ kx * DW }}u];
+{% endfor %}
+{% for ky in range(KH) %}
+{% for v in range(OCV) %}
+{% if scalar_in %}
+        {
+            let wv = tw[{{ (ky * KW + kx) * OCV + v }}u];
+{% for p in range(PY) %}
+            a{{ p }}_{{ v }} = fma(wv, {{ cvec }}(x{{ cl }}_{{ kx }}_{{ p * SH + ky * DH }}), a{{ p }}_{{ v }});
+{% endfor %}
+        }
+{% else %}
+        {
+            let wi = {{ (((cl * KH + ky) * KW + kx) * OCV + v) * 4 }}u;
+            let w0 = tw[wi];
+            let w1 = tw[wi + 1u];
+            let w2 = tw[wi + 2u];
+            let w3 = tw[wi + 3u];
+{% for p in range(PY) %}
+{% set xv = "x" ~ cl ~ "_" ~ kx ~ "_" ~ (p * SH + ky * DH) %}
+            a{{ p }}_{{ v }} = fma(w3, {{ cvec }}({{ xv }}.w), fma(w2, {{ cvec }}({{ xv }}.z), fma(w1, {{ cvec }}({{ xv }}.y), fma(w0, {{ cvec }}({{ xv }}.x), a{{ p }}_{{ v }}))));
+{% endfor %}
+        }
+{% endif %}
+{% endfor %}
+{% endfor %}
+{% endfor %}
+{% endfor %}
+    }
+    let ox = ox0 + tx;
+{% for v in range(OCV) %}
+    {
+        let oc4 = ocb * {{ OCV }}u + {{ v }}u;
+        let bias = chan[min(oc4, {{ OC4 - 1 }}u)];
+{% if has_slope %}
+        let slope = chan[{{ OC4 }}u + min(oc4, {{ OC4 - 1 }}u)];
+{% endif %}
+{% for p in range(PY) %}
+        {
+            let oy = oy0 + ty * {{ PY }}u + {{ p }}u;
+            var r = vec4<f32>(a{{ p }}_{{ v }}) + bias;
+{% for e in epilogue %}
+            r = {{ e }};
+{% endfor %}
+            if (ox < {{ OW }}u && oy < {{ OH }}u && oc4 < {{ OC4 }}u) {
+{% if out_mode == "nhwc4" %}
+                y[((n * {{ OH }}u + oy) * {{ OW }}u + ox) * {{ OC4 }}u + oc4] = vec4<{{ ot }}>(r);
+{% elif out_mode == "nchw" %}
+{% for j in range(4) %}
+                if (oc4 * 4u + {{ j }}u < {{ OC }}u) {
+                    y[((n * {{ OC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ot }}(r[{{ j }}]);
+                }
+{% endfor %}
+{% else %}
+{% for j in range(4) %}
+                {
+                    let c = oc4 * 4u + {{ j }}u;
+                    if (c < {{ OC }}u) {
+{% if dcr %}
+                        let by = c / {{ BS * CO }}u;
+                        let bx = (c / {{ CO }}u) % {{ BS }}u;
+                        let co = c % {{ CO }}u;
+{% else %}
+                        let co = c / {{ BS * BS }}u;
+                        let by = (c / {{ BS }}u) % {{ BS }}u;
+                        let bx = c % {{ BS }}u;
+{% endif %}
+                        y[((n * {{ CO }}u + co) * {{ OH * BS }}u + oy * {{ BS }}u + by) * {{ OW * BS }}u + ox * {{ BS }}u + bx] = {{ ot }}(r[{{ j }}]);
+                    }
+                }
+{% endfor %}
+{% endif %}
+            }
+        }
+{% endfor %}
+    }
+{% endfor %}
+}

@@ -1,0 +1,227 @@
+"""Elementwise ops with NumPy broadcasting: arithmetic, activations, Cast, BatchNormalization.
+
+One template serves all: each operand is a buffer read through its broadcast strides (axes
+merged where contiguous), or a literal baked into the source for a one-element constant. When
+the last merged axis is a multiple of 4 and every operand walks it with stride 1 or 0, each
+invocation does one vec4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.webgpu.kernels import (
+    ACTIVATIONS,
+    activation_expr,
+    broadcast_strides,
+    collapse,
+    grid,
+    kernel,
+    wgsl_float,
+)
+
+WG = 256
+BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
+INT_OPS = {"Add", "Sub", "Mul", "Div", "Relu"}
+
+
+@dataclass
+class Operand:
+    """A value name or constant array to read, or a literal (WGSL text) to bake in."""
+
+    shape: tuple[int, ...]
+    name: str | None = None
+    array: np.ndarray | None = None
+    literal: str | None = None
+
+
+def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = "") -> None:
+    """Dispatch `expr` over a0, a1, ... (in `ctype`, vec4 or scalar) into value `out`; `expr`
+    is WGSL text, or a function of the vector width (4 or 1) that returns it."""
+    info = b.plan.infos[out]
+    out_shape = info.shape
+    strides = [broadcast_strides(op.shape, out_shape) for op in operands]
+    dims, merged = collapse(out_shape, *strides) if operands else collapse(out_shape)
+    total = int(np.prod(out_shape))
+    vec = 4 if total % 4 == 0 and dims[-1] % 4 == 0 else 1
+    for op, st in zip(operands, merged, strict=True):
+        if op.literal is None and st[-1] not in (0, 1):
+            vec = 1
+    bindings, params = [], []
+    coords = False
+    for op, st in zip(operands, merged, strict=True):
+        if op.literal is not None:
+            t = f"vec4<{ctype}>" if vec == 4 else ctype
+            params.append({"binding": None, "load": f"{t}({op.literal})"})
+            continue
+        if op.name is not None:
+            stype = b.plan.infos[op.name].stype
+            bindings.append(op.name)
+        else:
+            stype = (
+                "i32" if ctype == "i32" else ("f16" if b.plan.infos[out].stype == "f16" else "f32")
+            )
+            bindings.append(b.upload(("operand", len(bindings)), op.array, stype))
+        k = len(bindings) - 1
+        full = all(s == f for s, f in zip(st, _contig(dims), strict=True))
+        if vec == 4 and full:
+            elem, load = f"vec4<{stype}>", f"vec4<{ctype}>(in{k}[i])"
+        else:
+            offset = " + ".join(f"c{j} * {s}u" for j, s in enumerate(st) if s) or "0u"
+            if not full:
+                coords = True
+            else:
+                offset = "i"
+            if vec == 4 and st[-1] == 1:
+                elem, load = f"vec4<{stype}>", f"vec4<{ctype}>(in{k}[({offset}) / 4u])"
+            elif vec == 4:
+                elem, load = stype, f"vec4<{ctype}>({ctype}(in{k}[{offset}]))"
+            else:
+                elem, load = stype, f"{ctype}(in{k}[{offset}])"
+        params.append({"binding": k, "elem": elem, "load": load})
+    ostype = info.stype
+    units = total // vec
+    g = grid(units, WG)
+    b.dispatch(
+        "elementwise.wgsl",
+        [*bindings, out],
+        g,
+        label=label,
+        operands=params,
+        out_binding=len(bindings),
+        out_elem=f"vec4<{ostype}>" if vec == 4 else ostype,
+        out_cast=f"vec4<{ostype}>" if vec == 4 else ostype,
+        expr=expr(vec) if callable(expr) else expr,
+        vec=vec,
+        dims=dims,
+        total=units,
+        coords=coords,
+        wg=WG,
+        gx=g[0],
+    )
+
+
+def _contig(dims):
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def _ctype(dtype: str) -> str:
+    return "i32" if dtype == "int32" else "f32"
+
+
+def operand(b, i: int, ctype: str) -> Operand:
+    """Input i as an operand: a literal for a one-element constant, else a buffer."""
+    arr = b.const(i)
+    if arr is not None:
+        if arr.size == 1:
+            value = arr.reshape(()).item()
+            lit = f"{int(value)}" if ctype == "i32" else wgsl_float(float(value))
+            return Operand(tuple(arr.shape), literal=lit)
+        return Operand(tuple(arr.shape), array=arr)
+    return Operand(b.info(i).shape, name=b.inputs[i])
+
+
+def _float_only(node, graph) -> Support:
+    v = graph.value(node.outputs[0])
+    if node.op not in INT_OPS and v is not None and v.dtype == "int32":
+        return Support(False, f"{node.op} on int32 is not implemented")
+    return Support(True)
+
+
+@kernel("Add", "Sub", "Mul", "Div", supports=_float_only)
+def binary(b):
+    ct = _ctype(b.out().dtype)
+    expr = BINARY[b.node.op].format("a0", "a1")
+    emit(b, expr, [operand(b, 0, ct), operand(b, 1, ct)], b.outputs[0], ct)
+
+
+def _pow_supports(node, graph) -> Support:
+    v = graph.value(node.inputs[1])
+    if node.inputs[1] not in graph.initializers and (v is None or v.dtype != "float32"):
+        return Support(False, "Pow with a non-constant, non-float32 exponent is not implemented")
+    return _float_only(node, graph)
+
+
+@kernel("Pow", supports=_pow_supports)
+def power(b):
+    exp = b.const(1)
+    special = {1.0: "a0", 2.0: "a0 * a0", 0.5: "sqrt(a0)"}
+    if exp is not None and exp.size == 1 and float(exp.reshape(())) in special:
+        emit(b, special[float(exp.reshape(()))], [operand(b, 0, "f32")], b.outputs[0], "f32")
+        return
+    ops = [operand(b, 0, "f32"), operand(b, 1, "f32")]
+    if ops[1].array is not None:
+        ops[1].array = ops[1].array.astype(np.float32)
+    emit(b, lambda vec: f"pow_{vec}(a0, a1)", ops, b.outputs[0], "f32")
+
+
+@kernel("Sqrt", supports=_float_only)
+def sqrt(b):
+    emit(b, "sqrt(a0)", [operand(b, 0, "f32")], b.outputs[0], "f32")
+
+
+def _activation_supports(node, graph) -> Support:
+    if node.op == "Clip":
+        for i in (1, 2):
+            name = node.inputs[i] if len(node.inputs) > i else ""
+            if name and (name not in graph.initializers or graph.initializers[name].size != 1):
+                return Support(False, "Clip with non-constant bounds is not implemented")
+    return _float_only(node, graph)
+
+
+@kernel(*ACTIVATIONS, supports=_activation_supports)
+def activation(b):
+    op = b.node.op
+    ct = _ctype(b.out().dtype)
+    ops = [operand(b, 0, ct)]
+    params: dict = {}
+    if op == "Relu" and ct == "i32":
+        emit(b, lambda vec: "max(a0, a0 * 0)", ops, b.outputs[0], ct)
+        return
+    if op == "Clip":
+        for i, key in ((1, "min"), (2, "max")):
+            arr = b.const(i)
+            if arr is not None:
+                params[key] = arr.reshape(()).item()
+    elif op == "PRelu":
+        ops.append(operand(b, 1, ct))
+        params["slope"] = "a1"
+    elif op in ("LeakyRelu", "HardSigmoid"):
+        params = dict(b.attrs)
+    emit(b, lambda vec: activation_expr(op, "a0", params, vec), ops, b.outputs[0], ct)
+
+
+@kernel("Cast")
+def cast(b):
+    # Loading in the output's type converts: f32<->f16, float->i32 truncates, i32->float.
+    emit(b, "a0", [operand(b, 0, _ctype(b.out().dtype))], b.outputs[0], _ctype(b.out().dtype))
+
+
+def _bn_supports(node, graph) -> Support:
+    if any(n not in graph.initializers for n in node.inputs[1:5]):
+        return Support(False, "BatchNormalization with non-constant statistics is not implemented")
+    if len([o for o in node.outputs if o]) > 1:
+        return Support(False, "BatchNormalization training outputs are not implemented")
+    return Support(True)
+
+
+@kernel("BatchNormalization", supports=_bn_supports)
+def batch_norm(b):
+    scale, bias, mean, var = (b.const(i).astype(np.float64) for i in range(1, 5))
+    k = scale / np.sqrt(var + b.attrs["epsilon"])
+    shift = bias - mean * k
+    shape = b.info(0).shape
+    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    ops = [
+        operand(b, 0, "f32"),
+        Operand(per_channel, array=k.astype(np.float32).reshape(per_channel)),
+        Operand(per_channel, array=shift.astype(np.float32).reshape(per_channel)),
+    ]
+    emit(b, "a0 * a1 + a2", ops, b.outputs[0], "f32")

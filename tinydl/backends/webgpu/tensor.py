@@ -1,0 +1,117 @@
+"""GPU tensors: a buffer, a shape, a dtype and a layout.
+
+Layouts: "nchw" is plain row-major in the logical axis order (any rank); "nhwc4" stores a 4-D
+N,C,H,W tensor as N,H,W,ceil(C/4)*4 with channels padded to a multiple of 4, so that a kernel
+reads four channels as one vec4 (the thesis's RGBA texture planes, in a buffer).
+
+`reshape` is a zero-copy view. Views share one Storage; the buffer goes back to the context's
+pool only when the last tensor on it is dropped, and queue order makes that safe while GPU work
+that uses it is still in flight.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Storage element types: WGSL scalar name -> NumPy dtype.
+STORAGE_TYPES = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "i32": np.dtype(np.int32),
+}
+# Logical dtypes the backend can hold, and the storage type of each at full precision.
+LOGICAL = {"float32": "f32", "float16": "f16", "int32": "i32"}
+
+
+class Storage:
+    """A GPU buffer owned by tensors; given back to the pool when the last one is dropped."""
+
+    _serial = 0
+
+    def __init__(self, ctx, buffer, pooled: bool = True):
+        Storage._serial += 1
+        self.serial = Storage._serial
+        self.ctx, self.buffer, self.pooled = ctx, buffer, pooled
+
+    def __del__(self):
+        if self.pooled and self.buffer is not None:
+            try:
+                self.ctx.release(self.buffer)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+                pass
+            self.buffer = None
+
+
+def padded_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The stored shape: N,H,W,C4*4 for nhwc4, the shape itself for nchw."""
+    if layout == "nhwc4":
+        n, c, h, w = shape
+        return (n, h, w, (c + 3) // 4 * 4)
+    return tuple(shape)
+
+
+class GPUTensor:
+    """A tensor on the GPU. `numpy()` reads it back; `reshape` makes a view."""
+
+    __slots__ = ("storage", "shape", "dtype", "stype", "layout", "__weakref__")
+
+    def __init__(self, storage: Storage, shape, dtype: str, stype: str, layout: str = "nchw"):
+        self.storage = storage
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.stype = stype
+        self.layout = layout
+
+    @property
+    def buffer(self):
+        return self.storage.buffer
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this tensor occupies in its buffer (padding included)."""
+        return math.prod(padded_shape(self.shape, self.layout)) * STORAGE_TYPES[self.stype].itemsize
+
+    def reshape(self, *shape) -> GPUTensor:
+        """A view with another shape (plain layout only); -1 is inferred."""
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        if self.layout != "nchw":
+            raise ValueError(f"reshape needs the plain nchw layout, this tensor is {self.layout}")
+        shape = np.empty(self.shape, dtype=[]).reshape(shape).shape  # NumPy's own rules, no data
+        return GPUTensor(self.storage, shape, self.dtype.name, self.stype, self.layout)
+
+    def numpy(self) -> np.ndarray:
+        raw = self.storage.ctx.read(self.buffer, self.nbytes)
+        return from_storage(raw, self)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"GPUTensor(shape={self.shape}, dtype={self.dtype.name}, storage={self.stype}, "
+            f"layout={self.layout})"
+        )
+
+
+def from_storage(raw: np.ndarray, t: GPUTensor) -> np.ndarray:
+    """Host array of logical shape and dtype from the raw bytes of a tensor's storage."""
+    data = raw.view(STORAGE_TYPES[t.stype]).reshape(padded_shape(t.shape, t.layout))
+    if t.layout == "nhwc4":
+        data = np.ascontiguousarray(data[..., : t.shape[1]].transpose(0, 3, 1, 2))
+    return data.astype(t.dtype, copy=False)
+
+
+def to_storage(array: np.ndarray, stype: str) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=STORAGE_TYPES[stype])
