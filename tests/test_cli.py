@@ -150,13 +150,19 @@ def test_inspect_text(capsys, model):
     assert "x  float32[1,3,8,8]" in out and "y  float32[1,4,8,8]" in out
     assert "Conv  1" in out and "Relu  1" in out
     assert "parameters: 112 (448 bytes)" in out
-    assert "placement (cpu): cpu 2 nodes" in out
+    # Conv + Relu become one tinydl.FusedConv.
+    assert "optimized (all): 2 -> 1 nodes (rewrites: conv_activation_fusion 1)" in out
+    assert "placement (cpu): cpu 1 nodes in 1 partition(s)" in out
+    assert "#0   cpu         1 nodes  tinydl.FusedConv 1" in out
+    assert "moved per run: 0 bytes in 0 transfer(s)" in out
     assert "refused by" not in out  # the per-node table only with --verbose
 
 
 def test_inspect_verbose_lists_every_node(capsys, model):
-    code, out, _ = run_cli(capsys, "inspect", model, "--backends", "cpu", "--verbose")
+    argv = ("inspect", model, "--backends", "cpu", "--optimize", "none", "--verbose")
+    code, out, _ = run_cli(capsys, *argv)
     assert code == 0
+    assert "optimized (none): 2 -> 2 nodes" in out
     table = out[out.index("refused by") :]
     assert "conv" in table and "relu" in table
 
@@ -171,8 +177,11 @@ def test_inspect_json(capsys, model):
     ]
     assert report["op_counts"] == {"Conv": 1, "Relu": 1}
     assert report["parameters"] == 112 and report["weight_bytes"] == 448
-    assert report["placement"]["counts"] == {"cpu": 2}
+    assert report["optimization"]["nodes_before"] == 2
+    assert report["optimization"]["nodes_after"] == 1
+    assert report["placement"]["counts"] == {"cpu": 1}
     assert report["placement"]["fallbacks"] == {}
+    assert report["placement"]["transfers"] == [] and report["placement"]["bytes_per_run"] == 0
 
 
 # -- run ---------------------------------------------------------------------------------------

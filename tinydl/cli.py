@@ -133,8 +133,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import tinydl
 
     graph = tinydl.load(args.model)
-    session = _compile(graph, args.backends, strict=False, quiet=True)
+    session = _compile(graph, args.backends, strict=False, quiet=True, optimize=args.optimize)
     placement = session.placement
+    optimized = session.optimization
     fallbacks = placement.fallbacks()
     meta = graph.metadata
     report: dict[str, Any] = {
@@ -150,11 +151,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "op_counts": graph.op_counts(),
         "parameters": graph.parameter_count(),
         "weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
+        "optimization": {
+            "level": optimized.level,
+            "nodes_before": optimized.nodes_before,
+            "nodes_after": optimized.nodes_after,
+            "rewrites": optimized.rewrites,
+        },
         "placement": {
             "backends": placement.backends,
             "counts": placement.counts(),
             "partitions": len(placement.partitions),
             "fallbacks": fallbacks,
+            "transfers": [vars(t) for t in placement.transfers],
+            "bytes_per_run": placement.bytes_per_run(),
         },
     }
     if args.verbose:
@@ -188,6 +197,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for op_name, count in report["op_counts"].items():
         print(f"  {op_name:{width}}  {count}")
     print(f"parameters: {report['parameters']:,} ({_human_bytes(report['weight_bytes'])})")
+    rewrites = ", ".join(f"{name} {n}" for name, n in optimized.rewrites.items()) or "none"
+    print(
+        f"optimized ({optimized.level}): {optimized.nodes_before} -> {optimized.nodes_after} "
+        f"nodes (rewrites: {rewrites})"
+    )
     counts = ", ".join(f"{b} {n}" for b, n in placement.counts().items())
     print(
         f"placement ({','.join(placement.backends)}): {counts} nodes "
@@ -200,6 +214,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  {len(fallbacks)} node(s) fall back from {placement.backends[0]} "
             f"(ops: {', '.join(ops)}){hint}"
         )
+    print(placement.summary())
     if args.verbose:
         print(placement.table())
     return 0
@@ -237,7 +252,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.output_dir is not None and Path(args.output_dir).exists():
         if not Path(args.output_dir).is_dir():
             raise InvalidInputError(f"--output-dir {args.output_dir}: is a file, expected a folder")
-    session = _compile(graph, args.backends, strict=args.strict, precision=args.precision)
+    session = _compile(
+        graph, args.backends, strict=args.strict, precision=args.precision, optimize=args.optimize
+    )
 
     feeds: dict[str, Any] = {}
     generated = []
@@ -442,7 +459,14 @@ def _time_runs(session, feeds: dict, warmup: int, repeat: int) -> None:
 # -- shared ----------------------------------------------------------------------------------------
 
 
-def _compile(graph, backends: str, strict: bool, precision: str = "fp32", quiet: bool = False):
+def _compile(
+    graph,
+    backends: str,
+    strict: bool,
+    precision: str = "fp32",
+    quiet: bool = False,
+    optimize: str = "all",
+):
     """tinydl.compile, with fallback warnings printed as one `warning:` line each."""
     import warnings
 
@@ -451,7 +475,9 @@ def _compile(graph, backends: str, strict: bool, precision: str = "fp32", quiet:
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session = tinydl.compile(graph, backends=names, precision=precision, strict=strict)
+        session = tinydl.compile(
+            graph, backends=names, precision=precision, strict=strict, optimize=optimize
+        )
     if not quiet:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
@@ -536,8 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="show a model's inputs, outputs, ops, weights and placement",
         formatter_class=fmt,
         description="Show a model's source (format, opset, producer), inputs and outputs with "
-        "their dtypes and (symbolic) shapes, op counts, parameter count, weight size, and which "
-        "backend each node would run on.",
+        "their dtypes and (symbolic) shapes, op counts, parameter count, weight size, the node "
+        "count before and after graph optimization, and the placement: each partition's backend "
+        "and nodes, the transfers between them, and (--verbose) which backend each node runs on "
+        "and why preferred backends refused it.",
         epilog="examples:\n  tinydl inspect model.onnx\n"
         "  tinydl inspect model.onnx --backends webgpu,cpu --verbose",
     )
@@ -547,6 +575,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         metavar="LIST",
         help="backends in priority order, comma-separated (default: cpu)",
+    )
+    p.add_argument(
+        "--optimize",
+        choices=("none", "basic", "all"),
+        default="all",
+        help="graph optimizer level (default: all)",
     )
     p.add_argument(
         "-v",
@@ -593,6 +627,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         metavar="LIST",
         help="backends in priority order, comma-separated (default: cpu)",
+    )
+    p.add_argument(
+        "--optimize",
+        choices=("none", "basic", "all"),
+        default="all",
+        help="graph optimizer level (default: all)",
     )
     p.add_argument(
         "--precision",

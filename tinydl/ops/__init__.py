@@ -7,6 +7,7 @@ from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     conv,
     elementwise,
+    fused,
     matmul,
     norm,
     pool,

@@ -290,9 +290,11 @@ def schema_of(name: str) -> OpSchema | None:
 CONST_FOLD_LIMIT = 1 << 16
 
 
-def infer_graph(graph) -> None:
+def infer_graph(graph, fold_limit: int = CONST_FOLD_LIMIT) -> dict[str, TensorType]:
     """Infer dtype and shape of every value in topological order; record them in graph.values.
 
+    Returns what is known of every value; `value` is set for constants of at most `fold_limit`
+    elements (the constant-folding pass asks for a larger limit than loading does).
     Raises InvalidModelError naming the node whose inputs do not fit its op.
     """
     from tinydl.ir.dtypes import dtype_name
@@ -302,7 +304,7 @@ def infer_graph(graph) -> None:
     for v in graph.inputs:
         known[v.name] = TensorType(v.dtype, v.shape)
     for name, arr in graph.initializers.items():
-        value = arr if arr.size <= CONST_FOLD_LIMIT else None
+        value = arr if arr.size <= fold_limit else None
         known[name] = TensorType(dtype_name(arr.dtype), tuple(arr.shape), value)
     for node in graph.nodes:
         schema = REGISTRY[node.op]
@@ -316,11 +318,14 @@ def infer_graph(graph) -> None:
             outs = [TensorType(t.dtype, _checked_shape(ctx, t.shape), t.value) for t in outs]
             given = [t for t in ins if t is not None]
             constant = bool(given) and all(t.value is not None for t in given)
-            if constant and _worth_folding(schema, node, outs):
+            if constant and _worth_folding(schema, node, outs, fold_limit):
                 # Garbage constants may overflow; that is the model's business, not a warning's.
                 with np.errstate(all="ignore"):
                     values = schema.run(node, [None if t is None else t.value for t in ins])
-                outs = [_folded(ctx, t, np.asarray(v)) for t, v in zip(outs, values, strict=False)]
+                outs = [
+                    _folded(ctx, t, np.asarray(v), fold_limit)
+                    for t, v in zip(outs, values, strict=False)
+                ]
         except InvalidModelError:
             raise
         except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, MemoryError) as exc:
@@ -341,6 +346,7 @@ def infer_graph(graph) -> None:
                 i if isinstance(i, int) else d if d is not None else i
                 for d, i in zip(declared, t.shape, strict=True)
             )
+    return known
 
 
 # The largest dimension a shape may hold; the same bound graph validation puts on declared dims.
@@ -367,7 +373,7 @@ def _checked_shape(ctx: InferContext, shape: Shape | None) -> Shape | None:
     return tuple(dims)
 
 
-def _worth_folding(schema: OpSchema, node: Node, outs: list[TensorType]) -> bool:
+def _worth_folding(schema: OpSchema, node: Node, outs: list[TensorType], limit: int) -> bool:
     """Fold only small shape-like computations, never windowed ops, and only when inference
     already gives every output a concrete small shape: a model must not make the loader
     allocate (say) the 2**40 elements a bad Reshape target asks for."""
@@ -378,12 +384,12 @@ def _worth_folding(schema: OpSchema, node: Node, outs: list[TensorType]) -> bool
             continue
         if t.shape is None or not all(isinstance(d, int) for d in t.shape):
             return False
-        if math.prod(t.shape) > CONST_FOLD_LIMIT:
+        if math.prod(t.shape) > limit:
             return False
     return True
 
 
-def _folded(ctx: InferContext, inferred: TensorType, value: np.ndarray) -> TensorType:
+def _folded(ctx: InferContext, inferred: TensorType, value: np.ndarray, limit: int) -> TensorType:
     """The computed constant, after checking it against what inference promised."""
     from tinydl.ir.dtypes import dtype_name
 
@@ -391,7 +397,7 @@ def _folded(ctx: InferContext, inferred: TensorType, value: np.ndarray) -> Tenso
         raise ctx.fail(
             f"shape inference gives {inferred.shape}, the reference computes {tuple(value.shape)}"
         )
-    kept = value if value.size <= CONST_FOLD_LIMIT else None
+    kept = value if value.size <= limit else None
     return TensorType(dtype_name(value.dtype), tuple(value.shape), kept)
 
 

@@ -1,5 +1,5 @@
 """Shape and data movement: Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, Slice, Shape,
-Cast, Constant, Identity."""
+Cast, Constant, Identity, Dropout (inference)."""
 
 import math
 
@@ -327,3 +327,24 @@ def constant(*, value, value_float, value_floats, value_int, value_ints):
 @op("Identity", infer=same_as_input(0))
 def identity(x):
     return x
+
+
+def _dropout_infer(ctx: InferContext) -> list[TensorType]:
+    training = ctx.const(2)
+    if ctx.has(2) and (training is None or bool(np.any(training))):
+        raise ctx.fail("training_mode must be a constant false: tinydl runs inference only")
+    return [TensorType(ctx.dtype(0), ctx.shape(0)), TensorType("bool", ctx.shape(0))]
+
+
+@op(
+    "Dropout",
+    types={0: "float", 1: "float"},
+    inputs=(1, 3),
+    outputs=(1, 2),
+    # `ratio` is the opset-10 attribute; later opsets take it as input 1.
+    attrs={"seed": Attr("int", None), "ratio": Attr("float", None)},
+    infer=_dropout_infer,
+)
+def dropout(x, ratio_input=None, training_mode=None, *, seed, ratio):
+    """Inference: the identity, and an all-true mask."""
+    return x, np.ones(x.shape, bool)

@@ -2,34 +2,41 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
-from tinydl.backends.partition import Placement, partition
+from tinydl.backends.partition import HOST, Placement, Transfer, location, partition
 from tinydl.errors import BackendUnavailableError, InvalidInputError, InvalidShapeError, UnsupportedOpError
-from tinydl.ir.graph import Graph, Value
+from tinydl.ir.graph import Graph, Node, Value
+from tinydl.passes import PassManager
 
 PRECISIONS = ("fp32", "fp16")
 
 
 class Session:
-    """Run a compiled model. Build one with `tinydl.compile`."""
+    """Run a compiled model. Build one with `tinydl.compile`.
+
+    `source_graph` is the model as given, `graph` the optimized graph that runs, `optimization`
+    the pass manager's report (node counts before and after, rewrites per pass).
+    """
 
     def __init__(self, graph: Graph, backends: Sequence[str] = ("cpu",), precision: str = "fp32",
-                 strict: bool = False, profile: bool = False):
+                 strict: bool = False, profile: bool = False, optimize: str = "all",
+                 min_partition_size: int = 1):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if isinstance(backends, str):
             backends = tuple(b.strip() for b in backends.split(",") if b.strip())
         if not backends:
             raise BackendUnavailableError("no backend requested: pass backends=('cpu',) or others")
-        t0 = time.perf_counter()
         chosen = []
         for name in backends:
             backend = get_backend(name)
@@ -38,11 +45,16 @@ class Session:
                     f"backend '{name}' is not available: {backend.unavailable_reason() or 'no device'}"
                 )
             chosen.append(backend)
-        self.graph = graph
+        self.source_graph = graph
+        t_start = time.perf_counter()
+        manager = PassManager(optimize, accepts=_accepted_by(chosen))
+        self.graph = graph = manager.run(graph)
+        self.optimization = manager.report
         self.precision = precision
         self.backends = [b.name for b in chosen]
         self._backends = {b.name: b for b in chosen}
-        self.placement: Placement = partition(graph, chosen)
+        t_opt = time.perf_counter()
+        self.placement: Placement = partition(graph, chosen, min_partition_size)
         self._report_fallbacks(strict)
         t1 = time.perf_counter()
         # profile=True asks backends for per-op device times on every run (GPU timestamps).
@@ -54,8 +66,18 @@ class Session:
         self._constant_outputs = {
             v.name: graph.initializers[v.name] for v in graph.outputs if v.name in graph.initializers
         }
-        self._init = {"partition_s": t1 - t0, "compile_s": time.perf_counter() - t1}
+        self._init = {
+            "optimize_s": t_opt - t_start,
+            "partition_s": t1 - t_opt,
+            "compile_s": time.perf_counter() - t1,
+        }
         self._last_run: list[tuple[str, float]] = []
+        self._last_moved: list[tuple[Transfer, int, float]] = []
+        # The plan's steps with each partition's kernel; the transfers after the last partition
+        # bring graph outputs to the host and run only when host outputs are asked for.
+        kernels = {id(part): (k, kernel) for k, (part, kernel) in enumerate(self._kernels)}
+        self._steps = [(step, kernels.get(id(step))) for step in self.placement.plan]
+        self._tail = max((i + 1 for i, (_, kernel) in enumerate(self._steps) if kernel), default=0)
         # Per partition: outputs that a later partition of another backend reads (so they go
         # to the host anyway), and those a later partition of the same backend reads.
         self._crossing: list[set[str]] = []
@@ -102,35 +124,80 @@ class Session:
         produced them; a list of names returns only those outputs, on the host.
         """
         env = self._check_feeds(feeds)
+        # Values by the memory they are in (HOST or a device backend's name), and the memory
+        # each was fed or made in: its home.
+        mem: dict[str, dict[str, Any]] = {HOST: {}}
+        home: dict[str, str] = {}
+        for name, value in env.items():
+            home[name] = self._location_of(value)
+            mem.setdefault(home[name], {})[name] = value
         # An output may be a weight (e.g. a folded Constant) that no partition produces.
-        env.update(self._constant_outputs)
+        mem[HOST].update(self._constant_outputs)
         wanted = set() if outputs == "device" else {v.name for v in self.graph.outputs} if (
             outputs == "host") else set(outputs)
-        timings = []
-        for k, (part, kernel) in enumerate(self._kernels):
-            backend = self._backends[part.backend]
+        timings, moved = [], []
+        for i, (step, compiled) in enumerate(self._steps):
+            if compiled is None:
+                if i < self._tail or step.value in wanted:
+                    moved.append(self._move(step.value, step.dst, mem, home))
+                continue
+            k, kernel = compiled
+            part, here = step, location(step.backend)
             args = {}
             for name in part.inputs:
-                value = env[name]
-                args[name] = value if backend.is_device_tensor(value) else backend.to_device(
-                    self._to_host(value)
-                )
+                if name not in mem.get(here, {}):
+                    # Not in the plan: a device tensor fed for another backend's partition.
+                    moved.append(self._move(name, here, mem, home))
+                args[name] = mem[here][name]
             t = time.perf_counter()
             # A kernel with run_host reads the outputs bound for the host back in the same
             # submission as its compute (one queue submit per run on a GPU backend).
             host = (self._crossing[k] | (wanted & set(part.outputs))) - self._staying[k]
             run_host = getattr(kernel, "run_host", None)
-            env.update(run_host(args, host) if host and run_host else kernel.run(args))
+            out = run_host(args, host) if host and run_host else kernel.run(args)
             timings.append((part.backend, time.perf_counter() - t))
-        self._last_run = timings
+            for name, value in out.items():
+                home[name] = here
+                at = HOST if name in host and isinstance(value, np.ndarray) else here
+                mem.setdefault(at, {})[name] = value
+        self._last_run, self._last_moved = timings, moved
         if outputs == "device":
-            return {v.name: env[v.name] for v in self.graph.outputs}
+            return {v.name: self._find(v.name, mem, home) for v in self.graph.outputs}
         names = [v.name for v in self.graph.outputs] if outputs == "host" else list(outputs)
-        unknown = [n for n in names if n not in env]
+        unknown = [n for n in names if self._find(n, mem, home) is None]
         if unknown:
             raise InvalidInputError(f"unknown output(s) {unknown}: the model's outputs are "
                                     f"{[v.name for v in self.graph.outputs]}")
-        return {n: self._to_host(env[n]) for n in names}
+        return {n: self._to_host(self._find(n, mem, home)) for n in names}
+
+    def _location_of(self, value: Any) -> str:
+        for backend in self._backends.values():
+            if backend.is_device_tensor(value):
+                return location(backend.name)
+        return HOST
+
+    @staticmethod
+    def _find(name: str, mem: dict[str, dict[str, Any]], home: dict[str, str]) -> Any:
+        for at in (home.get(name, HOST), HOST, *mem):
+            if name in mem.get(at, {}):
+                return mem[at][name]
+        return None
+
+    def _move(self, name: str, dst: str, mem, home) -> tuple[Transfer, int, float]:
+        """Copy a value to memory `dst` (through the host); its bytes and seconds."""
+        src = home.get(name, HOST)
+        there = mem.setdefault(dst, {})
+        if name in there:
+            # Already there: fed there, or read back in the submission of the kernel that made it.
+            return Transfer(name, src, dst, None), 0 if src == dst else _nbytes(there[name]), 0.0
+        t = time.perf_counter()
+        host = mem[HOST].get(name)
+        if host is None:
+            value = self._find(name, mem, home)
+            host = mem[HOST][name] = self._backends[src].to_host(value) if src != HOST else value
+        if dst != HOST:
+            there[name] = self._backends[dst].to_device(host)
+        return Transfer(name, src, dst, None), _nbytes(host), time.perf_counter() - t
 
     def _to_host(self, value: Any) -> np.ndarray:
         for backend in self._backends.values():
@@ -197,11 +264,18 @@ class Session:
             parts.append(entry)
             ops += [{"backend": part.backend, "op": name, "seconds": s}
                     for name, s in entry.get("ops") or []]
+        moved = [
+            {"value": t.value, "src": t.src, "dst": t.dst, "bytes": n, "seconds": s}
+            for t, n, s in self._last_moved
+        ]
         return {
             "init": dict(self._init),
+            "optimize": asdict(self.optimization),
             "last_run": [{"backend": b, "seconds": s} for b, s in self._last_run],
             "partitions": parts,
             "ops": ops,
+            "transfers": moved,
+            "bytes_moved": sum(m["bytes"] for m in moved),
         }
 
     def __repr__(self) -> str:
@@ -210,13 +284,34 @@ class Session:
 
 
 def compile(model: Graph | str | os.PathLike, backends: Sequence[str] | str = ("cpu",),
-            precision: str = "fp32", strict: bool = False, profile: bool = False) -> Session:
+            precision: str = "fp32", strict: bool = False, profile: bool = False,
+            optimize: str = "all", min_partition_size: int = 1) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order.
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
+    optimize: the graph optimizer's level, "all" (default), "basic" or "none" (tinydl.passes).
+    min_partition_size: a backend other than the last takes no partition of fewer nodes.
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
 
         model = load(model)
-    return Session(model, backends=backends, precision=precision, strict=strict, profile=profile)
+    return Session(model, backends=backends, precision=precision, strict=strict, profile=profile,
+                   optimize=optimize, min_partition_size=min_partition_size)
+
+
+def _accepted_by(backends: list) -> Callable[[Node, Node, Graph], bool]:
+    """Rewrites the backends agree to: the first backend that runs the old node runs the new."""
+
+    def accepts(new: Node, old: Node, graph: Graph) -> bool:
+        for backend in backends:
+            if backend.supports(old, graph):
+                return bool(backend.supports(new, graph))
+        return True
+
+    return accepts
+
+
+def _nbytes(value: Any) -> int:
+    n = getattr(value, "nbytes", None)
+    return int(n if n is not None else math.prod(value.shape) * np.dtype(value.dtype).itemsize)

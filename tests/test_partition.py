@@ -1,0 +1,255 @@
+"""Partitioning: fake delegates that claim chosen op sets (ORT's InternalTestingExecutionProvider
+idea), split the graph as TFLite's ModifyGraphWithDelegate would; placement, transfers, warnings.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from test_models import espcn_onnx
+from test_session import FakeBackend
+
+import tinydl as td
+from tinydl.backends import register_backend, unregister_backend
+from tinydl.backends.partition import HOST, Transfer, partition
+from tinydl.ir.graph import Graph, Node, Value
+
+UNARY = ("Relu", "Sigmoid", "Tanh", "Softmax")
+BINARY = ("Add", "Mul", "Sub")
+
+
+@pytest.fixture
+def fakes():
+    made = []
+
+    def make(name: str, ops: set[str]) -> FakeBackend:
+        backend = FakeBackend(name, ops)
+        register_backend(backend)
+        made.append(name)
+        return backend
+
+    yield make
+    for name in made:
+        unregister_backend(name)
+
+
+def chain(*ops: str, shape=(2, 3)) -> Graph:
+    """x -> op0 -> op1 -> ... -> y; binary ops add the previous value to itself."""
+    nodes, prev = [], "x"
+    for k, op in enumerate(ops):
+        out = "y" if k == len(ops) - 1 else f"v{k}"
+        inputs = [prev, prev] if op in BINARY else [prev]
+        nodes.append(Node(op, inputs, [out], name=f"{op.lower()}{k}"))
+        prev = out
+    return Graph([Value("x", "float32", shape)], [Value("y")], nodes).validate()
+
+
+def placed(placement) -> list[tuple[str, list[str]]]:
+    return [(p.backend, [n.name for n in p.nodes]) for p in placement.partitions]
+
+
+def test_two_delegates_in_priority_order_split_as_tflite(fakes):
+    # TFLite: delegate "a" claims relu1 although "b" could run it (first come, first served);
+    # "b" then takes what "a" left; cpu runs what nobody claimed.
+    a = fakes("a", {"Relu", "Add"})
+    b = fakes("b", {"Relu", "Sigmoid", "Mul"})
+    g = chain("Add", "Relu", "Sigmoid", "Add", "Tanh", "Mul")
+    p = partition(g, [a, b, td.backends.get_backend("cpu")])
+    assert placed(p) == [
+        ("a", ["add0", "relu1"]),
+        ("b", ["sigmoid2"]),
+        ("a", ["add3"]),
+        ("cpu", ["tanh4"]),
+        ("b", ["mul5"]),
+    ]
+    assert p.refusals["sigmoid2"] == {"a": "a has no Sigmoid kernel"}
+    assert p.refusals["tanh4"] == {"a": "a has no Tanh kernel", "b": "b has no Tanh kernel"}
+    assert "relu1" not in p.refusals and "add0" not in p.refusals
+
+
+def test_independent_branches_merge_into_one_partition(fakes):
+    # Two branches: TFLite's first subset stops at the cpu node; the fake nodes after it join
+    # the first fake subset, since no path between them leaves the fake backend.
+    fake = fakes("fake", {"Relu", "Tanh", "Add"})
+    g = Graph(
+        [Value("x", "float32", (2, 3)), Value("z", "float32", (2, 3))],
+        [Value("y"), Value("w")],
+        [
+            Node("Relu", ["x"], ["r"], name="relu"),
+            Node("Sigmoid", ["z"], ["s"], name="sigmoid"),
+            Node("Tanh", ["s"], ["t"], name="tanh"),
+            Node("Add", ["r", "r"], ["y"], name="add"),
+            Node("Add", ["t", "t"], ["w"], name="add2"),
+        ],
+    ).validate()
+    p = partition(g, [fake, td.backends.get_backend("cpu")])
+    assert placed(p) == [("cpu", ["sigmoid"]), ("fake", ["relu", "tanh", "add", "add2"])]
+
+
+def test_merging_never_creates_a_cycle(fakes):
+    # relu -> sigmoid (cpu) -> add <- relu: relu and add cannot share a partition.
+    fake = fakes("fake", {"Relu", "Add"})
+    g = Graph(
+        [Value("x", "float32", (4,))],
+        [Value("y")],
+        [
+            Node("Relu", ["x"], ["r"], name="relu"),
+            Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
+            Node("Add", ["r", "s"], ["y"], name="add"),
+        ],
+    ).validate()
+    p = partition(g, [fake, td.backends.get_backend("cpu")])
+    assert placed(p) == [("fake", ["relu"]), ("cpu", ["sigmoid"]), ("fake", ["add"])]
+
+
+def random_graph(rng, n: int) -> Graph:
+    values, nodes = ["x"], []
+    for k in range(n):
+        op = rng.choice(UNARY + BINARY)
+        picks = rng.choice(values[-6:], size=2 if op in BINARY else 1)
+        out = f"v{k}"
+        nodes.append(Node(str(op), [str(v) for v in picks], [out], name=f"n{k}"))
+        values.append(out)
+    read = {i for node in nodes for i in node.inputs}
+    outputs = [Value(v) for v in values[1:] if v not in read]
+    order = rng.permutation(n)  # file order is not execution order
+    return Graph([Value("x", "float32", (2, 3))], outputs, [nodes[i] for i in order]).validate()
+
+
+def check_partitions(g: Graph, p, backends) -> None:
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    made = {v.name for v in g.inputs}
+    for k, part in enumerate(p.partitions):
+        # Topologically ordered: everything a partition reads is made before it.
+        assert set(part.inputs) <= made, f"partition {k} reads a later value"
+        assert [index[n.name] for n in part.nodes] == sorted(index[n.name] for n in part.nodes)
+        made |= {o for n in part.nodes for o in n.outputs}
+    # First come, first served: each node on the first backend that supports it.
+    for node in g.nodes:
+        first = next(b for b in backends if b.supports(node, g))
+        assert p[node.name] == first.name
+    # Maximal: two partitions of one backend always have a path between them through another.
+    parts = p.partitions
+    producer = {o: k for k, part in enumerate(parts) for n in part.nodes for o in n.outputs}
+    succ = [set() for _ in parts]
+    for k, part in enumerate(parts):
+        for i in part.inputs:
+            if i in producer:
+                succ[producer[i]].add(k)
+
+    def reach(a: int) -> set[int]:
+        seen, todo = set(), list(succ[a])
+        while todo:
+            k = todo.pop()
+            if k not in seen:
+                seen.add(k)
+                todo += succ[k]
+        return seen
+
+    for a in range(len(parts)):
+        for b in range(a + 1, len(parts)):
+            if parts[a].backend != parts[b].backend:
+                continue
+            via = any(b in reach(s) for s in succ[a] if s != b)
+            assert via, f"partitions {a} and {b} of {parts[a].backend} could merge"
+
+
+def test_random_graphs_partition_maximal_acyclic_ordered(fakes):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    for trial in range(30):
+        ops = list(UNARY + BINARY)
+        a = fakes(f"a{trial}", set(rng.choice(ops, size=4, replace=False)))
+        b = fakes(f"b{trial}", set(rng.choice(ops, size=4, replace=False)))
+        backends = [a, b, td.backends.get_backend("cpu")]
+        g = random_graph(rng, int(rng.integers(5, 30)))
+        p = partition(g, backends)
+        check_partitions(g, p, backends)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = td.compile(g, backends=[a.name, b.name, "cpu"]).run({"x": x})
+        want = td.compile(g).run({"x": x})
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_min_partition_size_releases_small_partitions(fakes):
+    fake = fakes("fake", {"Relu", "Tanh", "Add"})
+    g = chain("Relu", "Tanh", "Sigmoid", "Add", "Sigmoid")
+    p = partition(g, [fake, td.backends.get_backend("cpu")], min_partition_size=2)
+    assert placed(p) == [("fake", ["relu0", "tanh1"]), ("cpu", ["sigmoid2", "add3", "sigmoid4"])]
+    assert "fewer than min_partition_size=2" in p.refusals["add3"]["fake"]
+    with pytest.raises(ValueError, match="min_partition_size"):
+        partition(g, [fake], min_partition_size=0)
+
+
+def test_transfers_at_boundaries_and_bytes_per_run(fakes, rng):
+    fakes("fake", {"Relu", "Tanh"})
+    g = chain("Relu", "Sigmoid", "Tanh", shape=(4, 8))
+    with pytest.warns(UserWarning, match="Sigmoid"):
+        sess = td.compile(g, backends=("fake", "cpu"))
+    p = sess.placement
+    size = 4 * 8 * 4
+    assert p.transfers == [
+        Transfer("x", HOST, "fake", size),
+        Transfer("v0", "fake", HOST, size),
+        Transfer("v1", HOST, "fake", size),
+        Transfer("y", "fake", HOST, size),
+    ]
+    assert [type(step).__name__ for step in p.plan] == [
+        "Transfer",
+        "Partition",
+        "Transfer",
+        "Partition",
+        "Transfer",
+        "Partition",
+        "Transfer",
+    ]
+    assert p.bytes_per_run() == 4 * size
+    assert "moved per run: 512 bytes in 4 transfer(s)" in p.summary()
+    sess.run({"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    prof = sess.profile()
+    assert prof["bytes_moved"] == 4 * size
+    assert [(t["value"], t["src"], t["dst"]) for t in prof["transfers"]] == [
+        (t.value, t.src, t.dst) for t in p.transfers
+    ]
+    sess.run({"x": np.zeros((4, 8), np.float32)}, outputs="device")
+    assert sess.profile()["bytes_moved"] == 3 * size  # the output stays on the device
+
+
+def test_op_no_gpu_backend_supports_warns_or_raises_in_strict_mode(fakes, tmp_path, rng):
+    espcn_onnx(tmp_path / "espcn.onnx", 3, rng)
+    model = td.load(tmp_path / "espcn.onnx")
+    fakes("gpu", {"Conv", "Tanh", "tinydl.FusedConv"})  # no DepthToSpace kernel
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = td.compile(model, backends=("gpu", "cpu"))
+    (message,) = [str(w.message) for w in caught]
+    assert "DepthToSpace" in message and "'gpu'" in message
+    assert placed(sess.placement)[-1][0] == "cpu"
+    y = rng.random((1, 1, 8, 10), dtype=np.float32)
+    np.testing.assert_allclose(
+        sess.run({"y": y})["out"], td.compile(model).run({"y": y})["out"], rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(td.UnsupportedOpError, match=r"\(DepthToSpace\): gpu: gpu has no Depth"):
+        td.compile(model, backends=("gpu", "cpu"), strict=True)
+
+
+def test_fusion_only_where_the_backend_runs_the_fused_op(fakes, tmp_path, rng):
+    espcn_onnx(tmp_path / "espcn.onnx", 3, rng)
+    model = td.load(tmp_path / "espcn.onnx")
+    fakes("plain", {"Conv", "Tanh", "DepthToSpace"})  # runs Conv and Tanh, not FusedConv
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing may fall back
+        sess = td.compile(model, backends=("plain", "cpu"))
+    assert sess.placement.counts() == {"plain": 6}
+    assert td.compile(model).placement.counts() == {"cpu": 4}  # the cpu runs FusedConv
+
+
+def test_no_backend_runs_a_node_lists_every_refusal(fakes):
+    fake = fakes("fake", {"Relu"})
+    g = chain("Relu", "Tanh", "Sigmoid")
+    with pytest.raises(td.UnsupportedOpError) as err:
+        partition(g, [fake])
+    assert "tanh1 (Tanh): fake: fake has no Tanh kernel" in str(err.value)
+    assert "sigmoid2 (Sigmoid)" in str(err.value)

@@ -1,0 +1,49 @@
+"""BatchNormalization folding: an inference-mode BatchNormalization right after a Conv,
+ConvTranspose or Gemm with constant weights becomes part of those weights.
+
+BN(y) = y * k + (beta - mean * k) per channel, with k = scale / sqrt(var + epsilon): a per-channel
+affine map, folded into the weights and bias in float64 (rewrite.fold_output_affine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinydl.ir.graph import Graph, Node
+from tinydl.passes.rewrite import Accepts, Uses, const, fold_output_affine, output_channels
+
+NAME = "batch_norm_folding"
+_HOSTS = ("Conv", "ConvTranspose", "Gemm")
+
+
+def run(graph: Graph, accepts: Accepts | None = None) -> int:
+    folded = 0
+    while _fold_one(graph):
+        folded += 1
+    return folded
+
+
+def _fold_one(graph: Graph) -> bool:
+    uses = Uses(graph)
+    for bn in graph.nodes:
+        if bn.op != "BatchNormalization" or any(bn.outputs[1:]):
+            continue
+        host = uses.producer.get(bn.inputs[0])
+        if host is None or host.op not in _HOSTS or not uses.sole_reader(bn.inputs[0], bn):
+            continue
+        affine = _affine(graph, bn, output_channels(graph, host))
+        if affine is None or not fold_output_affine(graph, host, *affine):
+            continue
+        host.outputs[0] = bn.outputs[0]
+        graph.nodes.remove(bn)
+        return True
+    return False
+
+
+def _affine(graph: Graph, bn: Node, channels: int | None):
+    params = [const(graph, name) for name in bn.inputs[1:]]
+    if channels is None or any(p is None or p.shape != (channels,) for p in params):
+        return None
+    scale, beta, mean, var = (p.astype(np.float64) for p in params)
+    k = scale / np.sqrt(var + bn.attrs["epsilon"])
+    return k, beta - mean * k

@@ -1,0 +1,109 @@
+"""Conv + activation fusion: a Conv (with its bias) and the activation that is the only reader of
+its output become one tinydl.FusedConv (ops/fused.py).
+
+Activations: Relu, Clip (Relu6 when it clips to [0, 6]), Tanh, Sigmoid, LeakyRelu, PRelu (its
+slope becomes input 3), HardSwish, HardSigmoid, y * Sigmoid(y) as SiLU and y * HardSigmoid(y)
+with alpha 1/6, beta 0.5 as HardSwish. Bias adds and BatchNormalization have been folded into
+the Conv by the passes that run before this one.
+"""
+
+from __future__ import annotations
+
+from tinydl.ir.graph import Graph, Node
+from tinydl.ops.base import broadcast
+from tinydl.passes.rewrite import Accepts, Uses, allowed, near, scalar
+
+NAME = "conv_activation_fusion"
+
+_SIMPLE = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "HardSwish": "hard_swish"}
+
+
+def run(graph: Graph, accepts: Accepts | None = None) -> int:
+    fused = 0
+    while _fuse_one(graph, accepts):
+        fused += 1
+    return fused
+
+
+def _fuse_one(graph: Graph, accepts: Accepts | None) -> bool:
+    uses = Uses(graph)
+    for conv in graph.nodes:
+        y = conv.outputs[0]
+        if conv.op != "Conv" or y in uses.outputs:
+            continue
+        found = _activation(graph, uses, y)
+        if found is None:
+            continue
+        last, removed, attrs, slope = found
+        padded = [*conv.inputs, *[""] * (3 - len(conv.inputs))]
+        fused = Node(
+            "tinydl.FusedConv",
+            [*padded, slope] if slope else list(conv.inputs),
+            [last.outputs[0]],
+            {**conv.attrs, **attrs},
+            conv.name,
+            {**conv.meta, "fused": [n.name for n in removed]},
+        )
+        if not allowed(accepts, fused, conv, graph):
+            continue
+        graph.nodes[graph.nodes.index(conv)] = fused
+        for n in removed:
+            graph.nodes.remove(n)
+        return True
+    return False
+
+
+def _activation(graph: Graph, uses: Uses, y: str):
+    """(last node, nodes fused away, FusedConv attributes, slope input) for the activation that
+    reads y, or None."""
+    readers = uses.readers.get(y, [])
+    if len(readers) == 1:
+        act = readers[0]
+        attrs = _single(graph, act)
+        if attrs is None or act.inputs[0] != y:
+            return None
+        slope = act.inputs[1] if act.op == "PRelu" else ""
+        if slope and not _slope_fits(graph, y, slope):
+            return None
+        return act, [act], attrs, slope
+    if len(readers) == 2:
+        # y * Sigmoid(y) or y * HardSigmoid(y): the gate's only reader is the Mul.
+        gate, mul = sorted(readers, key=lambda n: n.op == "Mul")
+        if mul.op != "Mul" or sorted(mul.inputs) != sorted([y, gate.outputs[0]]):
+            return None
+        if not uses.sole_reader(gate.outputs[0], mul) or gate.inputs[0] != y:
+            return None
+        if gate.op == "Sigmoid":
+            return mul, [gate, mul], {"activation": "silu"}, ""
+        if gate.op == "HardSigmoid" and near(gate.attrs["alpha"], 1 / 6):
+            if near(gate.attrs["beta"], 0.5):
+                return mul, [gate, mul], {"activation": "hard_swish"}, ""
+    return None
+
+
+def _single(graph: Graph, act: Node) -> dict | None:
+    if act.op in _SIMPLE:
+        return {"activation": _SIMPLE[act.op]}
+    if act.op == "LeakyRelu":
+        return {"activation": "leaky_relu", "alpha": act.attrs["alpha"]}
+    if act.op == "HardSigmoid":
+        return {"activation": "hard_sigmoid", **{k: act.attrs[k] for k in ("alpha", "beta")}}
+    if act.op == "PRelu":
+        return {"activation": "prelu"}
+    if act.op == "Clip":
+        bounds = [act.inputs[i] if len(act.inputs) > i else "" for i in (1, 2)]
+        lo, hi = (scalar(graph, b) if b else None for b in bounds)
+        if any(b and v is None for b, v in zip(bounds, (lo, hi), strict=True)):
+            return None
+        if (lo, hi) == (0, 6):
+            return {"activation": "relu6"}
+        return {"activation": "clip", "min": lo, "max": hi}
+    return None
+
+
+def _slope_fits(graph: Graph, y: str, slope: str) -> bool:
+    """The slope broadcasts to the conv output without growing it (FusedConv's contract)."""
+    out, s = graph.value(y), graph.value(slope)
+    if out is None or s is None or out.shape is None or s.shape is None:
+        return False
+    return len(s.shape) <= len(out.shape) and broadcast(out.shape, s.shape) == tuple(out.shape)
