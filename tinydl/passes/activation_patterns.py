@@ -10,16 +10,13 @@ as one node it can then fuse into the convolution before it.
 from __future__ import annotations
 
 from tinydl.ir.graph import Graph, Node
-from tinydl.passes.rewrite import Accepts, Uses, allowed, const, near, rank, scalar
+from tinydl.passes.rewrite import Accepts, Uses, allowed, const, near, rank, repeat, scalar
 
 NAME = "activation_patterns"
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    rewritten = 0
-    while _rewrite_one(graph, accepts):
-        rewritten += 1
-    return rewritten
+    return repeat(lambda: _rewrite_one(graph, accepts))
 
 
 def _rewrite_one(graph: Graph, accepts: Accepts | None) -> bool:

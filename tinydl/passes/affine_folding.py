@@ -24,6 +24,7 @@ from tinydl.passes.rewrite import (
     const,
     fold_output_affine,
     output_channels,
+    repeat,
 )
 
 NAME = "affine_folding"
@@ -32,10 +33,7 @@ _ARITH = ("Mul", "Add", "Sub", "Div")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    folded = 0
-    while _fold_one(graph):
-        folded += 1
-    return folded
+    return repeat(lambda: _fold_one(graph))
 
 
 def _fold_one(graph: Graph) -> bool:

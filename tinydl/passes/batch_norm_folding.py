@@ -10,17 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from tinydl.ir.graph import Graph, Node
-from tinydl.passes.rewrite import Accepts, Uses, const, fold_output_affine, output_channels
+from tinydl.passes.rewrite import Accepts, Uses, const, fold_output_affine, output_channels, repeat
 
 NAME = "batch_norm_folding"
 _HOSTS = ("Conv", "ConvTranspose", "Gemm")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    folded = 0
-    while _fold_one(graph):
-        folded += 1
-    return folded
+    return repeat(lambda: _fold_one(graph))
 
 
 def _fold_one(graph: Graph) -> bool:

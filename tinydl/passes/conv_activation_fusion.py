@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops.base import broadcast
-from tinydl.passes.rewrite import Accepts, Uses, allowed, near, scalar
+from tinydl.passes.rewrite import Accepts, Uses, allowed, near, repeat, scalar
 
 NAME = "conv_activation_fusion"
 
@@ -19,10 +19,7 @@ _SIMPLE = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "HardSwish": "h
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    fused = 0
-    while _fuse_one(graph, accepts):
-        fused += 1
-    return fused
+    return repeat(lambda: _fuse_one(graph, accepts))
 
 
 def _fuse_one(graph: Graph, accepts: Accepts | None) -> bool:

@@ -13,17 +13,14 @@ import math
 
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops.resize import _pad_widths
-from tinydl.passes.rewrite import Accepts, Uses, const, rank, scalar
+from tinydl.passes.rewrite import Accepts, Uses, const, rank, repeat, scalar
 
 NAME = "pad_folding"
 _CONVS = ("Conv", "tinydl.FusedConv")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    folded = 0
-    while _fold_one(graph):
-        folded += 1
-    return folded
+    return repeat(lambda: _fold_one(graph))
 
 
 def _fold_one(graph: Graph) -> bool:

@@ -16,6 +16,14 @@ from tinydl.ir.graph import Graph, Node
 Accepts = Callable[[Node, Node, Graph], bool]
 
 
+def repeat(step: Callable[[], bool]) -> int:
+    """Apply a one-rewrite step until it finds nothing to rewrite; how many times it did."""
+    count = 0
+    while step():
+        count += 1
+    return count
+
+
 def allowed(accepts: Accepts | None, new: Node, old: Node, graph: Graph) -> bool:
     return accepts is None or accepts(new, old, graph)
 
