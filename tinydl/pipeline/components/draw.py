@@ -1,0 +1,68 @@
+"""Draw: boxes, points (and mesh edges) or text onto a frame, with Pillow.
+
+Inputs:  image (Frame, RGB/BGR/gray uint8), overlay (Rects, Landmarks or Text) — joined by
+         (flow_id, request_id), so both must come from the same frame
+Outputs: out (Frame) — a copy of the image with the overlay drawn
+Options: color (RGB triple, (255, 0, 0)), width (int, line width, 2), radius (int, point
+         radius, 2)
+
+Needs Pillow (the `image` extra).
+
+Example:
+    app.add("draw", Draw(color=(0, 255, 0)))
+    app.connect("cam", ["detect", "draw.image"])   # fan-out: the frame to both
+    app.connect("detect", "draw.overlay")
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tinydl.pipeline.component import Component
+from tinydl.pipeline.packet import Frame, Landmarks, Rects, Text
+
+
+class Draw(Component):
+    """A frame with rectangles, points or text drawn on it."""
+
+    inputs = {"image": Frame, "overlay": (Rects, Landmarks, Text)}
+    outputs = {"out": Frame}
+
+    def __init__(self, color: tuple[int, int, int] = (255, 0, 0), width: int = 2, radius: int = 2):
+        self.color, self.width, self.radius = tuple(color), width, radius
+
+    def open(self, ctx):
+        from PIL import Image, ImageDraw
+
+        self.Image, self.ImageDraw = Image, ImageDraw
+
+    def process(self, ctx, inputs):
+        frame, overlay = inputs["image"].payload, inputs["overlay"].payload
+        image = self.Image.fromarray(np.ascontiguousarray(frame.image))
+        color = self.color[::-1] if frame.format == "bgr" else self.color
+        if image.mode == "L":
+            color = int(np.dot(self.color, (0.299, 0.587, 0.114)))
+        pen = self.ImageDraw.Draw(image)
+        if isinstance(overlay, Rects):
+            for box in np.asarray(overlay.boxes, np.float64).reshape(-1, 4):
+                pen.rectangle([float(v) for v in box], outline=color, width=self.width)
+            for label, box in zip(
+                overlay.labels or [], np.asarray(overlay.boxes).reshape(-1, 4), strict=False
+            ):
+                pen.text((float(box[0]) + 2, float(box[1]) + 2), str(label), fill=color)
+        elif isinstance(overlay, Landmarks):
+            points = np.asarray(overlay.points, np.float64).reshape(len(overlay.points), -1)
+            for a, b in [] if overlay.edges is None else np.asarray(overlay.edges).reshape(-1, 2):
+                pen.line(
+                    [tuple(points[a, :2]), tuple(points[b, :2])],
+                    fill=color,
+                    width=max(1, self.width // 2),
+                )
+            r = self.radius
+            for x, y in points[:, :2]:
+                pen.ellipse([x - r, y - r, x + r, y + r], fill=color)
+        else:
+            pen.text(overlay.position or (4, 4), overlay.text, fill=color)
+        return {"out": replace(frame, image=np.asarray(image))}

@@ -1,0 +1,164 @@
+"""Inference: run a tinydl model (a Session on any backend) on tensors, frames, or batches.
+
+Inputs:  in (Tensor, DeviceTensor or Frame, or a Batch of one of them: the items are stacked
+         along the model's batch axis and run at once)
+Outputs: out (Tensor, DeviceTensor or Frame per `output_as`; a Batch in gives a Batch out, item
+         by item with the items' ids)
+Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, or an
+         ir.Graph), backends (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" |
+         "fp16"), strict (bool: no fallback), input / output (names; default the model's only
+         input and its first output), channels (list of frame channels fed to the model, default
+         all), output_as ("tensor" | "device" | "frame"), keep_channels (bool, with output_as
+         "frame": channels not fed to the model are resized to the output's size and kept, so a
+         luma-only super-resolution model gives a color frame)
+
+Frames are fed as NCHW float32: uint8 pixels divided by 255. A frame out is HWC, clipped to
+[0, 1], and back to uint8 if the input frame was. An item whose rank is one less than the model
+input's gets a batch axis of 1, removed again on the way out.
+
+Example (ESPCN x2 on the Y channel of YCbCr frames, four streams batched together):
+    app.add("sr", Inference(model="espcn_x2.tdl", channels=[0], output_as="frame",
+                            keep_channels=True))
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.pipeline.component import Component
+from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.packet import Batch, DeviceTensor, Frame, Tensor, union
+
+from ._image import resize
+
+_ITEM = (Tensor, DeviceTensor, Frame)
+_OUT = {"tensor": Tensor, "device": DeviceTensor, "frame": Frame}
+
+
+def resolve_model(model: Any) -> Any:
+    """A path, "tinydl:NAME" (tinydl/models/NAME.tdl), or a Graph as is."""
+    if not isinstance(model, str | Path) or not str(model).startswith("tinydl:"):
+        return model
+    path = Path(str(files("tinydl.models") / f"{str(model)[len('tinydl:') :]}.tdl"))
+    if not path.exists():
+        raise PipelineError(f"{model}: {path} is not there (not shipped with this install)")
+    return path
+
+
+class Inference(Component):
+    """A model run by a tinydl Session, on one item or a batch at a time."""
+
+    inputs = {"in": union(*_ITEM, *(Batch[t] for t in _ITEM))}
+    outputs = {"out": union(*_OUT.values(), *(Batch[t] for t in _OUT.values()))}
+
+    def __init__(
+        self,
+        model: Any,
+        backends: str | list[str] = "cpu",
+        precision: str = "fp32",
+        strict: bool = False,
+        input: str | None = None,
+        output: str | None = None,
+        channels: list[int] | None = None,
+        output_as: str = "tensor",
+        keep_channels: bool = False,
+    ):
+        if output_as not in _OUT:
+            raise PipelineError(f"Inference: output_as must be one of {list(_OUT)}")
+        if keep_channels and (output_as != "frame" or channels is None):
+            raise PipelineError("Inference: keep_channels needs output_as='frame' and channels")
+        self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
+        self.input, self.output, self.channels = input, output, channels
+        self.output_as, self.keep_channels = output_as, keep_channels
+        if output_as == "frame":
+            self.inputs = {"in": union(Frame, Batch[Frame])}
+
+    def output_types(self, input_types: dict[str, Any]) -> dict[str, Any]:
+        got, out = input_types["in"], _OUT[self.output_as]
+        batched = isinstance(got, type) and issubclass(got, Batch)
+        single = isinstance(got, type) and not batched and got is not Any
+        return {"out": Batch[out] if batched else out if single else union(out, Batch[out])}
+
+    def open(self, ctx):
+        import tinydl
+
+        self.session = tinydl.compile(
+            resolve_model(self.model),
+            backends=self.backends,
+            precision=self.precision,
+            strict=self.strict,
+        )
+        names = [v.name for v in self.session.inputs]
+        if self.input is None and len(names) != 1:
+            raise PipelineError(f"Inference: the model has inputs {names}; choose one with input=")
+        self.input = self.input or names[0]
+        if self.input not in names:
+            raise PipelineError(f"Inference: the model has no input {self.input!r}; it has {names}")
+        spec = next(v for v in self.session.inputs if v.name == self.input)
+        self.rank = None if spec.shape is None else len(spec.shape)
+        self.output = self.output or self.session.outputs[0].name
+
+    def _feed(self, item: Any) -> tuple[Any, bool]:
+        """The array for one item, and whether a batch axis was added."""
+        if isinstance(item, DeviceTensor):
+            return item.data, False
+        if isinstance(item, Frame):
+            image = item.image if item.image.ndim == 3 else item.image[..., None]
+            if self.channels is not None:
+                image = image[..., self.channels]
+            x = image.transpose(2, 0, 1).astype(np.float32)
+            if item.image.dtype == np.uint8:
+                x *= np.float32(1 / 255)
+        elif isinstance(item, Tensor):
+            x = np.asarray(item.data)
+        else:
+            raise PipelineError(f"Inference: cannot feed a {type(item).__name__}")
+        if self.rank is not None and x.ndim == self.rank - 1:
+            return x[None], True
+        return x, False
+
+    def _answer(self, out: Any, source: Any) -> Any:
+        if self.output_as == "device":
+            return DeviceTensor(out, self.session.backends[-1])
+        if self.output_as == "tensor":
+            return Tensor(out)
+        if not isinstance(source, Frame):
+            raise PipelineError("Inference: output_as='frame' needs frames in")
+        y = np.clip(out, 0.0, 1.0).transpose(1, 2, 0)
+        if self.keep_channels:
+            h, w = y.shape[:2]
+            image = source.image if source.image.ndim == 3 else source.image[..., None]
+            full = resize(
+                image.astype(np.float32) / (255 if image.dtype == np.uint8 else 1), w, h, "linear"
+            )
+            full[..., self.channels] = y
+            y = full
+        if source.image.dtype == np.uint8:
+            y = np.rint(y * 255).astype(np.uint8)
+        if source.image.ndim == 2 and y.shape[-1] == 1:
+            y = y[..., 0]
+        return replace(source, image=y)
+
+    def process(self, ctx, inputs):
+        payload = inputs["in"].payload
+        items = payload.payloads() if isinstance(payload, Batch) else [payload]
+        fed = [self._feed(item) for item in items]
+        x = fed[0][0] if len(fed) == 1 else np.concatenate([f[0] for f in fed])
+        kind = "device" if self.output_as == "device" else [self.output]
+        y = self.session.run({self.input: x}, outputs=kind)[self.output]
+        answers, start = [], 0
+        for item, (xi, added) in zip(items, fed, strict=True):
+            n = 1 if added else xi.shape[0]
+            yi = y[start] if added else y[start : start + n]
+            start += n
+            answers.append(self._answer(yi, item))
+        if isinstance(payload, Batch):
+            return {
+                "out": Batch([p.derive(a) for p, a in zip(payload.items, answers, strict=True)])
+            }
+        return {"out": answers[0]}

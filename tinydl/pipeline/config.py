@@ -1,0 +1,245 @@
+"""Apps from files: YAML, or a Markdown document (the seed framework's form). Both give the same
+spec, which `build_app` turns into an App.
+
+YAML:
+
+    app: demo                      # name (default: the file's stem)
+    executor: thread               # default executor: thread | process
+    capacity: 8                    # default queue capacity
+    vars: {frames: 100}            # ${frames} anywhere below is replaced (--set overrides)
+    components:
+      src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
+      small: {type: Resize, options: {width: 32}, executor: process, timeout: 5}
+      out: {type: Collect}
+    connections:
+      - src -> small                               # one-to-one (ports may be left out)
+      - "small.out -> out.in (policy: keep-latest, capacity: 1)"  # quoted: it holds ": "
+      - {from: small, to: out, policy: drop-oldest}  # the same as a mapping
+      # "a -> b, c" fans out; "a, b -> c" merges; w[1] names an instance; collect: true
+
+Markdown: the H1 is the app's name; "## Settings" and "## Variables" are lists of `key: value`;
+"## Components" is a table with columns name, type, options (a YAML mapping without braces),
+and optionally instances, executor, timeout; "## Connections" is a list of edges as above.
+Other sections and text are documentation. `${here}` is the file's folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tinydl.pipeline.app import App
+from tinydl.pipeline.component import build_component
+from tinydl.pipeline.errors import PipelineError
+
+_EDGE = re.compile(r"^(?P<src>[^>]+?)\s*->\s*(?P<dst>[^(]+?)\s*(?:\((?P<opts>.*)\))?\s*$")
+_VAR = re.compile(r"\$\{(\w+)\}")
+_EDGE_KEYS = {"capacity", "policy", "max_age", "dispatch", "collect"}
+_SECTIONS = {
+    "setting": "settings",
+    "var": "variables",
+    "component": "components",
+    "connection": "connections",
+    "edge": "connections",
+}
+_COMPONENT_KEYS = {"type", "options", "instances", "executor", "timeout", "max_restarts"}
+
+
+def _yaml():
+    try:
+        import yaml
+    except ImportError:
+        raise PipelineError("app files need PyYAML: pip install pyyaml") from None
+    return yaml
+
+
+def load_app(path: str | Path, variables: dict[str, Any] | None = None) -> App:
+    """An App from a .yaml/.yml or .md file; `variables` override the file's vars."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PipelineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if path.suffix.lower() in (".md", ".markdown"):
+        spec = parse_markdown(text, path)
+    else:
+        try:
+            spec = _yaml().safe_load(text)
+        except _yaml().YAMLError as exc:
+            raise PipelineError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(spec, dict):
+        raise PipelineError(f"{path}: expected a mapping with 'components' and 'connections'")
+    spec.setdefault("app", path.stem)
+    return build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
+
+
+def _substitute(value: Any, variables: dict[str, Any], where: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, variables, where) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def lookup(name: str) -> Any:
+        if name not in variables:
+            raise PipelineError(
+                f"{where}: unknown variable ${{{name}}}; known: {sorted(variables)}"
+            )
+        return variables[name]
+
+    whole = _VAR.fullmatch(value)
+    if whole:  # "${n}" alone keeps the variable's type (an int stays an int)
+        return lookup(whole[1])
+    return _VAR.sub(lambda m: str(lookup(m[1])), value)
+
+
+def build_app(
+    spec: dict[str, Any], variables: dict[str, Any] | None = None, source: Any = "app"
+) -> App:
+    """An App from a spec (the parsed YAML, or what parse_markdown gives)."""
+    unknown = set(spec) - {
+        "app",
+        "executor",
+        "capacity",
+        "app_id",
+        "vars",
+        "components",
+        "connections",
+        "description",
+    }
+    if unknown:
+        raise PipelineError(f"{source}: unknown top-level key(s) {sorted(unknown)}")
+    variables = {**(spec.get("vars") or {}), **(variables or {})}
+    spec = {k: _substitute(v, variables, str(source)) for k, v in spec.items() if k != "vars"}
+    app = App(
+        str(spec["app"]),
+        executor=spec.get("executor", "thread"),
+        capacity=int(spec.get("capacity", 8)),
+        app_id=spec.get("app_id"),
+    )
+    components = spec.get("components") or {}
+    if isinstance(components, list):  # [{name: ..., type: ...}, ...]
+        components = {
+            c.get("name"): {k: v for k, v in c.items() if k != "name"} for c in components
+        }
+    if not components:
+        raise PipelineError(f"{source}: no components")
+    for name, c in components.items():
+        where = f"{source}: component {name!r}"
+        if not isinstance(c, dict) or "type" not in c:
+            raise PipelineError(f"{where}: expected a mapping with a 'type'")
+        bad = set(c) - _COMPONENT_KEYS
+        if bad:
+            raise PipelineError(
+                f"{where}: unknown key(s) {sorted(bad)}; expected {sorted(_COMPONENT_KEYS)}"
+            )
+        try:
+            component = build_component(str(c["type"]), c.get("options") or {})
+            app.add(
+                str(name),
+                component,
+                executor=c.get("executor"),
+                timeout=c.get("timeout"),
+                instances=int(c.get("instances", 1)),
+                max_restarts=int(c.get("max_restarts", 3)),
+            )
+        except PipelineError as exc:
+            raise PipelineError(f"{where}: {exc}") from None
+    for i, edge in enumerate(spec.get("connections") or []):
+        where = f"{source}: connection {i + 1}"
+        src, dst, opts = _edge(edge, where)
+        bad = set(opts) - _EDGE_KEYS
+        if bad:
+            raise PipelineError(
+                f"{where}: unknown option(s) {sorted(bad)}; expected {sorted(_EDGE_KEYS)}"
+            )
+        try:
+            app.connect(src, dst, **opts)
+        except PipelineError as exc:
+            raise PipelineError(f"{where}: {exc}") from None
+    return app
+
+
+def _edge(edge: Any, where: str) -> tuple[Any, Any, dict[str, Any]]:
+    if isinstance(edge, dict):
+        opts = {k: v for k, v in edge.items() if k not in ("from", "to")}
+        if "from" not in edge or "to" not in edge:
+            raise PipelineError(f"{where}: a mapping needs 'from' and 'to'")
+        return edge["from"], edge["to"], opts
+    if not isinstance(edge, str):
+        raise PipelineError(f"{where}: expected 'a -> b' or a mapping, got {edge!r}")
+    m = _EDGE.match(edge.strip())
+    if not m:
+        raise PipelineError(
+            f"{where}: cannot read {edge!r}; expected 'a.out -> b.in' with an "
+            "optional '(capacity: 4, policy: drop-oldest)'"
+        )
+    opts = _flow_mapping(m["opts"], where) if m["opts"] else {}
+    ends = [[x.strip() for x in m[k].split(",") if x.strip()] for k in ("src", "dst")]
+    return (*(e[0] if len(e) == 1 else e for e in ends), opts)
+
+
+def _flow_mapping(text: str, where: str) -> dict[str, Any]:
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        value = _yaml().safe_load("{" + text + "}")
+    except _yaml().YAMLError as exc:
+        raise PipelineError(f"{where}: cannot read options {text!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise PipelineError(f"{where}: options {text!r} are not key: value pairs")
+    return value
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip().strip("`").strip() for c in line.strip().strip("|").split("|")]
+
+
+def parse_markdown(text: str, source: Any = "app.md") -> dict[str, Any]:
+    """The spec of an app written as Markdown (see the module docstring)."""
+    spec: dict[str, Any] = {"components": {}, "connections": [], "vars": {}}
+    section = None
+    header: list[str] | None = None
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        where = f"{source}:{n}"
+        heading = re.match(r"^(#+)\s+(.*)$", line)
+        if heading:
+            title = heading[2].strip().lower()
+            if len(heading[1]) == 1 and "app" not in spec:
+                spec["app"] = heading[2].strip().strip("`")
+            section = next((v for k, v in _SECTIONS.items() if title.startswith(k)), None)
+            header = None
+            continue
+        item = re.match(r"^[-*+]\s+(.*)$", line)
+        if section in ("settings", "variables") and item:
+            pair = _flow_mapping(item[1].replace("`", ""), where)
+            (spec if section == "settings" else spec["vars"]).update(pair)
+        elif section == "connections" and item:
+            spec["connections"].append(item[1].replace("`", "").strip())
+        elif section == "components" and line.startswith("|"):
+            cells = _cells(line)
+            if header is None:
+                header = [c.lower() for c in cells]
+                if "name" not in header or "type" not in header:
+                    raise PipelineError(
+                        f"{where}: the components table needs 'name' and "
+                        f"'type' columns, got {header}"
+                    )
+            elif not all(set(c) <= set("-: ") for c in cells):
+                row = dict(zip(header, cells, strict=False))
+                entry: dict[str, Any] = {
+                    "type": row["type"],
+                    "options": _flow_mapping(row.get("options", ""), where),
+                }
+                for key in ("instances", "executor", "timeout", "max_restarts"):
+                    if row.get(key):
+                        entry[key] = _flow_mapping(f"v: {row[key]}", where)["v"]
+                spec["components"][row["name"]] = entry
+    return spec

@@ -1,0 +1,327 @@
+"""The process executor: a component instance runs open/process/close in a worker process.
+
+The node's queues, joins and accounting stay in the app's process; its thread sends each call to
+the worker over a pipe and waits for the answer, so a worker that dies or hangs is noticed at
+once (the pipe closes, or the component's timeout passes): the call's frames are counted as
+errored, the worker is replaced (up to `max_restarts`), and the app goes on.
+
+Arrays never go through pickle: a payload is pickled with protocol 5 and its buffers (NumPy
+arrays, made contiguous first) are written out-of-band into a shared-memory arena, one per
+direction per worker, reused call after call and grown when a call needs more. The worker reads
+its inputs in place (views valid during the call; components that hold inputs get copies); the
+app copies a worker's outputs out of its arena once (one memcpy, no pickling of pixel data).
+Workers start with the "spawn" method (safe with the app's threads); components must pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import traceback
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+
+from tinydl.pipeline.accounting import ERROR
+from tinydl.pipeline.component import Component, Context
+from tinydl.pipeline.runtime import CallTimeout, Node, Restart
+
+OPEN_TIMEOUT_S = 120.0  # spawn + imports + open, when the component sets no timeout
+MIN_ARENA = 1 << 20
+ALIGN = 64
+
+
+class WorkerDied(Restart):
+    """The worker process ended (crashed, killed, os._exit) while it owed an answer."""
+
+
+class RemoteError(Exception):
+    """An exception raised by a component in its worker; named after the original type."""
+
+    def __init__(self, type_name: str, message: str, trace: str):
+        super().__init__(message)
+        self.type_name, self.trace = type_name, trace
+
+
+# -- payload transport -----------------------------------------------------------------------
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        # NumPy pickles non-contiguous arrays in-band (as bytes); make them contiguous so that
+        # their data, too, goes out-of-band into shared memory.
+        if type(obj) is np.ndarray and not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+            return np.ascontiguousarray(obj).__reduce_ex__(5)
+        return NotImplemented
+
+
+def segment_prefix(app_pid: int | None = None) -> str:
+    """Segments are named after the app's process, so a leak is easy to trace (/dev/shm)."""
+    return f"tinydl_{app_pid or os.getpid()}_"
+
+
+class Arena:
+    """A shared-memory segment written by one side; replaced by a larger one when needed."""
+
+    _serial = itertools.count()
+
+    def __init__(self, prefix: str | None = None):
+        self.prefix = prefix or segment_prefix()
+        self.shm: SharedMemory | None = None
+
+    def reserve(self, nbytes: int) -> SharedMemory:
+        if self.shm is None or self.shm.size < nbytes:
+            size = max(MIN_ARENA, nbytes, 0 if self.shm is None else 2 * self.shm.size)
+            self.release()
+            name = f"{self.prefix}{os.getpid()}_{next(self._serial)}"
+            self.shm = SharedMemory(name=name, create=True, size=size)
+        return self.shm
+
+    def release(self) -> None:
+        if self.shm is not None:
+            _close(self.shm)
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+            self.shm = None
+
+
+def _close(shm: SharedMemory) -> None:
+    try:
+        shm.close()
+    except BufferError:  # arrays still view it; the mapping goes when they do
+        pass
+
+
+def dumps(obj: Any, arena: Arena) -> bytes:
+    buffers: list[pickle.PickleBuffer] = []
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)
+    if not buffers:
+        return pickle.dumps((None, [], f.getvalue()), protocol=5)
+    raws = [b.raw() for b in buffers]
+    layout, off = [], 0
+    for r in raws:
+        layout.append((off, r.nbytes))
+        off += -(-r.nbytes // ALIGN) * ALIGN
+    shm = arena.reserve(off)
+    for (o, n), r in zip(layout, raws, strict=True):
+        shm.buf[o : o + n] = r
+    return pickle.dumps((shm.name, layout, f.getvalue()), protocol=5)
+
+
+def loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any:
+    name, layout, data = pickle.loads(message)
+    if name is None:
+        return pickle.loads(data)
+    shm = attached.get(name)
+    if shm is None:
+        for old in attached.values():  # the writer moved to a larger arena
+            _close(old)
+        attached.clear()
+        shm = attached[name] = SharedMemory(name=name)
+    views = [shm.buf[o : o + n] for o, n in layout]
+    if copy:
+        views = [bytearray(v) for v in views]
+    return pickle.loads(data, buffers=views)
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+def _worker_main(
+    conn, component: Component, name: str, instance: int, instances: int, app_id: str, flow_id: int
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app decides when to stop
+    ctx = Context(name, instance, instances, app_id)
+    ctx.flow_id = flow_id
+    attached: dict[str, SharedMemory] = {}
+    arena = Arena(segment_prefix(os.getppid()))
+
+    def reply(*msg) -> None:
+        conn.send_bytes(pickle.dumps(msg, protocol=5))
+
+    def failure(exc: BaseException) -> tuple:
+        return ("error", type(exc).__name__, str(exc), traceback.format_exc())
+
+    try:
+        component.open(ctx)
+    except BaseException as exc:
+        reply(*failure(exc))
+        return
+    reply("ready", ctx.flow_id, os.getpid())
+    guarded = (
+        type(component).wait_for_resource is not Component.wait_for_resource
+        or type(component).release_resource is not Component.release_resource
+    )
+    try:
+        while True:
+            try:
+                kind, body = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                return
+            try:
+                if kind == "process":
+                    inputs = loads(body, attached, copy=component.holds_inputs)
+                    if guarded:
+                        component.wait_for_resource(ctx)
+                    try:
+                        out = component.process(ctx, inputs)
+                    finally:
+                        if guarded:
+                            component.release_resource(ctx)
+                    del inputs
+                else:
+                    out = component.close(ctx)
+                msg = ("ok", dumps(out, arena), ctx.tick_at, ctx.flow_id)
+            except Exception as exc:
+                msg = failure(exc)
+            conn.send_bytes(pickle.dumps(msg, protocol=5))
+            if kind == "close":
+                return
+    finally:
+        for shm in attached.values():
+            _close(shm)
+        arena.release()
+
+
+# -- the node in the app's process -----------------------------------------------------------
+
+
+class ProcessNode(Node):
+    """A component instance in a worker process, driven by a thread of the app."""
+
+    executor = "process"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.proc = None
+        self.conn = None
+        self.arena = Arena()
+        self.attached: dict[str, SharedMemory] = {}
+        self.out_arena: str | None = None
+        self._call_process = self._process
+
+    def _open(self) -> None:
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_worker_main,
+            name=f"tinydl:{self.name}",
+            daemon=True,
+            args=(
+                child,
+                self.component,
+                self.name,
+                self.ctx.instance,
+                self.ctx.instances,
+                self.ctx.app_id,
+                self.ctx.flow_id,
+            ),
+        )
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        msg = self._receive(self.timeout or OPEN_TIMEOUT_S, "open")
+        if msg[0] != "ready":
+            self._kill()
+            raise RemoteError(msg[1], f"open failed in the worker: {msg[1]}: {msg[2]}", msg[3])
+        self.ctx.flow_id = msg[1]
+        if self.rt.trace is not None:
+            self.track = self.rt.trace.track(f"{self.name} (process {msg[2]})", pid=msg[2], tid=1)
+
+    def _receive(self, timeout: float | None, what: str) -> tuple:
+        """The worker's answer. Its death closes the pipe (EOF), so a blocking read notices it
+        at once; with a timeout, poll first and kill it when the time is up."""
+        proc, conn = self.proc, self.conn
+        if proc is None:
+            raise WorkerDied(f"no worker for {what} (stopped)")
+        try:
+            if timeout is None or conn.poll(timeout):
+                return pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError, ValueError):  # closed under us: it died or was killed
+            proc.join(1.0)
+            code = proc.exitcode
+            self._kill()
+            raise WorkerDied(f"worker died during {what} (exit code {code})") from None
+        self._kill()
+        raise CallTimeout(f"no answer in {timeout:g} s during {what}")
+
+    def _rpc(self, kind: str, body: bytes | None, what: str) -> Any:
+        if self.proc is None:
+            raise WorkerDied("no worker")
+        try:
+            self.conn.send_bytes(pickle.dumps((kind, body), protocol=5))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.proc.join(1.0)
+            code = self.proc.exitcode
+            self._kill()
+            raise WorkerDied(f"worker gone before {what} (exit code {code})") from None
+        msg = self._receive(self.timeout, what)
+        if msg[0] == "error":
+            raise RemoteError(msg[1], msg[2], msg[3])
+        _, out, tick_at, flow_id = msg
+        self.ctx.tick_at, self.ctx.flow_id = tick_at, flow_id
+        result = loads(out, self.attached, copy=True)
+        self.out_arena = next(iter(self.attached), self.out_arena)
+        return result
+
+    def _process(self, inputs: dict) -> Any:
+        return self._rpc("process", dumps(inputs, self.arena), "process")
+
+    def _close(self) -> Any:
+        if self.proc is None:
+            return None
+        try:
+            out = self._rpc("close", None, "close")
+            self.proc.join(5.0)
+            return out
+        finally:
+            self._kill()
+
+    def _restart(self, why: str) -> None:
+        self.stats.restarts += 1
+        self._end_held(ERROR, f"{self.name}: state lost ({why})")
+        self._kill()
+        if self.stats.restarts > self.spec.max_restarts:
+            self.failed = f"gave up after {self.spec.max_restarts} restarts ({why})"
+            return
+        try:
+            self._start_worker()
+        except Exception as exc:
+            self.failed = f"restart failed: {type(exc).__name__}: {exc}"
+
+    def _kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5.0)
+            proc.close()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        for shm in self.attached.values():
+            _close(shm)
+        self.attached.clear()
+        if self.out_arena is not None:  # a dead worker cannot unlink its own arena
+            try:
+                shm = SharedMemory(name=self.out_arena)
+                shm.close()
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+            self.out_arena = None
+
+    def _shutdown(self) -> None:
+        self._kill()
+        self.arena.release()

@@ -1,0 +1,218 @@
+"""Pipeline benchmarks: hop latency between two trivial components, and 4-stage throughput.
+
+    python tools/bench_pipeline.py                 # everything, a few seconds each
+    python tools/bench_pipeline.py --hops 20000 --json out.json
+
+Hop latency: a source stamps time.perf_counter_ns() into its payload as it returns it; the next
+component reads the clock as its process() begins (in its worker process, for the process
+executor: perf_counter is CLOCK_MONOTONIC on Linux, shared by processes). The source emits one
+packet every --gap-us so the receiver is idle, waiting, each time: the figure includes waking it
+up. For scale, the same measurement between two bare threads and a queue.SimpleQueue (written
+in C: about the cheapest wake-up CPython has) is reported as the floor.
+
+Throughput: source -> stage -> stage -> sink, as many packets as the pipeline takes, trivial
+payloads (framework overhead) and 640x480 RGB frames (each stage passes the frame on; with the
+process executor, the two middle stages run in worker processes, frames through shared memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import threading
+import time
+
+import numpy as np
+
+from tinydl.pipeline import App, Component, Frame
+
+
+class Stamp(Component):
+    """Source: `count` packets holding perf_counter_ns() at return, one every `gap_s`."""
+
+    inputs: dict = {}
+    outputs = {"out": object}
+
+    def __init__(self, count: int, gap_s: float = 0.0, frame: tuple[int, int] | None = None):
+        self.count, self.gap_s, self.frame = count, gap_s, frame
+
+    def open(self, ctx):
+        self.i = 0
+        self.image = None if self.frame is None else np.zeros((*self.frame, 3), np.uint8)
+
+    def process(self, ctx, inputs):
+        if self.i >= self.count:
+            return None
+        self.i += 1
+        if self.gap_s:
+            ctx.request_tick(self.gap_s)
+        if self.image is not None:
+            return {"out": Frame(self.image)}
+        return {"out": time.perf_counter_ns()}
+
+
+class Receive(Component):
+    """Answers the hop's latency: its own start time minus the stamp."""
+
+    inputs = {"in": object}
+    outputs = {"out": object}
+
+    def process(self, ctx, inputs):
+        now = time.perf_counter_ns()
+        return {"out": now - inputs["in"].payload}
+
+
+class Pass(Component):
+    inputs = {"in": object}
+    outputs = {"out": object}
+
+    def process(self, ctx, inputs):
+        return {"out": inputs["in"]}
+
+
+class Keep(Component):
+    """Sink: keeps payloads (latencies), or only counts them."""
+
+    inputs = {"in": object}
+    outputs: dict = {}
+    executors = ("thread",)
+
+    def __init__(self, keep: bool = True):
+        self.keep, self.values, self.n = keep, [], 0
+        self.first = self.last = 0
+
+    def process(self, ctx, inputs):
+        self.last = time.perf_counter()
+        if not self.n:
+            self.first = self.last
+        self.n += 1
+        if self.keep:
+            self.values.append(inputs["in"].payload)
+
+
+def percentiles(ns: list[int]) -> dict[str, float]:
+    s = sorted(ns)
+    at = lambda q: s[min(len(s) - 1, int(q * len(s)))] / 1e3  # noqa: E731
+    return {
+        "p50_us": at(0.5),
+        "p90_us": at(0.9),
+        "p99_us": at(0.99),
+        "mean_us": sum(s) / len(s) / 1e3,
+        "hops": len(s),
+    }
+
+
+def hop(
+    executor: str, hops: int, gap_s: float, inline: bool = True, warmup: int = 200
+) -> dict[str, float]:
+    app = App(f"hop-{executor}", inline_below_us=20.0 if inline else 0.0)
+    app.add("a", Stamp(hops + warmup, gap_s))
+    app.add("b", Receive(), executor=executor)
+    keep = Keep()
+    app.add("c", keep)
+    app.connect("a", "b")
+    app.connect("b", "c")
+    report = app.run(timeout=600)
+    assert report.frames_out == hops + warmup, report.accounting()
+    return percentiles(keep.values[warmup:])
+
+
+def floor(hops: int, gap_s: float) -> dict[str, float]:
+    """Two bare threads and a queue.SimpleQueue (C): CPython's wake-up cost, no framework."""
+    box: queue.SimpleQueue = queue.SimpleQueue()
+    got: list[int] = []
+
+    def consumer():
+        for _ in range(hops):
+            stamp = box.get()
+            got.append(time.perf_counter_ns() - stamp)
+
+    t = threading.Thread(target=consumer, daemon=True)
+    t.start()
+    for _ in range(hops):
+        box.put(time.perf_counter_ns())
+        time.sleep(gap_s)
+    t.join()
+    return percentiles(got)
+
+
+def throughput(
+    executor: str, items: int, frame: tuple[int, int] | None, inline: bool = True
+) -> dict[str, float]:
+    app = App(f"tput-{executor}", inline_below_us=20.0 if inline else 0.0)
+    app.add("src", Stamp(items, frame=frame))
+    app.add("s1", Pass(), executor=executor)
+    app.add("s2", Pass(), executor=executor)
+    sink = Keep(keep=False)
+    app.add("sink", sink)
+    for a, b in [("src", "s1"), ("s1", "s2"), ("s2", "sink")]:
+        app.connect(a, b)
+    report = app.run(timeout=600)
+    assert report.frames_out == items, report.accounting()
+    span = sink.last - sink.first  # first to last item out: worker start-up left out
+    return {
+        "items": items,
+        "items_per_s": (items - 1) / span,
+        "us_per_item": span / (items - 1) * 1e6,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hops", type=int, default=10000, help="hops per thread measurement")
+    ap.add_argument("--process-hops", type=int, default=3000, help="hops, process executor")
+    ap.add_argument("--gap-us", type=float, default=200.0, help="time between packets")
+    ap.add_argument("--items", type=int, default=20000, help="packets per throughput run")
+    ap.add_argument("--frames", type=int, default=2000, help="frames per throughput run")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is kept")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = ap.parse_args()
+    gap = args.gap_us / 1e6
+
+    def median_of(fn, *a, **kw) -> dict[str, float]:
+        runs = [fn(*a, **kw) for _ in range(args.repeat)]
+        return {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
+
+    thread, process, vga = "thread", "process", (480, 640)
+    results = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}",
+        "floor_simple_queue": median_of(floor, args.hops, gap),
+        "hop_thread": median_of(hop, thread, args.hops, gap),
+        "hop_thread_no_inline": median_of(hop, thread, args.hops, gap, inline=False),
+        "hop_process": median_of(hop, process, args.process_hops, gap),
+        "throughput_thread_trivial": median_of(throughput, thread, args.items, None),
+        "throughput_thread_no_inline_trivial": median_of(
+            throughput, thread, args.items, None, inline=False
+        ),
+        "throughput_process_trivial": median_of(throughput, process, args.items // 4, None),
+        "throughput_thread_640x480": median_of(throughput, thread, args.frames, vga),
+        "throughput_thread_no_inline_640x480": median_of(
+            throughput, thread, args.frames, vga, inline=False
+        ),
+        "throughput_process_640x480": median_of(throughput, process, args.frames // 2, vga),
+    }
+    print(f"machine: {results['machine']}")
+    print(f"{'hop latency':36} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'hops':>7}")
+    for key, label in [
+        ("floor_simple_queue", "floor: bare threads, SimpleQueue"),
+        ("hop_thread", "thread executor"),
+        ("hop_thread_no_inline", "thread executor, inline off"),
+        ("hop_process", "process executor"),
+    ]:
+        r = results[key]
+        print(f"{label:36} {r['p50_us']:8.1f} {r['p90_us']:8.1f} {r['p99_us']:8.1f} {r['hops']:7d}")
+    print(f"\n{'4-stage throughput':36} {'items/s':>10} {'us/item':>9}")
+    for key in [k for k in results if k.startswith("throughput")]:
+        r = results[key]
+        print(f"{key[len('throughput_') :]:36} {r['items_per_s']:10.0f} {r['us_per_item']:9.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
