@@ -82,9 +82,6 @@ class Ledger:
                 self._settle(self.fate.pop(k))
             return len(left)
 
-    def in_flight(self) -> int:
-        return len(self.live)
-
 
 def consumed_reason(node: str) -> str:
     return f"no output from {node}"

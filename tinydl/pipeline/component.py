@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinydl.pipeline.errors import PipelineError
-from tinydl.pipeline.packet import Packet, bind, substitute, type_name
+from tinydl.pipeline.packet import Packet, bind, substitute
 
 EXECUTORS = ("thread", "process")
 
@@ -107,20 +107,6 @@ class Component:
         args, kwargs = self._init_args
         return type(self)(*args, **kwargs)
 
-    def options(self) -> dict[str, Any]:
-        """The constructor arguments this instance was built with, by name."""
-        args, kwargs = self._init_args
-        names = list(inspect.signature(type(self)).parameters)
-        return {**dict(zip(names, args, strict=False)), **kwargs}
-
-    @classmethod
-    def describe(cls) -> str:
-        """One line: the first line of the docstring and the ports with their types."""
-        doc = (inspect.getdoc(cls) or "").split("\n", 1)[0]
-        ins = ", ".join(f"{p}: {type_name(t)}" for p, t in cls.inputs.items()) or "-"
-        outs = ", ".join(f"{p}: {type_name(t)}" for p, t in cls.outputs.items()) or "-"
-        return f"{cls.__name__}({ins}) -> ({outs})  {doc}"
-
 
 def component_class(name: str) -> type[Component]:
     """A component class by its registered name ('Resize') or import path ('pkg.mod:Class')."""
@@ -153,8 +139,7 @@ def build_component(type_: str, options: dict[str, Any] | None = None) -> Compon
         unknown = [k for k in options if k not in params]
         if unknown:
             raise PipelineError(
-                f"{cls.__name__}: unknown option(s) {unknown}; its options are "
-                f"{[p for p in params if p not in ('self',)]}"
+                f"{cls.__name__}: unknown option(s) {unknown}; its options are {list(params)}"
             )
     try:
         return cls(**options)

@@ -53,9 +53,6 @@ class Packet:
     def derive(self, payload: Any) -> Packet:
         return Packet(payload, self.flow_id, self.request_id, self.timestamp, self.app_id)
 
-    def age_s(self) -> float:
-        return (time.monotonic_ns() - self.timestamp) / 1e9
-
     def __reduce__(self):
         return (Packet, (self.payload, self.flow_id, self.request_id, self.timestamp, self.app_id))
 
