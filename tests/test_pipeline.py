@@ -124,8 +124,9 @@ def values(collect):
 # -- connect forms -------------------------------------------------------------------------------
 
 
-def test_one_to_one():
-    app = App("one")
+@pytest.mark.parametrize("inline_below_us", [20.0, 0.0])
+def test_one_to_one(inline_below_us):
+    app = App("one", inline_below_us=inline_below_us)
     app.add("src", Count(20))
     app.add("inc", AddOne())
     out = Collect()
@@ -197,8 +198,9 @@ def test_instance_addressing():
     assert {i for i, _, _ in seen} == {2}
 
 
-def test_collect_restores_request_order():
-    app = App("gather")
+@pytest.mark.parametrize("inline_below_us", [20.0, 0.0])
+def test_collect_restores_request_order(inline_below_us):
+    app = App("gather", inline_below_us=inline_below_us)
     app.add("src", Count(40))
     app.add("w", AddOne(delay=0.004, jitter=True), instances=4)
     out = Collect()
@@ -257,6 +259,33 @@ def test_join_matches_frames_and_drops_unmatched():
     assert report.frames_out == 5
     # the odd frames: filtered on one branch, no partner on the other
     assert sum(report.dropped.values()) == 5
+
+
+def test_resource_hooks_bracket_every_call():
+    events = []
+
+    class Guarded(AddOne):
+        def wait_for_resource(self, ctx):
+            events.append("wait")
+
+        def release_resource(self, ctx):
+            events.append("release")
+
+        def process(self, ctx, inputs):
+            events.append("process")
+            if inputs["in"].request_id == 2:
+                raise RuntimeError("device lost")
+            return super().process(ctx, inputs)
+
+    app = App("guarded")
+    app.add("src", Count(4))
+    app.add("g", Guarded())
+    app.add("out", Collect())
+    app.connect("src", "g")
+    app.connect("g", "out")
+    report = balanced(app.run(timeout=TIMEOUT))
+    assert events == ["wait", "process", "release"] * 4  # released also when process raised
+    assert report.errored == {"g: RuntimeError": 1}
 
 
 # -- checks before running -----------------------------------------------------------------------
