@@ -88,6 +88,8 @@ class Context:
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._lock = threading.Lock()
         self._fence = None
+        self._serials: dict[int, tuple[int, Any]] = {}
+        self._next_serial = 0
         self.stats = {
             "device_s": time.perf_counter() - t0,
             "pipelines": 0,
@@ -155,6 +157,17 @@ class Context:
         with self.guard("allocating a buffer"):
             return self.device.create_buffer(size=max(4, _round4(nbytes)), usage=usage)
 
+    def serial_of(self, buffer) -> int:
+        """A number for a live buffer that no other buffer gets while this one lives."""
+        entry = self._serials.get(id(buffer))
+        if entry is None:
+            self._next_serial += 1
+            entry = self._serials[id(buffer)] = (self._next_serial, buffer)
+        return entry[0]
+
+    def forget(self, buffer) -> None:
+        self._serials.pop(id(buffer), None)
+
     def acquire(self, nbytes: int, usage: int | None = None):
         """A buffer of at least `nbytes` from the pool (or a new one).
 
@@ -179,6 +192,7 @@ class Context:
             if len(free) < 4:
                 free.append(buffer)
                 return
+        self.forget(buffer)
         buffer.destroy()  # wgpu keeps it alive until submitted work using it has finished
 
     def upload(self, array: np.ndarray, usage: int | None = None):

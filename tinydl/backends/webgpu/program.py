@@ -342,7 +342,8 @@ class WebGPUKernel(Kernel):
     def __init__(self, ctx: Context, graph: Graph, options: CompileOptions):
         self.ctx, self.graph = ctx, graph
         self.precision = options.precision
-        self.timing: str | None = options.extra.get("timing")
+        self.extra = dict(options.extra)
+        self.timing: str | None = self.extra.get("timing")
         self.plans: dict[tuple, Plan] = {}
         self._constants: dict[tuple, Storage] = {}
         self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}

@@ -26,22 +26,27 @@ LOGICAL = {"float32": "f32", "float16": "f16", "int32": "i32"}
 
 
 class Storage:
-    """A GPU buffer owned by tensors; given back to the pool when the last one is dropped."""
+    """A GPU buffer owned by tensors; given back to the pool when the last one is dropped.
 
-    _serial = 0
+    `serial` names the buffer (not this object), so bind groups made for a pooled buffer are
+    found again when the buffer comes back for another tensor.
+    """
 
     def __init__(self, ctx, buffer, pooled: bool = True):
-        Storage._serial += 1
-        self.serial = Storage._serial
         self.ctx, self.buffer, self.pooled = ctx, buffer, pooled
+        self.serial = ctx.serial_of(buffer)
 
     def __del__(self):
-        if self.pooled and self.buffer is not None:
-            try:
+        if self.buffer is None:
+            return
+        try:
+            if self.pooled:
                 self.ctx.release(self.buffer)
-            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
-                pass
-            self.buffer = None
+            else:
+                self.ctx.forget(self.buffer)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+            pass
+        self.buffer = None
 
 
 def padded_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:

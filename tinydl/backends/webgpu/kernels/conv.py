@@ -200,17 +200,22 @@ def conv(b):
 
 
 def _pick(b, geom, scalar_in: bool) -> DirectConfig:
-    override = b.node.meta.get("conv_config") or os.environ.get("TINYDL_WEBGPU_CONV")
+    """The blocking for one conv: an override (CompileOptions.extra["conv_configs"] by node
+    name or "*", or TINYDL_WEBGPU_CONV) or the defaults below, shrunk to fit the hardware."""
+    configs = b.plan.owner.extra.get("conv_configs", {})
+    override = configs.get(b.node.name) or configs.get("*") or os.environ.get("TINYDL_WEBGPU_CONV")
+    oc4 = math.ceil(geom["OC"] / 4)
     if override:
-        cfg = DirectConfig.parse(override) if isinstance(override, str) else override
+        cfg = DirectConfig.parse(override) if isinstance(override, str) else DirectConfig(
+            **vars(override))
     else:
-        oc4 = math.ceil(geom["OC"] / 4)
         cfg = DirectConfig()
-        cfg.ocv = min(oc4, 8 if scalar_in else 4)
+        cfg.ocv = 8 if scalar_in else 4
         cfg.py = 4 if geom["OH"] >= 16 else 2 if geom["OH"] >= 2 else 1
         cfg.tx = 16 if geom["OW"] >= 16 else 8
         cfg.ty = 4 if geom["OH"] >= 16 else 8 // cfg.py if geom["OH"] > 1 else 8
-        cfg.cc4 = 1 if scalar_in else min(math.ceil(geom["C"] / 4), 2)
+        cfg.cc4 = min(math.ceil(geom["C"] / 4), 2)
+    cfg.ocv = min(cfg.ocv, oc4)
     if scalar_in:
         cfg.cc4 = 1
     limit = b.ctx.max_workgroup_storage
@@ -268,12 +273,14 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         wp = wp.transpose(0, 3, 4, 6, 7, 1, 5, 2)
     wchunk = wp.size // (nocb * nchunk * 4)
     wt = cfg.ct
-    wbuf = b.upload("weights", wp.reshape(-1, 4).astype(np.float32), wt)
+    # The packing depends on the blocking, so the blocking is part of the upload's key.
+    key = ("weights", cfg.ocv, cfg.cc4)
+    wbuf = b.upload(key, wp.reshape(-1, 4).astype(np.float32), wt)
     chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
     chan[0, :oc] = bias
     if slope is not None:
         chan[1, :oc] = slope
-    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
+    cbuf = b.upload(("channels", cfg.ocv), chan.reshape(-1, 4).astype(np.float32), "f32")
     d2s = b.node.meta.get("d2s")
     out_mode = "d2s" if d2s else yo.layout
     th, tw = cfg.ty * cfg.py, cfg.tx
