@@ -1,0 +1,18 @@
+"""`tinydl bench`: latency, transfer overhead and init cost of a model on tinydl's backends
+and on peer runtimes (onnxruntime, PyTorch, ncnn, LiteRT), measured in one run on the same
+model and input, each peer's output checked against tinydl's before its time counts.
+
+    from tinydl.bench import Config, run_bench, report
+    result = run_bench("model.onnx", backends=["cpu", "webgpu"], peers=["onnxruntime"],
+                       input_shapes={"y": (1, 1, 64, 96)}, config=Config(runs=20))
+    print(report.text(result))
+
+Modules: harness (what is measured and how), engine (tinydl backends as targets), peers/ (one
+module per peer runtime, each importing its library lazily), machine (machine and versions),
+report (tables, Markdown, JSON, charts).
+"""
+
+from tinydl.bench import report
+from tinydl.bench.harness import SCHEMA, Config, run_bench
+
+__all__ = ["SCHEMA", "Config", "report", "run_bench"]

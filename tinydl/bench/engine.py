@@ -1,0 +1,110 @@
+"""tinydl's own backends as benchmark targets, through the public API only (get_backend,
+tinydl.load, tinydl.compile, Session.run/profile, Backend.to_device/to_host).
+
+A backend other than cpu runs with cpu as its fallback (`backends=(name, "cpu")`); the nodes
+that fell back are counted in the target's info. GPU-resident time is the sum of the per-op
+device timestamps that `Session.profile()` reports with `profile=True`, inputs and outputs
+staying on the device; a backend that reports none gets "n/a".
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from tinydl.bench.harness import Config, Model, Skip, Target, TransferMode
+
+
+class TinydlTarget(Target):
+    engine = "tinydl"
+
+    def __init__(self, backend: str, model: Model, config: Config):
+        super().__init__(f"tinydl/{backend}", model, config)
+        self.backend_name = backend
+        self.backends = (backend,) if backend == "cpu" else (backend, "cpu")
+        self.graph = None
+        self._backend = None
+
+    def device_init(self) -> None:
+        from tinydl.backends import get_backend
+
+        backend = get_backend(self.backend_name)
+        if not backend.available():
+            raise Skip(backend.unavailable_reason() or "no usable device")
+        self._backend = backend
+        self.device = "; ".join(backend.devices())
+
+    def load(self) -> None:
+        import tinydl
+
+        self.graph = tinydl.load(self.model.path)
+
+    def compile(self, profile: bool = False) -> Any:
+        import tinydl
+
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            session = tinydl.compile(
+                self.graph, backends=self.backends, precision=self.config.precision, profile=profile
+            )
+        counts = session.placement.counts()
+        self.info["placement"] = counts
+        self.info["fallback_nodes"] = len(session.placement.fallbacks())
+        return session
+
+    def run(self, inst, feeds) -> list[np.ndarray]:
+        out = inst.run(feeds)
+        return [out[name] for name in self.model.output_names]
+
+    def gpu_timer(self, inst):
+        if self.backend_name == "cpu":
+            return None
+        self.gpu_note = f"n/a: backend '{self.backend_name}' reports no device timestamps"
+        backend = self._backend
+        session = self.compile(profile=True)
+        feeds = {n: backend.to_device(a) for n, a in self.model.feeds.items()}
+
+        def once() -> float | None:
+            session.run(feeds, outputs="device")
+            ops = [
+                op["seconds"]
+                for op in session.profile()["ops"]
+                if op["backend"] == self.backend_name and op["seconds"] is not None
+            ]
+            return sum(ops) if ops else None
+
+        return once
+
+    def transfer_modes(self) -> dict[str, TransferMode]:
+        if self.backend_name == "cpu":
+            return {}
+        backend = self._backend
+        sync = getattr(backend, "sync", None)
+
+        def h2d(host):
+            dev = backend.to_device(host)
+            if sync is not None:
+                sync()
+            return dev
+
+        modes = {"pageable": TransferMode(lambda a: a, h2d, lambda d, _h: backend.to_host(d))}
+        # A backend with page-locked (pinned) or mapped host buffers offers them as
+        # `host_buffer(shape, dtype)`; the same to_device/to_host then take the fast path.
+        host_buffer = getattr(backend, "host_buffer", None)
+        if host_buffer is not None:
+
+            def pinned(a):
+                buf = host_buffer(a.shape, a.dtype)
+                buf[...] = a
+                return buf
+
+            modes["pinned"] = TransferMode(pinned, h2d, lambda d, _h: backend.to_host(d))
+        else:
+            self.info["pinned"] = "n/a: the backend has no pinned/mapped host buffers"
+        return modes
+
+
+def tinydl_targets(backends: list[str], model: Model, config: Config) -> list[Target]:
+    return [TinydlTarget(name, model, config) for name in backends]
