@@ -327,19 +327,7 @@ class Phases:
 
 def measure(target: Target, cfg: Config, memory: Memory, log: Callable[[str], None]) -> dict:
     """Every figure for one target; never raises (failures become the record's status)."""
-    record: dict[str, Any] = {
-        "name": target.name,
-        "engine": target.engine,
-        "device": "",
-        "status": "ok",
-        "reason": None,
-        "check": None,
-        "latency": {"host": None, "gpu": None, "gpu_note": None},
-        "init": {},
-        "transfers": [],
-        "transfer_note": None,
-        "info": {},
-    }
+    record = _record(target.name, target.engine)
     phases = Phases(target, memory)
     try:
         _measure(target, cfg, phases, record, log)
@@ -562,7 +550,7 @@ def run_bench(
         for target in targets:
             if isinstance(target, Skipped):
                 log(f"  {target.name}: skipped: {target.reason}")
-                records.append(_skipped_record(target))
+                records.append(_record(target.name, target.engine, "skipped", target.reason))
                 continue
             log(f"  {target.name}: measuring")
             if target.engine == "tinydl":
@@ -609,13 +597,14 @@ def run_bench(
     }
 
 
-def _skipped_record(s: Skipped) -> dict[str, Any]:
+def _record(name: str, engine: str, status: str = "ok", reason: str | None = None) -> dict:
+    """A target's entry in the report, before any figure is in."""
     return {
-        "name": s.name,
-        "engine": s.engine,
+        "name": name,
+        "engine": engine,
         "device": "",
-        "status": "skipped",
-        "reason": s.reason,
+        "status": status,
+        "reason": reason,
         "check": None,
         "latency": {"host": None, "gpu": None, "gpu_note": None},
         "init": {},
