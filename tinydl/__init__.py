@@ -26,6 +26,7 @@ _LAZY = {
     "compile": "tinydl.runtime.session:compile",
     "Session": "tinydl.runtime.session:Session",
     "Graph": "tinydl.ir.graph:Graph",
+    "from_torch": "tinydl.importers.torch:from_torch",
 }
 
 
@@ -56,6 +57,7 @@ __all__ = [
     "TinyDLError",
     "UnsupportedOpError",
     "compile",
+    "from_torch",
     "load",
     "save",
 ]

@@ -8,7 +8,14 @@ from pathlib import Path
 from tinydl.errors import InvalidModelError
 from tinydl.ir.graph import Graph
 
-FORMATS = {".onnx": "onnx", ".tdl": "tdl"}
+FORMATS = {".onnx": "onnx", ".tdl": "tdl", ".tflite": "tflite", ".h5": "keras"}
+# Foreign formats: (the parser package the importer needs, its importer module, the pip extra).
+IMPORTERS = {
+    "onnx": ("onnx", "tinydl.importers.onnx", "onnx"),
+    "tflite": ("tflite", "tinydl.importers.tflite", "tflite"),
+    "keras": ("h5py", "tinydl.importers.keras", "keras"),
+}
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def detect_format(path: Path) -> str:
@@ -20,6 +27,10 @@ def detect_format(path: Path) -> str:
             head = f.read(9)
     except OSError as exc:
         raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if head[4:8] == b"TFL3":  # the flatbuffer file identifier of TFLite models
+        return "tflite"
+    if head[:8] == HDF5_SIGNATURE:
+        return "keras"
     if len(head) == 9 and head[8:9] == b"{":
         return "tdl"
     if head[:1] == b"\x08":  # protobuf field 1 (ir_version), varint: how ONNX files begin
@@ -30,7 +41,7 @@ def detect_format(path: Path) -> str:
 
 
 def load(path: str | os.PathLike) -> Graph:
-    """Load a model file (.onnx or .tdl) into a validated ir.Graph.
+    """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph.
 
     Raises InvalidModelError (or its subclass UnsupportedOpError) when the file cannot be used.
     """
@@ -40,18 +51,20 @@ def load(path: str | os.PathLike) -> Graph:
     if path.is_dir():
         raise InvalidModelError(f"{path}: is a folder, expected a model file")
     fmt = detect_format(path)
-    if fmt == "onnx":
-        try:
-            import onnx  # noqa: F401
+    if fmt in IMPORTERS:
+        import importlib
 
-            from tinydl.importers import onnx as onnx_importer
+        package, module, extra = IMPORTERS[fmt]
+        try:
+            importlib.import_module(package)
         except ImportError:
             from tinydl.errors import BackendUnavailableError
 
             raise BackendUnavailableError(
-                "reading .onnx files needs the 'onnx' package: pip install 'tinydl[onnx]'"
+                f"reading {path.suffix or fmt} files needs the '{package}' package: "
+                f"pip install 'tinydl[{extra}]'"
             ) from None
-        return onnx_importer.load(path)
+        return importlib.import_module(module).load(path)
     from tinydl.ir import tdl
 
     return tdl.load(path)

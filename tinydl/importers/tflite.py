@@ -1,0 +1,1340 @@
+"""TFLite importer: a .tflite flatbuffer becomes an ir.Graph in canonical (NCHW) form.
+
+The file is read with the `tflite` package (TFLite's schema compiled by flatc into Python
+classes: pure Python, small, versioned with TensorFlow), so no flatbuffer code is hand-written
+here. Everything the file says is copied into plain Python values first, with every vector length
+and buffer span checked against the file, and only then converted; any failure while reading is
+an InvalidModelError.
+
+Conversion: NHWC tensors are held as NCHW where an op needs it (see importers/nhwc.py), weights
+are reordered at import (OHWI -> OIHW; depthwise 1HWC -> C1HW with group=C), fused activations
+become their own nodes, fp16 weights behind DEQUANTIZE and sparse weights behind DENSIFY are
+expanded to dense float32 constants. Graph inputs keep their NHWC shape (metadata
+`input_layout` says so); outputs are given back in TFLite's layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.errors import BackendUnavailableError, InvalidModelError, UnsupportedOpError
+from tinydl.importers.nhwc import (
+    INT64_MAX,
+    INT64_MIN,
+    GraphBuilder,
+    Tensor,
+    channels_first,
+    check_size,
+    constant,
+    identity,
+    onnx_dtype,
+)
+from tinydl.ir.graph import Graph
+
+SCHEMA_VERSION = 3
+FILE_IDENTIFIER = b"TFL3"
+
+# TFLite TensorType codes -> IR dtypes (the others, e.g. STRING or INT4, are not supported).
+DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+    12: "uint64",
+    15: "uint32",
+    16: "uint16",
+}
+ACTIVATIONS = {0: None, 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
+
+# Builtin options: op -> (options table, [fields]). Fields are read with the generated accessor
+# of that name; an absent table reads as the schema's defaults.
+_CONV = [
+    "Padding",
+    "StrideW",
+    "StrideH",
+    "FusedActivationFunction",
+    "DilationWFactor",
+    "DilationHFactor",
+]
+_POOL = ["Padding", "StrideW", "StrideH", "FilterWidth", "FilterHeight", "FusedActivationFunction"]
+_ACT = ["FusedActivationFunction"]
+OPTIONS: dict[str, tuple[str, list[str]]] = {
+    "CONV_2D": ("Conv2DOptions", _CONV),
+    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptions", _CONV + ["DepthMultiplier"]),
+    "TRANSPOSE_CONV": (
+        "TransposeConvOptions",
+        ["Padding", "StrideW", "StrideH", "FusedActivationFunction"],
+    ),
+    "MAX_POOL_2D": ("Pool2DOptions", _POOL),
+    "AVERAGE_POOL_2D": ("Pool2DOptions", _POOL),
+    "ADD": ("AddOptions", _ACT),
+    "SUB": ("SubOptions", _ACT),
+    "MUL": ("MulOptions", _ACT),
+    "DIV": ("DivOptions", _ACT),
+    "CONCATENATION": ("ConcatenationOptions", ["Axis", "FusedActivationFunction"]),
+    "FULLY_CONNECTED": (
+        "FullyConnectedOptions",
+        ["FusedActivationFunction", "WeightsFormat", "KeepNumDims"],
+    ),
+    "RESHAPE": ("ReshapeOptions", ["NewShape"]),
+    "RESIZE_BILINEAR": ("ResizeBilinearOptions", ["AlignCorners", "HalfPixelCenters"]),
+    "RESIZE_NEAREST_NEIGHBOR": (
+        "ResizeNearestNeighborOptions",
+        ["AlignCorners", "HalfPixelCenters"],
+    ),
+    "DEPTH_TO_SPACE": ("DepthToSpaceOptions", ["BlockSize"]),
+    "SPACE_TO_DEPTH": ("SpaceToDepthOptions", ["BlockSize"]),
+    "SOFTMAX": ("SoftmaxOptions", ["Beta"]),
+    "LEAKY_RELU": ("LeakyReluOptions", ["Alpha"]),
+    "MEAN": ("ReducerOptions", ["KeepDims"]),
+    "STRIDED_SLICE": (
+        "StridedSliceOptions",
+        ["BeginMask", "EndMask", "EllipsisMask", "NewAxisMask", "ShrinkAxisMask", "Offset"],
+    ),
+    "SQUEEZE": ("SqueezeOptions", ["SqueezeDims"]),
+    "BATCH_MATMUL": ("BatchMatMulOptions", ["AdjX", "AdjY"]),
+    "MIRROR_PAD": ("MirrorPadOptions", ["Mode"]),
+}
+# Fields whose value is a vector (read with <Field>AsNumpy; None when absent).
+_VECTOR_FIELDS = {"NewShape", "SqueezeDims"}
+
+
+def _tflite():
+    try:
+        import tflite
+    except ImportError:
+        raise BackendUnavailableError(
+            "reading .tflite files needs the 'tflite' package: pip install 'tinydl[tflite]'"
+        ) from None
+    return tflite
+
+
+def load(path: str | os.PathLike) -> Graph:
+    """Read, convert and validate a .tflite file; InvalidModelError for anything malformed."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return from_bytes(data, where=str(path))
+
+
+def from_bytes(data: bytes, where: str = "model") -> Graph:
+    model = _parse(bytes(data), where)
+    return _Converter(model, where).run()
+
+
+# -- reading the flatbuffer into plain values ------------------------------------------------------
+
+
+@dataclass
+class _TensorInfo:
+    index: int
+    name: str
+    type_code: int
+    shape: tuple[int, ...]
+    signature: tuple[int, ...] | None
+    buffer: int
+    variable: bool
+    scale: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
+    quantized_dimension: int = 0
+    sparsity: dict | None = None
+
+    @property
+    def dtype(self) -> str | None:
+        return DTYPES.get(self.type_code)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.signature is not None and any(d < 0 for d in self.signature)
+
+
+@dataclass
+class _OpInfo:
+    index: int
+    op: str
+    custom: str
+    inputs: list[int]
+    outputs: list[int]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Model:
+    data: bytes
+    description: str
+    tensors: list[_TensorInfo]
+    operators: list[_OpInfo]
+    inputs: list[int]
+    outputs: list[int]
+    buffers: list[tuple[int, int]]  # (start, length) of each buffer's bytes in `data`
+    subgraph_name: str
+
+
+class _Reader:
+    """Copies a TFLite model out of its flatbuffer, checking each length against the file."""
+
+    def __init__(self, data: bytes, where: str):
+        self.tfl = _tflite()
+        self.data = data
+        self.where = where
+        self.names = {
+            v: k for k, v in vars(self.tfl.BuiltinOperator).items() if not k.startswith("_")
+        }
+
+    def fail(self, message: str) -> InvalidModelError:
+        return InvalidModelError(f"{self.where}: {message}")
+
+    def count(self, n: int, what: str, item_size: int = 4) -> int:
+        if not 0 <= n <= len(self.data) // item_size:
+            raise self.fail(f"{what}: length {n} does not fit in a {len(self.data)}-byte file")
+        return n
+
+    def ints(self, array, what: str) -> list[int]:
+        if isinstance(array, int):  # the generated accessor's "absent" value
+            return []
+        self.count(array.size, what)
+        return [int(v) for v in array]
+
+    def text(self, raw: bytes | None, what: str) -> str:
+        if raw is None:
+            return ""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} is not UTF-8 text: {raw[:40]!r}") from None
+
+    def read(self) -> _Model:
+        tfl, data = self.tfl, self.data
+        if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
+            raise self.fail(f"not a TFLite flatbuffer (no '{FILE_IDENTIFIER.decode()}' identifier)")
+        model = tfl.Model.GetRootAs(data, 0)
+        if model.Version() != SCHEMA_VERSION:
+            raise self.fail(f"TFLite schema version {model.Version()}, expected {SCHEMA_VERSION}")
+        n_graphs = self.count(model.SubgraphsLength(), "subgraphs")
+        if n_graphs < 1:
+            raise self.fail("the model has no subgraph")
+        graph = model.Subgraphs(0)
+        codes = [
+            self._opcode(model.OperatorCodes(i))
+            for i in range(self.count(model.OperatorCodesLength(), "operator codes"))
+        ]
+        buffers = [
+            self._buffer(model.Buffers(i), i)
+            for i in range(self.count(model.BuffersLength(), "buffers"))
+        ]
+        tensors = [
+            self._tensor(graph.Tensors(i), i)
+            for i in range(self.count(graph.TensorsLength(), "tensors"))
+        ]
+        operators = []
+        for i in range(self.count(graph.OperatorsLength(), "operators")):
+            operators.append(self._operator(graph.Operators(i), i, codes))
+        return _Model(
+            data=data,
+            description=self.text(model.Description(), "model description"),
+            tensors=tensors,
+            operators=operators,
+            inputs=self.ints(graph.InputsAsNumpy(), "subgraph inputs"),
+            outputs=self.ints(graph.OutputsAsNumpy(), "subgraph outputs"),
+            buffers=buffers,
+            subgraph_name=self.text(graph.Name(), "subgraph name"),
+        )
+
+    def _opcode(self, code) -> tuple[str, str]:
+        # Codes below 127 may sit in the old int8 field only; the newer field wins when larger.
+        builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+        name = self.names.get(builtin, f"BUILTIN_{builtin}")
+        return name, self.text(code.CustomCode(), "custom op code") if name == "CUSTOM" else ""
+
+    def _buffer(self, buf, index: int) -> tuple[int, int]:
+        offset, size = int(buf.Offset()), int(buf.Size())
+        if offset > 1:  # data stored after the flatbuffer (models over 2 GB)
+            if offset + size > len(self.data):
+                raise self.fail(
+                    f"buffer {index}: bytes {offset}..{offset + size} lie outside "
+                    f"the {len(self.data)}-byte file"
+                )
+            return offset, size
+        tab = buf._tab  # the generated class's flatbuffers.table.Table
+        o = tab.Offset(4)  # field 0: data
+        if not o:
+            return 0, 0
+        start, length = tab.Vector(o), tab.VectorLen(o)
+        if not 0 <= start <= start + length <= len(self.data):
+            raise self.fail(f"buffer {index}: {length} bytes at {start} lie outside the file")
+        return int(start), int(length)
+
+    def _tensor(self, t, index: int) -> _TensorInfo:
+        name = self.text(t.Name(), f"tensor {index} name")
+        shape = tuple(self.ints(t.ShapeAsNumpy(), f"tensor '{name}' shape"))
+        signature = None
+        if not t.ShapeSignatureIsNone():
+            signature = tuple(self.ints(t.ShapeSignatureAsNumpy(), f"tensor '{name}' signature"))
+        info = _TensorInfo(
+            index, name, int(t.Type()), shape, signature, int(t.Buffer()), bool(t.IsVariable())
+        )
+        q = t.Quantization()
+        if q is not None and q.ScaleLength() > 0:
+            self.count(q.ScaleLength(), f"tensor '{name}' quantization scales")
+            info.scale = np.array(q.ScaleAsNumpy(), np.float32)
+            zp = q.ZeroPointAsNumpy()
+            info.zero_point = np.array(zp if not isinstance(zp, int) else [0], np.int64)
+            info.quantized_dimension = int(q.QuantizedDimension())
+        sp = t.Sparsity()
+        if sp is not None:
+            info.sparsity = self._sparsity(sp, name)
+        return info
+
+    def _sparsity(self, sp, name: str) -> dict:
+        dims = []
+        for i in range(self.count(sp.DimMetadataLength(), f"tensor '{name}' sparsity")):
+            d = sp.DimMetadata(i)
+            dims.append(
+                {
+                    "format": int(d.Format()),
+                    "dense_size": int(d.DenseSize()),
+                    "segments": self._index_vector(d.ArraySegmentsType(), d.ArraySegments(), name),
+                    "indices": self._index_vector(d.ArrayIndicesType(), d.ArrayIndices(), name),
+                }
+            )
+        return {
+            "traversal_order": self.ints(sp.TraversalOrderAsNumpy(), f"tensor '{name}' order"),
+            "block_map": self.ints(sp.BlockMapAsNumpy(), f"tensor '{name}' block map"),
+            "dims": dims,
+        }
+
+    def _index_vector(self, kind: int, table, name: str) -> np.ndarray | None:
+        classes = {1: "Int32Vector", 2: "Uint16Vector", 3: "Uint8Vector"}
+        if kind == 0 or table is None:
+            return None
+        if kind not in classes:
+            raise self.fail(f"tensor '{name}': unknown sparse index vector type {kind}")
+        vec = getattr(self.tfl, classes[kind])()
+        vec.Init(table.Bytes, table.Pos)
+        values = vec.ValuesAsNumpy()
+        return np.zeros(0, np.int64) if isinstance(values, int) else values.astype(np.int64)
+
+    def _operator(self, op, index: int, codes: list[tuple[str, str]]) -> _OpInfo:
+        code = int(op.OpcodeIndex())
+        if not 0 <= code < len(codes):
+            raise self.fail(
+                f"operator {index}: opcode index {code} is out of range "
+                f"(the model has {len(codes)} operator codes)"
+            )
+        name, custom = codes[code]
+        info = _OpInfo(
+            index,
+            name,
+            custom,
+            self.ints(op.InputsAsNumpy(), f"operator {index}"),
+            self.ints(op.OutputsAsNumpy(), f"operator {index}"),
+        )
+        if name in OPTIONS:
+            info.options = self._options(op, name, index)
+        return info
+
+    def _options(self, op, name: str, index: int) -> dict[str, Any]:
+        table_name, fields = OPTIONS[name]
+        options = getattr(self.tfl, table_name)()
+        kind = int(op.BuiltinOptionsType())
+        expected = getattr(self.tfl.BuiltinOptions, table_name)
+        table = op.BuiltinOptions() if kind else None
+        if table is None:
+            options.Init(*_empty_table())  # reads as the schema's default for each field
+        elif kind != expected:
+            raise self.fail(
+                f"operator {index} ({name}): options of type {kind}, expected {table_name}"
+            )
+        else:
+            options.Init(table.Bytes, table.Pos)
+        out: dict[str, Any] = {}
+        for f in fields:
+            if f in _VECTOR_FIELDS:
+                absent = getattr(options, f"{f}IsNone")()
+                out[f] = (
+                    None
+                    if absent
+                    else self.ints(getattr(options, f"{f}AsNumpy")(), f"operator {index} {f}")
+                )
+            elif hasattr(options, f):
+                out[f] = getattr(options, f)()
+            else:
+                out[f] = 0
+        return out
+
+
+@functools.cache
+def _empty_table() -> tuple[bytes, int]:
+    """A flatbuffer holding one table with no fields, and the table's position."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(16)
+    builder.StartObject(0)
+    builder.Finish(builder.EndObject())
+    data = bytes(builder.Output())
+    (root,) = struct.unpack_from("<I", data, 0)
+    return data, root
+
+
+def _parse(data: bytes, where: str) -> _Model:
+    reader = _Reader(data, where)  # imports tflite first: a missing package is no model error
+    try:
+        return reader.read()
+    except InvalidModelError:
+        raise
+    except (
+        struct.error,
+        IndexError,
+        ValueError,
+        TypeError,
+        OverflowError,
+        AttributeError,
+        RecursionError,
+        MemoryError,
+        UnicodeDecodeError,
+    ) as exc:
+        raise InvalidModelError(
+            f"{where}: not a valid TFLite flatbuffer ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+# -- sparse tensors ------------------------------------------------------------------------------
+
+
+def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict, what: str) -> np.ndarray:
+    """Expand TFLite's sparse format (dense and CSR levels over a traversal order, with optional
+    dense blocks) to a dense array, as TFLite's FormatConverter does, checking every index."""
+
+    def fail(message: str) -> InvalidModelError:
+        return InvalidModelError(f"{what}: sparse tensor: {message}")
+
+    rank = len(shape)
+    order, block_map, dims = sparsity["traversal_order"], sparsity["block_map"], sparsity["dims"]
+    levels = rank + len(block_map)
+    if sorted(order) != list(range(levels)) or len(dims) != levels:
+        raise fail(
+            f"traversal order {order} and {len(dims)} dim metadata do not fit rank {rank} "
+            f"with {len(block_map)} block dims"
+        )
+    if len(set(block_map)) != len(block_map) or any(not 0 <= b < rank for b in block_map):
+        raise fail(f"block map {block_map} is not a set of axes of rank {rank}")
+    block_size = []
+    for b in range(len(block_map)):
+        level = order.index(rank + b)
+        if dims[level]["format"] != 0 or dims[level]["dense_size"] < 1:
+            raise fail("block dimensions must be dense with a positive size")
+        block_size.append(dims[level]["dense_size"])
+    expanded = list(shape) + block_size  # size of each expanded dim
+    for b, axis in enumerate(block_map):
+        if shape[axis] % block_size[b]:
+            raise fail(
+                f"axis {axis} of size {shape[axis]} is not a multiple of block {block_size[b]}"
+            )
+        expanded[axis] = shape[axis] // block_size[b]
+
+    # Walk the levels breadth-first: `pos` is each partial path's position at the current level.
+    pos = np.zeros(1, np.int64)
+    coords: list[np.ndarray] = []
+    for level, meta in enumerate(dims):
+        size = expanded[order[level]]
+        if meta["format"] == 0:
+            if meta["dense_size"] != size:
+                raise fail(f"level {level}: dense size {meta['dense_size']}, expected {size}")
+            if pos.size * size > math.prod(shape):
+                raise fail("the levels hold more entries than the tensor")
+            child = np.arange(size, dtype=np.int64)
+            coords = [np.repeat(c, size) for c in coords] + [np.tile(child, pos.size)]
+            pos = (pos[:, None] * size + child[None, :]).ravel()
+        elif meta["format"] == 1:
+            seg, idx = meta["segments"], meta["indices"]
+            if seg is None or idx is None or seg.size < 1:
+                raise fail(f"level {level}: CSR level without segments or indices")
+            if pos.size and (pos.max() + 1 >= seg.size):
+                raise fail(f"level {level}: {seg.size} segments for {pos.max() + 2} entries")
+            if np.any(np.diff(seg) < 0) or seg[0] < 0 or seg[-1] > idx.size:
+                raise fail(f"level {level}: segments are not increasing within the indices")
+            if idx.size and (idx.min() < 0 or idx.max() >= size):
+                raise fail(f"level {level}: an index is outside the dimension of size {size}")
+            lo, hi = seg[pos], seg[pos + 1]
+            counts = hi - lo
+            total = int(counts.sum())
+            if total > values.size:
+                raise fail(f"level {level}: {total} entries for {values.size} values")
+            start = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+            pos = start + np.arange(total, dtype=np.int64)
+            coords = [np.repeat(c, counts) for c in coords] + [idx[pos]]
+        else:
+            raise fail(f"level {level}: unknown dimension format {meta['format']}")
+    if pos.size != values.size:
+        raise fail(
+            f"the sparse structure holds {pos.size} entries, the buffer {values.size} values"
+        )
+    original = [None] * rank
+    for level, c in enumerate(coords[:rank]):
+        original[order[level]] = c
+    for level in range(rank, levels):
+        b = order[level] - rank
+        axis = block_map[b]
+        original[axis] = original[axis] * block_size[b] + coords[level]
+    dense = np.zeros(shape, values.dtype)
+    if values.size:
+        dense[tuple(original)] = values
+    return dense
+
+
+# -- conversion --------------------------------------------------------------------------------
+
+
+def _short(name: str) -> str:
+    """A readable value name from a TFLite tensor name (they can be long ';'-joined lists)."""
+    return name.split(";")[0][:120] or "t"
+
+
+def _declared(info: _TensorInfo) -> tuple:
+    dims = (
+        info.signature
+        if info.signature is not None and len(info.signature) == len(info.shape)
+        else info.shape
+    )
+    return tuple(None if d < 0 else d for d in dims)
+
+
+class _Converter:
+    def __init__(self, model: _Model, where: str):
+        self.m = model
+        self.where = where
+        self.b = GraphBuilder(where)
+        self.values: dict[int, Tensor] = {}
+        self.handlers = {
+            "CONV_2D": self._conv,
+            "DEPTHWISE_CONV_2D": self._depthwise,
+            "TRANSPOSE_CONV": self._transpose_conv,
+            "FULLY_CONNECTED": self._fully_connected,
+            "MAX_POOL_2D": self._pool,
+            "AVERAGE_POOL_2D": self._pool,
+            "MEAN": self._mean,
+            "ADD": self._binary,
+            "SUB": self._binary,
+            "MUL": self._binary,
+            "DIV": self._binary,
+            "POW": self._binary,
+            "SQUARED_DIFFERENCE": self._squared_difference,
+            "PRELU": self._binary,
+            "RELU": self._activation,
+            "RELU6": self._activation,
+            "RELU_N1_TO_1": self._activation,
+            "RELU_0_TO_1": self._activation,
+            "LOGISTIC": self._activation,
+            "TANH": self._activation,
+            "HARD_SWISH": self._activation,
+            "LEAKY_RELU": self._activation,
+            "SQRT": self._unary,
+            "RSQRT": self._rsqrt,
+            "NEG": self._neg,
+            "SQUARE": self._square,
+            "SOFTMAX": self._softmax,
+            "PAD": self._pad,
+            "PADV2": self._pad,
+            "MIRROR_PAD": self._pad,
+            "CONCATENATION": self._concat,
+            "RESHAPE": self._reshape,
+            "SQUEEZE": self._squeeze,
+            "EXPAND_DIMS": self._expand_dims,
+            "TRANSPOSE": self._transpose,
+            "STRIDED_SLICE": self._strided_slice,
+            "SLICE": self._slice,
+            "RESIZE_BILINEAR": self._resize,
+            "RESIZE_NEAREST_NEIGHBOR": self._resize,
+            "DEPTH_TO_SPACE": self._depth_to_space,
+            "SPACE_TO_DEPTH": self._space_to_depth,
+            "BATCH_MATMUL": self._batch_matmul,
+            "CAST": self._cast,
+            "DEQUANTIZE": self._dequantize,
+            "DENSIFY": self._densify,
+        }
+
+    def fail(self, message: str) -> InvalidModelError:
+        return InvalidModelError(f"{self.where}: {message}")
+
+    def unsupported(self, message: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"{self.where}: {message}")
+
+    # -- the whole model ----------------------------------------------------------------------
+    def run(self) -> Graph:
+        m = self.m
+        bad = sorted(
+            {
+                f"CUSTOM ({o.custom})" if o.op == "CUSTOM" else o.op
+                for o in m.operators
+                if o.op not in self.handlers
+            }
+        )
+        if bad:
+            raise self.unsupported(f"TFLite ops not supported by tinydl: {', '.join(bad)}")
+        for i in [*m.inputs, *m.outputs]:
+            self.info(i)
+        for t in m.tensors:
+            if t.variable:
+                raise self.unsupported(
+                    f"tensor '{t.name}' is a variable (stateful models are not supported)"
+                )
+        for i in m.inputs:
+            info = self.info(i)
+            if info.dtype is None:
+                raise self.unsupported(f"input '{info.name}' has unsupported type {info.type_code}")
+            if info.scale is not None and info.dtype != "float32":
+                raise self.unsupported(
+                    f"input '{info.name}' is quantized ({info.dtype}); "
+                    "quantized models are not supported"
+                )
+            dims = info.signature if info.signature is not None else info.shape
+            if len(dims) != len(info.shape):
+                raise self.fail(
+                    f"input '{info.name}': shape {info.shape} and signature "
+                    f"{info.signature} differ in rank"
+                )
+            shape = tuple(("N" if k == 0 else None) if d < 0 else d for k, d in enumerate(dims))
+            self.values[i] = self.b.input(info.name or f"input_{i}", info.dtype, shape)
+        names = [self.b.fresh(self.info(i).name or f"output_{i}") for i in m.outputs]
+        for op in m.operators:
+            self._operator(op)
+        outputs = [(self.value(i), name) for i, name in zip(m.outputs, names, strict=True)]
+        metadata: dict[str, Any] = {"source_format": "tflite", "tflite_schema": SCHEMA_VERSION}
+        if any(len(self.info(i).shape) == 4 for i in m.inputs):
+            metadata["input_layout"] = "NHWC"
+        if m.description:
+            metadata["description"] = m.description[:1000]
+        graph = self.b.finish(outputs, metadata, m.subgraph_name or "tflite")
+        self._check_declared_shapes(graph)
+        return graph
+
+    def info(self, index: int) -> _TensorInfo:
+        if not isinstance(index, int) or not 0 <= index < len(self.m.tensors):
+            raise self.fail(
+                f"tensor index {index} is out of range (the model has "
+                f"{len(self.m.tensors)} tensors)"
+            )
+        return self.m.tensors[index]
+
+    def value(self, index: int, what: str = "") -> Tensor:
+        """The builder's tensor for a TFLite tensor: an op's result, a graph input or a weight."""
+        if index in self.values:
+            return self.values[index]
+        info = self.info(index)
+        data = self._data(info)
+        if data is None:
+            raise self.fail(
+                f"tensor '{info.name}'{what} is read before any op writes it and holds no data"
+            )
+        if info.sparsity is not None:
+            raise self.unsupported(f"sparse tensor '{info.name}' is used without DENSIFY")
+        t = constant(self._dequantized(info, data))
+        self.values[index] = t
+        return t
+
+    def _data(self, info: _TensorInfo) -> np.ndarray | None:
+        """A weight's values (sparse: the stored values only), or None for a tensor without data."""
+        if not 0 <= info.buffer < len(self.m.buffers):
+            raise self.fail(f"tensor '{info.name}': buffer index {info.buffer} is out of range")
+        start, length = self.m.buffers[info.buffer]
+        if info.buffer == 0 or length == 0:
+            return None
+        dtype = info.dtype
+        if dtype is None:
+            raise self.unsupported(f"tensor '{info.name}' has unsupported type {info.type_code}")
+        item = np.dtype(dtype).itemsize
+        check_size(self.b, info.shape, item, f"tensor '{info.name}'")
+        if info.sparsity is None:
+            need = math.prod(info.shape) * item
+            if length != need:
+                raise self.fail(
+                    f"tensor '{info.name}': buffer holds {length} bytes, shape "
+                    f"{list(info.shape)} of {dtype} needs {need}"
+                )
+            count = math.prod(info.shape)
+        else:
+            if length % item:
+                raise self.fail(
+                    f"tensor '{info.name}': buffer of {length} bytes is not a "
+                    f"whole number of {dtype} values"
+                )
+            count = length // item
+        raw = np.frombuffer(self.m.data, np.dtype(dtype).newbyteorder("<"), count, start)
+        out = raw.astype(dtype)  # a native-order, writable copy
+        return out if info.sparsity is not None else out.reshape(info.shape)
+
+    def _dequantized(self, info: _TensorInfo, data: np.ndarray) -> np.ndarray:
+        """Integer weights with a scale are stored quantized: give them as float32."""
+        if info.scale is None or data.dtype.kind not in "iu":
+            return data
+        scale, zero = info.scale, info.zero_point
+        axis = info.quantized_dimension
+        if scale.size > 1 or zero.size > 1:
+            if (
+                not 0 <= axis < data.ndim
+                or data.shape[axis] not in (scale.size,)
+                or (zero.size not in (1, scale.size))
+            ):
+                raise self.fail(
+                    f"tensor '{info.name}': {scale.size} scales do not fit axis "
+                    f"{axis} of shape {list(data.shape)}"
+                )
+            view = [1] * data.ndim
+            view[axis] = -1
+            scale, zero = scale.reshape(view), zero.reshape(view if zero.size > 1 else ())
+        return ((data.astype(np.float32) - zero.astype(np.float32)) * scale).astype(np.float32)
+
+    def _check_declared_shapes(self, graph: Graph) -> None:
+        """Every tensor the file gives a static shape must get that shape from the ops here: the
+        padding and axes chosen above relied on the declared shapes."""
+        renamed = self.b.renamed
+        for index, t in self.values.items():
+            if t.name is None:
+                continue
+            info = self.m.tensors[index]
+            if info.dynamic:
+                continue
+            v = graph.value(renamed.get(t.name, t.name))
+            if v is None or v.shape is None:
+                continue
+            if len(v.shape) != len(info.shape):
+                raise self.fail(
+                    f"tensor '{info.name}': declared shape {list(info.shape)}, the ops "
+                    f"give rank {len(v.shape)}"
+                )
+            back = [v.shape[t.perm.index(a)] for a in range(len(t.perm))]
+            if any(isinstance(g, int) and g != d for g, d in zip(back, info.shape, strict=True)):
+                raise self.fail(
+                    f"tensor '{info.name}': declared shape {list(info.shape)}, the ops give {back}"
+                )
+
+    # -- one operator -------------------------------------------------------------------------
+    def _operator(self, op: _OpInfo) -> None:
+        for i in op.outputs:
+            info = self.info(i)
+            if i in self.values:
+                raise self.fail(
+                    f"operator {op.index} ({op.op}): tensor '{info.name}' is "
+                    "written twice or is a graph input"
+                )
+            if info.scale is not None and info.dtype not in ("float32", "float16", None):
+                raise self.unsupported(
+                    f"operator {op.index} ({op.op}) writes quantized tensor "
+                    f"'{info.name}' ({info.dtype}); quantized models are not "
+                    "supported"
+                )
+        if not op.outputs:
+            raise self.fail(f"operator {op.index} ({op.op}) has no outputs")
+        self.handlers[op.op](op)
+
+    def _name(self, op: _OpInfo, k: int = 0) -> str:
+        return _short(self.info(op.outputs[k]).name) or f"{op.op.lower()}_{op.index}"
+
+    def _args(self, op: _OpInfo, lo: int, hi: int | None = None) -> list[int]:
+        hi = lo if hi is None else hi
+        if not lo <= len(op.inputs) <= hi:
+            raise self.fail(
+                f"operator {op.index} ({op.op}): expected {lo}..{hi} inputs, got {len(op.inputs)}"
+            )
+        for i in op.inputs[:lo]:
+            if i < 0:
+                raise self.fail(f"operator {op.index} ({op.op}): a required input is omitted")
+        return op.inputs
+
+    def _in(self, op: _OpInfo, k: int) -> Tensor | None:
+        if k >= len(op.inputs) or op.inputs[k] < 0:
+            return None
+        return self.value(op.inputs[k], f" (input {k} of {op.op} {op.index})")
+
+    def _const_ints(self, op: _OpInfo, k: int, what: str) -> list[int]:
+        t = self._in(op, k)
+        if t is None or t.value is None:
+            raise self.unsupported(f"operator {op.index} ({op.op}): {what} must be a constant")
+        if t.value.dtype.kind not in "iu":
+            raise self.fail(
+                f"operator {op.index} ({op.op}): {what} must be integers, got {t.value.dtype}"
+            )
+        return [int(v) for v in t.value.ravel()]
+
+    def _set(self, op: _OpInfo, t: Tensor, k: int = 0) -> None:
+        """Bind an op's result; later decisions read the shape the file declares for it (checked
+        against shape inference at the end)."""
+        info = self.info(op.outputs[k])
+        if len(info.shape) != t.rank:
+            raise self.fail(
+                f"operator {op.index} ({op.op}): output '{info.name}' is declared "
+                f"with shape {list(info.shape)}, the op gives rank {t.rank}"
+            )
+        if t.value is None:
+            t = Tensor(t.name, t.perm, t.dtype or info.dtype, _declared(info))
+        self.values[op.outputs[k]] = t
+
+    def _fused(self, op: _OpInfo, t: Tensor) -> Tensor:
+        code = op.options.get("FusedActivationFunction", 0)
+        if code in (4, 5):
+            # TANH and SIGN_BIT: LiteRT's kernels clamp to the ReLU family only and ignore these
+            # (conv, depthwise, add, mul, pooling); tinydl does as LiteRT does.
+            return t
+        if code not in ACTIVATIONS:
+            raise self.fail(f"operator {op.index} ({op.op}): unknown fused activation {code}")
+        return self.b.activation(t, ACTIVATIONS[code], f"{self._name(op)}_act")
+
+    def _rank(self, op: _OpInfo, t: Tensor, rank: int, what: str = "input") -> None:
+        if t.rank != rank:
+            raise self.fail(
+                f"operator {op.index} ({op.op}): {what} must have rank {rank}, got "
+                f"shape {list(t.shape or ())} (rank {t.rank})"
+            )
+
+    def _padding(self, op: _OpInfo) -> str:
+        code = op.options.get("Padding", 0)
+        if code not in (0, 1):
+            raise self.fail(f"operator {op.index} ({op.op}): unknown padding {code}")
+        return "SAME" if code == 0 else "VALID"
+
+    def _strides(self, op: _OpInfo, prefix: str = "Stride") -> list[int]:
+        return [int(op.options[f"{prefix}H"]), int(op.options[f"{prefix}W"])]
+
+    # -- convolutions, pooling, dense ---------------------------------------------------------
+    def _conv(self, op: _OpInfo) -> None:
+        self._args(op, 2, 3)
+        x, w, bias = self._in(op, 0), self._in(op, 1), self._in(op, 2)
+        self._rank(op, x, 4)
+        self._rank(op, w, 4, "filter")
+        c_in, per_group = x.shape[3] if x.shape else None, self._shape(w)[3]
+        group = 1
+        if isinstance(c_in, int) and isinstance(per_group, int) and per_group > 0:
+            if c_in % per_group:
+                raise self.fail(
+                    f"operator {op.index} (CONV_2D): {c_in} input channels do not "
+                    f"divide into groups of {per_group}"
+                )
+            group = c_in // per_group
+        out = self.b.conv(
+            x,
+            w,
+            (0, 3, 1, 2),
+            bias,
+            self._strides(op),
+            self._dilations(op),
+            self._padding(op),
+            group,
+            self._name(op),
+        )
+        self._set(op, self._fused(op, out))
+
+    def _dilations(self, op: _OpInfo) -> list[int]:
+        return [int(op.options["DilationHFactor"]), int(op.options["DilationWFactor"])]
+
+    def _shape(self, t: Tensor) -> tuple:
+        return t.value.shape if t.value is not None else (t.shape or (None,) * t.rank)
+
+    def _depthwise(self, op: _OpInfo) -> None:
+        self._args(op, 2, 3)
+        x, w, bias = self._in(op, 0), self._in(op, 1), self._in(op, 2)
+        self._rank(op, x, 4)
+        self._rank(op, w, 4, "filter")
+        c_in = x.shape[3] if x.shape else None
+        if not isinstance(c_in, int) or c_in < 1:
+            raise self.unsupported(
+                f"operator {op.index} (DEPTHWISE_CONV_2D): the input's channel count must be known"
+            )
+        if self._shape(w)[0] != 1:
+            raise self.fail(
+                f"operator {op.index} (DEPTHWISE_CONV_2D): filter shape "
+                f"{list(self._shape(w))} must start with 1"
+            )
+        # Filter 1HW(C*M) -> (C*M)1HW: output channel c*M+m reads input channel c (group = C).
+        out = self.b.conv(
+            x,
+            w,
+            (3, 0, 1, 2),
+            bias,
+            self._strides(op),
+            self._dilations(op),
+            self._padding(op),
+            c_in,
+            self._name(op),
+        )
+        self._set(op, self._fused(op, out))
+
+    def _transpose_conv(self, op: _OpInfo) -> None:
+        self._args(op, 3, 4)
+        size = self._const_ints(op, 0, "output_shape")
+        w, x, bias = self._in(op, 1), self._in(op, 2), self._in(op, 3)
+        self._rank(op, x, 4)
+        self._rank(op, w, 4, "filter")
+        if len(size) != 4 or not x.shape or not all(isinstance(d, int) for d in x.shape[1:3]):
+            raise self.unsupported(
+                f"operator {op.index} (TRANSPOSE_CONV): needs a static "
+                "input size and a 4-value output_shape"
+            )
+        kernel = self._shape(w)[1:3]
+        strides = self._strides(op)
+        pads_begin, pads_end, extra = [], [], []
+        for n_in, n_out, k, s in zip(x.shape[1:3], size[1:3], kernel, strides, strict=True):
+            total = (n_in - 1) * s + k - n_out
+            begin = max(total, 0) // 2 if self._padding(op) == "SAME" else 0
+            end = total - begin
+            pads_begin.append(begin)
+            pads_end.append(max(end, 0))
+            extra.append(max(-end, 0))
+        if any(e >= s for e, s in zip(extra, strides, strict=True)):
+            raise self.fail(
+                f"operator {op.index} (TRANSPOSE_CONV): output_shape {size} does not "
+                f"fit input {list(x.shape)} and filter {list(self._shape(w))}"
+            )
+        out = self.b.conv(
+            x,
+            w,
+            (3, 0, 1, 2),
+            bias,
+            strides,
+            [1, 1],
+            "EXPLICIT",
+            1,
+            self._name(op),
+            transpose=True,
+            pads=pads_begin + pads_end,
+        )
+        if any(extra):
+            node = self.b.nodes[-1]
+            node.attrs["output_padding"] = extra
+        self._set(op, self._fused(op, out))
+
+    def _pool(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        self._rank(op, x, 4)
+        kernel = [int(op.options["FilterHeight"]), int(op.options["FilterWidth"])]
+        kind = "MaxPool" if op.op == "MAX_POOL_2D" else "AveragePool"
+        out = self.b.pool(kind, x, kernel, self._strides(op), self._padding(op), self._name(op))
+        self._set(op, self._fused(op, out))
+
+    def _fully_connected(self, op: _OpInfo) -> None:
+        self._args(op, 2, 3)
+        x, w, bias = self._in(op, 0), self._in(op, 1), self._in(op, 2)
+        if op.options["WeightsFormat"] != 0:
+            raise self.unsupported(f"operator {op.index} (FULLY_CONNECTED): shuffled weights")
+        self._rank(op, w, 2, "weights")
+        k = self._shape(w)[1]
+        if not isinstance(k, int) or k < 1:
+            raise self.unsupported(f"operator {op.index} (FULLY_CONNECTED): unknown input size")
+        name = self._name(op)
+        flat = (
+            x
+            if x.rank == 2 and x.shape and x.shape[1] == k
+            else self.b.reshape(x, [-1, k], f"{name}_flatten")
+        )
+        ins = [self.b.plain(flat, name), self.b.at(w, (0, 1), f"{name}_weights")]
+        if bias is not None:
+            ins.append(self.b.at(bias, identity(bias.rank), f"{name}_bias"))
+        y = Tensor(self.b.add("Gemm", ins, {"transB": 1}, name), (0, 1), x.dtype)
+        if op.options["KeepNumDims"] and x.rank != 2:
+            declared = self.info(op.outputs[0]).shape
+            if self.info(op.outputs[0]).dynamic or len(declared) != x.rank:
+                raise self.unsupported(
+                    f"operator {op.index} (FULLY_CONNECTED): keep_num_dims with a dynamic shape"
+                )
+            y = self.b.reshape(y, list(declared), f"{name}_unflatten")
+        self._set(op, self._fused(op, y))
+
+    def _mean(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        x = self._in(op, 0)
+        axes = self._const_ints(op, 1, "axes")
+        out = self.b.reduce_mean(x, axes, bool(op.options["KeepDims"]), self._name(op))
+        self._set(op, out)
+
+    # -- element-wise -------------------------------------------------------------------------
+    def _binary(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        onnx = {
+            "ADD": "Add",
+            "SUB": "Sub",
+            "MUL": "Mul",
+            "DIV": "Div",
+            "POW": "Pow",
+            "PRELU": "PRelu",
+        }[op.op]
+        out = self.b.binary(onnx, self._in(op, 0), self._in(op, 1), self._name(op))
+        self._set(op, self._fused(op, out))
+
+    def _squared_difference(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        name = self._name(op)
+        d = self.b.binary("Sub", self._in(op, 0), self._in(op, 1), f"{name}_diff")
+        self._set(op, self.b.binary("Mul", d, d, name))
+
+    def _activation(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        kind = {
+            "RELU": "relu",
+            "RELU6": "relu6",
+            "RELU_N1_TO_1": "relu_n1_to_1",
+            "RELU_0_TO_1": "relu_0_to_1",
+            "LOGISTIC": "sigmoid",
+            "TANH": "tanh",
+            "HARD_SWISH": "hard_swish",
+            "LEAKY_RELU": "leaky_relu",
+        }[op.op]
+        alpha = float(op.options.get("Alpha", 0.0))
+        self._set(op, self.b.activation(self._in(op, 0), kind, self._name(op), alpha=alpha))
+
+    def _unary(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        self._set(op, self.b.unary({"SQRT": "Sqrt"}[op.op], self._in(op, 0), name=self._name(op)))
+
+    def _rsqrt(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x, name = self._in(op, 0), self._name(op)
+        root = self.b.unary("Sqrt", x, name=f"{name}_sqrt")
+        one = constant(np.array(1, np.dtype(x.dtype or "float32")))
+        self._set(op, self.b.binary("Div", one, root, name))
+
+    def _neg(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        zero = constant(np.array(0, np.dtype(x.dtype or "float32")))
+        self._set(op, self.b.binary("Sub", zero, x, self._name(op)))
+
+    def _square(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        self._set(op, self.b.binary("Mul", x, x, self._name(op)))
+
+    def _softmax(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x, name = self._in(op, 0), self._name(op)
+        beta = float(op.options["Beta"])
+        if beta != 1.0:
+            x = self.b.binary("Mul", x, constant(np.array(beta, np.float32)), f"{name}_beta")
+        src = x if x.value is None else Tensor(self.b.at(x, x.perm), x.perm, x.dtype)
+        axis = src.perm.index(src.rank - 1)
+        out = self.b.add("Softmax", [src.name], {"axis": axis}, name)
+        self._set(op, Tensor(out, src.perm, x.dtype))
+
+    def _cast(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        to = self.info(op.outputs[0]).dtype
+        if to is None:
+            raise self.unsupported(
+                f"operator {op.index} (CAST) to type {self.info(op.outputs[0]).type_code}"
+            )
+        x = self._in(op, 0)
+        if x.value is not None:
+            self._set(op, constant(x.value.astype(to)))
+            return
+        self._set(
+            op,
+            Tensor(
+                self.b.add("Cast", [x.name], {"to": onnx_dtype(to)}, self._name(op)), x.perm, to
+            ),
+        )
+
+    # -- weights behind DEQUANTIZE and DENSIFY ------------------------------------------------
+    def _dequantize(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        if x.value is not None:
+            self._set(op, constant(x.value.astype(np.float32)))
+            return
+        if x.dtype != "float16":
+            raise self.unsupported(
+                f"operator {op.index} (DEQUANTIZE) of a computed {x.dtype} "
+                "tensor: quantized models are not supported"
+            )
+        out = self.b.add("Cast", [x.name], {"to": onnx_dtype("float32")}, self._name(op))
+        self._set(op, Tensor(out, x.perm, "float32"))
+
+    def _densify(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        info = self.info(op.inputs[0])
+        values = self._data(info)
+        if values is None or info.sparsity is None:
+            raise self.unsupported(
+                f"operator {op.index} (DENSIFY) of tensor '{info.name}', "
+                "which is not a sparse weight"
+            )
+        limit = 64 * len(self.m.data) + (1 << 20)
+        if math.prod(info.shape) * values.itemsize > limit:
+            raise self.fail(
+                f"tensor '{info.name}': dense shape {list(info.shape)} is far larger than the file"
+            )
+        dense = densify(
+            values, tuple(info.shape), info.sparsity, f"{self.where}: tensor '{info.name}'"
+        )
+        self._set(op, constant(self._dequantized(info, dense)))
+
+    # -- layout and shape ---------------------------------------------------------------------
+    def _pad(self, op: _OpInfo) -> None:
+        self._args(op, 2, 3)
+        x = self._in(op, 0)
+        pads = self._const_ints(op, 1, "paddings")
+        if len(pads) != 2 * x.rank or any(p < 0 for p in pads):
+            raise self.fail(
+                f"operator {op.index} ({op.op}): paddings {pads} do not fit rank {x.rank}"
+            )
+        mode, value = "constant", None
+        if op.op == "PADV2" and self._in(op, 2) is not None:
+            v = self._in(op, 2)
+            if v.value is None or v.value.size != 1:
+                raise self.unsupported(
+                    f"operator {op.index} (PADV2): the pad value must be a constant scalar"
+                )
+            value = float(v.value.ravel()[0])
+        if op.op == "MIRROR_PAD":
+            if op.options["Mode"] != 0:
+                raise self.unsupported(f"operator {op.index} (MIRROR_PAD): SYMMETRIC mode")
+            mode = "reflect"
+        widths = [(pads[2 * i], pads[2 * i + 1]) for i in range(x.rank)]
+        self._set(op, self.b.pad(x, widths, mode, value, self._name(op)))
+
+    def _concat(self, op: _OpInfo) -> None:
+        if not op.inputs:
+            raise self.fail(f"operator {op.index} (CONCATENATION) has no inputs")
+        parts = [self._in(op, k) for k in range(len(op.inputs))]
+        if any(p is None for p in parts):
+            raise self.fail(f"operator {op.index} (CONCATENATION): an input is omitted")
+        out = self.b.concat(parts, int(op.options["Axis"]), self._name(op))
+        self._set(op, self._fused(op, out))
+
+    def _reshape(self, op: _OpInfo) -> None:
+        self._args(op, 1, 2)
+        x, name = self._in(op, 0), self._name(op)
+        shape_t = self._in(op, 1)
+        declared = self.info(op.outputs[0])
+        if shape_t is not None and shape_t.value is None:
+            if shape_t.rank != 1 or not shape_t.shape or not isinstance(shape_t.shape[0], int):
+                raise self.unsupported(
+                    f"operator {op.index} (RESHAPE): computed shape of unknown length"
+                )
+            target = self.b.add(
+                "Cast", [self.b.plain(shape_t)], {"to": onnx_dtype("int64")}, f"{name}_shape"
+            )
+            out = self.b.add("Reshape", [self.b.plain(x), target], {"allowzero": 1}, name)
+            self._set(op, Tensor(out, identity(shape_t.shape[0]), x.dtype))
+            return
+        if shape_t is not None:
+            shape = [int(v) for v in shape_t.value.ravel()]
+        elif op.options.get("NewShape") is not None:
+            shape = op.options["NewShape"]
+        else:
+            shape = list(declared.signature if declared.signature is not None else declared.shape)
+        if shape.count(-1) > 1 or any(d < -1 for d in shape):
+            raise self.fail(f"operator {op.index} (RESHAPE): invalid shape {shape}")
+        # TFLite's 0 is a size, not ONNX's "copy this dim".
+        self._set(op, self.b.reshape(x, shape, name, allowzero=0 in shape))
+
+    def _squeeze(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        axes = op.options.get("SqueezeDims") or []
+        if not axes:
+            shape = self._shape(x)
+            if not all(isinstance(d, int) for d in shape):
+                raise self.unsupported(
+                    f"operator {op.index} (SQUEEZE) of all size-1 axes needs a static shape"
+                )
+            axes = [i for i, d in enumerate(shape) if d == 1]
+        if x.value is not None:
+            self._set(op, constant(np.squeeze(x.value, tuple(a % x.rank for a in axes))))
+            return
+        self._set(op, self.b.squeeze(x, axes, self._name(op)))
+
+    def _expand_dims(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        x, name = self._in(op, 0), self._name(op)
+        (axis,) = self._const_ints(op, 1, "axis") or [None]
+        if axis is None or not -(x.rank + 1) <= axis <= x.rank:
+            raise self.fail(f"operator {op.index} (EXPAND_DIMS): axis {axis} for rank {x.rank}")
+        axis %= x.rank + 1
+        axes = self.b.const(np.array([axis], np.int64), f"{name}_axes")
+        out = self.b.add("Unsqueeze", [self.b.plain(x), axes], None, name)
+        self._set(op, Tensor(out, identity(x.rank + 1), x.dtype))
+
+    def _transpose(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        perm = self._const_ints(op, 1, "perm")
+        x = self._in(op, 0)
+        if len(perm) != x.rank:
+            raise self.fail(f"operator {op.index} (TRANSPOSE): perm {perm} for rank {x.rank}")
+        self._set(
+            op, self.b.transpose(x, [p % x.rank if p < 0 else p for p in perm], self._name(op))
+        )
+
+    def _slice(self, op: _OpInfo) -> None:
+        self._args(op, 3)
+        x = self._in(op, 0)
+        begin, size = self._const_ints(op, 1, "begin"), self._const_ints(op, 2, "size")
+        if len(begin) != x.rank or len(size) != x.rank:
+            raise self.fail(
+                f"operator {op.index} (SLICE): begin {begin} and size {size} for rank {x.rank}"
+            )
+        if any(b < 0 for b in begin) or any(s < -1 for s in size):
+            raise self.fail(f"operator {op.index} (SLICE): negative begin or size")
+        specs = [
+            (a, b, INT64_MAX if s == -1 else b + s, 1)
+            for a, (b, s) in enumerate(zip(begin, size, strict=True))
+        ]
+        self._set(op, self.b.slice(x, specs, self._name(op)))
+
+    def _strided_slice(self, op: _OpInfo) -> None:
+        self._args(op, 4)
+        x, name = self._in(op, 0), self._name(op)
+        begin, end = self._const_ints(op, 1, "begin"), self._const_ints(op, 2, "end")
+        strides = self._const_ints(op, 3, "strides")
+        o = op.options
+        if o["Offset"]:
+            raise self.unsupported(f"operator {op.index} (STRIDED_SLICE) with offset=true")
+        n = len(begin)
+        if len(end) != n or len(strides) != n or n > 32:
+            raise self.fail(
+                f"operator {op.index} (STRIDED_SLICE): begin, end and strides differ in length"
+            )
+
+        def bit(mask: int, i: int) -> bool:
+            return bool((int(mask) >> i) & 1)
+
+        ellipsis = [i for i in range(n) if bit(o["EllipsisMask"], i)]
+        real = sum(
+            1 for i in range(n) if not bit(o["NewAxisMask"], i) and not bit(o["EllipsisMask"], i)
+        )
+        if len(ellipsis) > 1 or real > x.rank:
+            raise self.fail(
+                f"operator {op.index} (STRIDED_SLICE): {n} slice entries for rank {x.rank}"
+            )
+        entries: list[tuple] = []  # ("new",) or (axis, begin, end, stride, b_mask, e_mask, shrink)
+        axis = 0
+        for i in range(n):
+            if bit(o["EllipsisMask"], i):
+                for _ in range(x.rank - real):
+                    entries.append((axis, 0, 0, 1, True, True, False))
+                    axis += 1
+            elif bit(o["NewAxisMask"], i):
+                entries.append(("new",))
+            else:
+                entries.append(
+                    (
+                        axis,
+                        begin[i],
+                        end[i],
+                        strides[i],
+                        bit(o["BeginMask"], i),
+                        bit(o["EndMask"], i),
+                        bit(o["ShrinkAxisMask"], i),
+                    )
+                )
+                axis += 1
+        while axis < x.rank:
+            entries.append((axis, 0, 0, 1, True, True, False))
+            axis += 1
+        specs, shrunk, new_at, out_pos = [], [], [], 0
+        for e in entries:
+            if e[0] == "new":
+                new_at.append(out_pos)
+                out_pos += 1
+                continue
+            a, b, en, s, bm, em, shrink = e
+            if s == 0:
+                raise self.fail(f"operator {op.index} (STRIDED_SLICE): stride 0")
+            if shrink:
+                specs.append((a, b, INT64_MAX if b == -1 else b + 1, 1))
+                shrunk.append(a)
+                continue
+            out_pos += 1
+            if bm and em and s == 1:
+                continue
+            start = (0 if s > 0 else INT64_MAX) if bm else b
+            stop = (INT64_MAX if s > 0 else INT64_MIN) if em else en
+            specs.append((a, start, stop, s))
+        y = self.b.slice(x, specs, name if not shrunk and not new_at else f"{name}_slice")
+        if shrunk:
+            y = self.b.squeeze(y, shrunk, name if not new_at else f"{name}_squeeze")
+        if new_at:
+            axes = self.b.const(np.array(new_at, np.int64), f"{name}_axes")
+            out = self.b.add("Unsqueeze", [self.b.plain(y), axes], None, name)
+            y = Tensor(out, identity(y.rank + len(new_at)), x.dtype)
+        self._set(op, y)
+
+    def _resize(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        x = self._in(op, 0)
+        self._rank(op, x, 4)
+        size = self._const_ints(op, 1, "size")
+        if len(size) != 2 or min(size) < 1:
+            raise self.fail(f"operator {op.index} ({op.op}): size {size} must be 2 positive ints")
+        align, half = bool(op.options["AlignCorners"]), bool(op.options["HalfPixelCenters"])
+        if align and half:
+            raise self.fail(
+                f"operator {op.index} ({op.op}): align_corners and half_pixel_centers are both set"
+            )
+        coords = "align_corners" if align else "half_pixel" if half else "asymmetric"
+        if op.op == "RESIZE_BILINEAR":
+            out = self.b.resize(x, "linear", coords, name=self._name(op), sizes=size)
+        else:
+            # TF rounds half away from zero (align_corners) or floors (asymmetric);
+            # floor((o + 0.5) * scale) is round_prefer_ceil of the half-pixel coordinate.
+            rounding = "floor" if coords == "asymmetric" else "round_prefer_ceil"
+            out = self.b.resize(x, "nearest", coords, rounding, self._name(op), sizes=size)
+        self._set(op, out)
+
+    def _depth_to_space(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        self._rank(op, x, 4)
+        bs = int(op.options["BlockSize"])
+        out = self.b.nchw_op("DepthToSpace", x, {"blocksize": bs, "mode": "DCR"}, self._name(op))
+        self._set(op, out)
+
+    def _space_to_depth(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x, name = self._in(op, 0), self._name(op)
+        self._rank(op, x, 4)
+        bs = int(op.options["BlockSize"])
+        _, h, w, c = x.shape or (None,) * 4
+        if not all(isinstance(d, int) for d in (h, w, c)) or bs < 1 or h % bs or w % bs:
+            raise self.unsupported(
+                f"operator {op.index} (SPACE_TO_DEPTH) needs static H, W "
+                f"that are multiples of the block size {bs}"
+            )
+        split = self.b.const(np.array([0, c, h // bs, bs, w // bs, bs], np.int64), f"{name}_split")
+        joined = self.b.const(
+            np.array([0, bs * bs * c, h // bs, w // bs], np.int64), f"{name}_joined"
+        )
+        t = self.b.add("Reshape", [self.b.nchw(x), split], None, f"{name}_blocks")
+        t = self.b.add("Transpose", [t], {"perm": [0, 3, 5, 1, 2, 4]}, f"{name}_order")
+        out = self.b.add("Reshape", [t, joined], None, name)
+        self._set(op, Tensor(out, channels_first(4), x.dtype))
+
+    def _batch_matmul(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        a, b = self._in(op, 0), self._in(op, 1)
+        if a.rank < 2 or b.rank < 2:
+            raise self.fail(f"operator {op.index} (BATCH_MATMUL): inputs must have rank >= 2")
+
+        def adjoint(t: Tensor, flag: bool) -> Tensor:
+            if not flag:
+                return t
+            perm = list(range(t.rank))
+            perm[-2], perm[-1] = perm[-1], perm[-2]
+            return self.b.transpose(t, perm)
+
+        a, b = adjoint(a, op.options["AdjX"]), adjoint(b, op.options["AdjY"])
+        out = self.b.add("MatMul", [self.b.plain(a), self.b.plain(b)], None, self._name(op))
+        self._set(op, Tensor(out, identity(max(a.rank, b.rank)), a.dtype))
