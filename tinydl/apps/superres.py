@@ -40,6 +40,7 @@ from tinydl.errors import InvalidInputError, TinyDLError
 from tinydl.ir.graph import Graph, Node, Value
 
 SCALES = (2, 3)
+# Still images go through Pillow; anything else (GIF too: it may be animated) through FFmpeg.
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
 
 # BT.601 full range (JFIF): rows give Y, Cb-128, Cr-128 from R, G, B.
