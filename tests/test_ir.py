@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import struct
 import tracemalloc
@@ -459,12 +460,20 @@ def test_onnx_scalar_weights_keep_their_shape_through_tdl(tmp_path):
 @pytest.mark.parametrize(
     "op, inputs, initializers, message",
     [
-        ("Conv", [("x", "float32", (1, 1, 4, 4))], {"w": np.ones((1, 1, 3, 3))},
-         "inputs must share one dtype, got input 0: float32, input 1: float64"),
+        (
+            "Conv",
+            [("x", "float32", (1, 1, 4, 4))],
+            {"w": np.ones((1, 1, 3, 3))},
+            "inputs must share one dtype, got input 0: float32, input 1: float64",
+        ),
         ("Sqrt", [("x", "int64", (3,))], {}, "input 0 must be float"),
         ("Relu", [("x", "bool", (3,))], {}, "input 0 must be signed"),
-        ("Reshape", [("x", "float32", (6,))], {"s": np.array([2.0, 3.0], np.float32)},
-         "input 1 must be index"),
+        (
+            "Reshape",
+            [("x", "float32", (6,))],
+            {"s": np.array([2.0, 3.0], np.float32)},
+            "input 1 must be index",
+        ),
     ],
 )
 def test_type_constraints_name_the_node(op, inputs, initializers, message):
@@ -476,3 +485,13 @@ def test_type_constraints_name_the_node(op, inputs, initializers, message):
     )
     with pytest.raises(InvalidModelError, match=f"node 'the_node' \\({op}\\): {message}"):
         graph.validate()
+
+
+def test_saved_file_has_the_usual_permissions(tmp_path):
+    graph = Graph(
+        [Value("x", "float32", (2,))], [Value("y")], [Node("Relu", ["x"], ["y"], name="r")]
+    )
+    tinydl.save(graph.validate(), tmp_path / "m.tdl")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "m.tdl").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -84,6 +84,10 @@ def save(graph: Graph, path: str | os.PathLike) -> None:
         save_file(
             {k: np.asarray(v, order="C") for k, v in tensors.items()}, str(tmp), metadata=meta
         )
+        # The container writer creates private (0600) files; give the file the usual mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
