@@ -118,6 +118,7 @@ def tinydl_one(backend, graph, precision, x, ref, conv_configs):
     log(f"{tag}_dispatches", [s.label for s in plan.steps])
     # GPU-resident: the same device input every run, outputs left on the GPU.
     xd = backend.to_device(x)
+    warm_up(lambda: sess.run({"x": xd}, outputs="device"))
     kernel.timing = "total"
     gpu = []
     for i in range(60):
@@ -150,6 +151,53 @@ def tinydl_one(backend, graph, precision, x, ref, conv_configs):
 
     log(f"{tag}_resident_single_wall_ms", round(wall_median(one), 4))
     log(f"{tag}_host_io_ms", round(wall_median(lambda: sess.run({"x": x})), 4))
+    # Where host in/out time goes: upload, compute (device in and out), read-back.
+    from tinydl.backends.webgpu import context
+
+    def upload():
+        backend.to_device(x)
+        backend.sync()
+
+    out = sess.run({"x": xd}, outputs="device")["y"]
+    log(f"{tag}_upload_ms", round(wall_median(upload), 4))
+    log(f"{tag}_readback_ms", round(wall_median(out.numpy), 4))
+    threads = context._COPY_THREADS
+    context._COPY_THREADS = 1
+    log(f"{tag}_readback_1thread_ms", round(wall_median(out.numpy), 4))
+    log(f"{tag}_host_io_1thread_ms", round(wall_median(lambda: sess.run({"x": x})), 4))
+    context._COPY_THREADS = threads
+    host, other = np.empty(out.nbytes, np.uint8), np.ones(out.nbytes, np.uint8)
+    log(f"{tag}_host_memcpy_ms", round(wall_median(lambda: np.copyto(host, other)), 4))
+
+
+def warm_up(run, seconds=1.0):
+    """Keep the GPU busy for a while, so that its clocks are up before timing."""
+    from tinydl.backends import get_backend
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            run()
+        get_backend("webgpu").sync()
+
+
+def candidates(layer: str, precision: str) -> list[str]:
+    """conv_direct blockings to try per ESPCN layer: tx,ty,py,ocv,cc4[,f16]."""
+    shapes = [(16, 4), (32, 2), (8, 8), (64, 1), (16, 8), (32, 4), (8, 4)]
+    regs = 64 if precision == "fp16" else 32  # accumulator vec4s a thread may hold
+    if layer == "conv0":  # 1 input channel: scalar input path, 64 output channels
+        blocks = [(py, ocv, 1) for py in (2, 4, 8) for ocv in (4, 8, 16)]
+    elif layer == "conv1":  # 64 -> 32
+        blocks = [(py, ocv, cc) for py in (2, 4, 8) for ocv in (2, 4, 8) for cc in (1, 2)]
+    else:  # 32 -> 9 (3 vec4 of output channels)
+        blocks = [(py, 3, cc) for py in (2, 4, 8) for cc in (1, 2)]
+    suffix = ",f16" if precision == "fp16" else ""
+    return [
+        f"{tx},{ty},{py},{ocv},{cc}{suffix}"
+        for tx, ty in shapes
+        for py, ocv, cc in blocks
+        if py * ocv <= regs
+    ]
 
 
 def sweep(weights, x):
@@ -159,69 +207,34 @@ def sweep(weights, x):
     backend = get_backend("webgpu")
     graph = espcn_graph(weights, H, W)
     xd = backend.to_device(x)
-    # tx, ty, py, ocv, cc4 (compute type appended for fp16)
-    candidates = {
-        "conv0": [
-            "16,4,4,8,1",
-            "16,4,2,16,1",
-            "32,2,4,8,1",
-            "16,8,2,8,1",
-            "16,4,4,4,1",
-            "32,4,2,8,1",
-            "64,1,4,8,1",
-        ],
-        "conv1": [
-            "16,4,4,4,2",
-            "32,2,4,4,2",
-            "16,4,4,4,4",
-            "16,4,8,4,1",
-            "16,4,4,8,1",
-            "16,8,4,4,2",
-            "8,8,4,4,2",
-            "32,4,2,4,2",
-            "16,4,4,2,2",
-            "16,4,2,8,2",
-            "64,1,4,4,2",
-            "16,4,8,2,2",
-        ],
-        "conv2": [
-            "16,4,4,3,2",
-            "32,2,4,3,2",
-            "16,4,8,3,1",
-            "16,4,4,3,4",
-            "16,8,4,3,2",
-            "16,4,8,3,2",
-            "64,1,4,3,2",
-        ],
-    }
     best = {}
-    for precision, suffixes in (("fp32", [""]), ("fp16", ["", ",f16"])):
-        times: dict[str, dict[str, float]] = {}
-        for layer, configs in candidates.items():
-            for cfg in configs:
-                for suffix in suffixes:
-                    c = cfg + suffix
-                    try:
-                        kernel = backend.compile(
-                            graph,
-                            CompileOptions(
-                                precision, extra={"timing": "ops", "conv_configs": {layer: c}}
-                            ),
-                        )
-                        samples = []
-                        for i in range(25):
-                            kernel.run({"x": xd})
-                            if i >= 5:
-                                samples.append(kernel.timings[int(layer[-1])][1] * 1e3)
-                        times.setdefault(layer, {})[c] = round(statistics.median(samples), 4)
-                    except Exception as exc:  # noqa: BLE001 - a config that does not fit
-                        times.setdefault(layer, {})[c] = repr(exc)[:120]
+    for precision in ("fp32", "fp16"):
+        base = backend.compile(graph, CompileOptions(precision))
+        warm_up(lambda k=base: k.run({"x": xd}), 2.0)
+        times: dict[str, dict[str, float | str]] = {}
+        for layer in ("conv0", "conv1", "conv2"):
+            for c in candidates(layer, precision):
+                try:
+                    kernel = backend.compile(
+                        graph,
+                        CompileOptions(
+                            precision, extra={"timing": "ops", "conv_configs": {layer: c}}
+                        ),
+                    )
+                    samples = []
+                    for i in range(15):
+                        kernel.run({"x": xd})
+                        if i >= 5:
+                            samples.append(kernel.timings[int(layer[-1])][1] * 1e3)
+                    times.setdefault(layer, {})[c] = round(statistics.median(samples), 4)
+                except Exception as exc:  # noqa: BLE001 - a blocking that does not fit
+                    times.setdefault(layer, {})[c] = repr(exc)[:120]
         log(f"sweep_{precision}_ms", times)
         chosen = {}
         for layer, t in times.items():
             ok = {c: v for c, v in t.items() if isinstance(v, float)}
             chosen[layer] = min(ok, key=ok.get)
-        log(f"sweep_{precision}_best", chosen)
+        log(f"sweep_{precision}_best", {k: (v, times[k][v]) for k, v in chosen.items()})
         best[precision] = chosen
     return best
 

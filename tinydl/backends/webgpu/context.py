@@ -220,7 +220,7 @@ class Context:
             with self.guard("reading a tensor back"):
                 staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
                 view = staging.read_mapped(0, _round4(nbytes), copy=False)
-                out[:] = np.frombuffer(view, np.uint8, nbytes)
+                _copy(out, np.frombuffer(view, np.uint8, nbytes))
                 staging.unmap()
         u = self.wgpu.BufferUsage
         self.release(staging, u.MAP_READ | u.COPY_DST)
@@ -269,6 +269,28 @@ class _Guard:
                 f"{str(exc).strip().splitlines()[-1]}; compile the model again"
             ) from exc
         return False
+
+
+# Copies out of mapped memory above this size are split across threads (NumPy releases the
+# GIL while copying), which one core alone cannot keep up with for a 1080p frame.
+_PARALLEL_COPY_BYTES = 1 << 20
+_COPY_THREADS = int(os.environ.get("TINYDL_WEBGPU_COPY_THREADS", "4"))
+_copier = None
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    global _copier
+    n = dst.nbytes
+    if n < _PARALLEL_COPY_BYTES or _COPY_THREADS <= 1:
+        dst[:] = src
+        return
+    if _copier is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _copier = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="tinydl-copy")
+    step = ((n + _COPY_THREADS - 1) // _COPY_THREADS + 63) // 64 * 64
+    parts = [(i, min(i + step, n)) for i in range(0, n, step)]
+    list(_copier.map(lambda p: np.copyto(dst[p[0]:p[1]], src[p[0]:p[1]]), parts))
 
 
 def _round4(n: int) -> int:
