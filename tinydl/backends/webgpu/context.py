@@ -290,7 +290,7 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
         _copier = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="tinydl-copy")
     step = ((n + _COPY_THREADS - 1) // _COPY_THREADS + 63) // 64 * 64
     parts = [(i, min(i + step, n)) for i in range(0, n, step)]
-    list(_copier.map(lambda p: np.copyto(dst[p[0]:p[1]], src[p[0]:p[1]]), parts))
+    list(_copier.map(lambda p: np.copyto(dst[p[0] : p[1]], src[p[0] : p[1]]), parts))
 
 
 def _round4(n: int) -> int:

@@ -8,6 +8,7 @@ pipelines and bind groups are made once and reused by every run with those shape
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from collections.abc import Collection
@@ -299,16 +300,11 @@ class Plan:
                 results[name] = from_storage(ctx.map_read(staging[name], info.nbytes), t)
             else:
                 results[name] = t
-        self.timings = None
+        # Timestamps are read later (WebGPUKernel.timings), so timing does not add a wait.
+        self.pending = None
         if queries is not None:
-            ticks = ctx.map_read(ts_buf, 8 * queries.count).view(np.uint64).astype(np.int64)
-            seconds = (ticks[1::2] - ticks[0::2]) * 1e-9
-            if timing == "ops":
-                self.timings = [
-                    (s.label, float(t)) for s, t in zip(self.steps, seconds, strict=True)
-                ]
-            else:
-                self.timings = [("total", float(seconds[0]))]
+            labels = [s.label for s in self.steps] if timing == "ops" else ["total"]
+            self.pending = (ts_buf, 8 * queries.count, labels)
         return results
 
     def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
@@ -347,7 +343,10 @@ class WebGPUKernel(Kernel):
         self.plans: dict[tuple, Plan] = {}
         self._constants: dict[tuple, Storage] = {}
         self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
-        self.timings: list[tuple[str, float]] | None = None
+        self._pending: list[tuple] = []
+        self._timings: list[tuple[str, float]] | None = None
+        # Per-op (or total) GPU seconds of recent timed runs, oldest first.
+        self.timing_history: collections.deque = collections.deque(maxlen=1000)
         static = {}
         for v in graph.inputs:
             if v.shape is None or not all(isinstance(d, int) for d in v.shape):
@@ -397,8 +396,20 @@ class WebGPUKernel(Kernel):
             if not host:
                 self.ctx.sync()
             self.init["first_run_s"] = time.perf_counter() - t0
-        self.timings = plan.timings
+        if plan.pending is not None:
+            self._pending.append(plan.pending)
         return out
+
+    @property
+    def timings(self) -> list[tuple[str, float]] | None:
+        """(op label, GPU seconds) of the last timed run; waits for runs still in flight."""
+        while self._pending:
+            buf, nbytes, labels = self._pending.pop(0)
+            ticks = self.ctx.map_read(buf, nbytes).view(np.uint64).astype(np.int64)
+            seconds = (ticks[1::2] - ticks[0::2]) * 1e-9
+            self._timings = [(n, float(s)) for n, s in zip(labels, seconds, strict=True)]
+            self.timing_history.append(self._timings)
+        return self._timings
 
     def profile(self) -> dict[str, Any]:
         return {"init": dict(self.init), "ops": self.timings}

@@ -206,8 +206,11 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
     override = configs.get(b.node.name) or configs.get("*") or os.environ.get("TINYDL_WEBGPU_CONV")
     oc4 = math.ceil(geom["OC"] / 4)
     if override:
-        cfg = DirectConfig.parse(override) if isinstance(override, str) else DirectConfig(
-            **vars(override))
+        cfg = (
+            DirectConfig.parse(override)
+            if isinstance(override, str)
+            else DirectConfig(**vars(override))
+        )
     else:
         cfg = DirectConfig()
         cfg.ocv = 8 if scalar_in else 4
