@@ -291,3 +291,25 @@ def test_refused_nodes_fall_back_with_a_reason():
     np.testing.assert_array_equal(out["s"], x.astype(np.int64))
     with pytest.raises(UnsupportedOpError):
         td.compile(graph, backends=("webgpu", "cpu"), strict=True)
+
+
+def test_fp16_accumulation_is_opt_in(tmp_path, rng, monkeypatch):
+    if not get_context().has_f16:
+        pytest.skip("the adapter lacks shader-f16")
+    graph = espcn(tmp_path, rng)
+    y = rng.random((1, 1, 20, 24), dtype=np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    monkeypatch.setenv("TINYDL_WEBGPU_ACCUMULATE", "f16")
+    sess = td.compile(graph, backends=("webgpu",), precision="fp16", strict=True)
+    assert rel_err(sess.run({"y": y})["out"], want) <= 2e-2
+
+
+def test_host_outputs_are_writable_and_independent(rng):
+    sess = td.compile(small_graph(), backends=("webgpu",), strict=True)
+    x1, x2 = (rng.standard_normal((2, 8)).astype(np.float32) for _ in range(2))
+    y1 = sess.run({"x": x1})["y"]
+    y2 = sess.run({"x": x2})["y"]
+    np.testing.assert_allclose(y1, reference(x1), rtol=1e-6)
+    y1 += 1.0  # read back without a copy, yet an ordinary writable array
+    np.testing.assert_allclose(y2, reference(x2), rtol=1e-6)
+    np.testing.assert_allclose(y1, reference(x1) + 1.0, rtol=1e-6)

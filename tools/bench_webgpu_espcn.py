@@ -98,18 +98,20 @@ def tinydl_runs(weights, x, ref, conv_configs):
     backend = get_backend("webgpu")
     log("webgpu_device", backend.devices())
     graph = espcn_graph(weights, H, W)
-    for precision in ("fp32", "fp16"):
-        tinydl_one(backend, graph, precision, x, ref, conv_configs.get(precision))
+    for precision, tag in (("fp32", "fp32"), ("fp16", "fp16"), ("fp16", "fp16acc")):
+        tinydl_one(backend, graph, precision, tag, x, ref, conv_configs.get(tag))
 
 
-def tinydl_one(backend, graph, precision, x, ref, conv_configs):
+def tinydl_one(backend, graph, precision, tag, x, ref, conv_configs):
+    """tag fp16acc: fp16 with fp16 accumulation in the convolutions (opt-in)."""
     import tinydl as td
 
-    tag = f"tinydl_webgpu_{precision}"
+    tag = f"tinydl_webgpu_{tag}"
     sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
     kernel = webgpu_kernel(sess)
-    if conv_configs:
-        kernel.extra["conv_configs"] = conv_configs
+    if conv_configs or tag.endswith("acc"):
+        kernel.extra["conv_configs"] = conv_configs or {}
+        kernel.extra["accumulate"] = "f16" if tag.endswith("acc") else "f32"
         kernel.plans.clear()
     y = sess.run({"x": x})["y"]
     log(f"{tag}_maxerr", max_err(y[0], ref))
@@ -148,9 +150,8 @@ def tinydl_one(backend, graph, precision, x, ref, conv_configs):
 
     log(f"{tag}_resident_single_wall_ms", round(wall_median(one), 4))
     log(f"{tag}_host_io_ms", round(wall_median(lambda: sess.run({"x": x})), 4))
-    # Where host in/out time goes: upload, compute (device in and out), read-back.
-    from tinydl.backends.webgpu import context
 
+    # Where host in/out time goes: upload, compute (device in and out), read-back.
     def upload():
         backend.to_device(x)
         backend.sync()
@@ -158,11 +159,6 @@ def tinydl_one(backend, graph, precision, x, ref, conv_configs):
     out = sess.run({"x": xd}, outputs="device")["y"]
     log(f"{tag}_upload_ms", round(wall_median(upload), 4))
     log(f"{tag}_readback_ms", round(wall_median(out.numpy), 4))
-    threads = context._COPY_THREADS
-    context._COPY_THREADS = 1
-    log(f"{tag}_readback_1thread_ms", round(wall_median(out.numpy), 4))
-    log(f"{tag}_host_io_1thread_ms", round(wall_median(lambda: sess.run({"x": x})), 4))
-    context._COPY_THREADS = threads
     host, other = np.empty(out.nbytes, np.uint8), np.ones(out.nbytes, np.uint8)
     log(f"{tag}_host_memcpy_ms", round(wall_median(lambda: np.copyto(host, other)), 4))
 
@@ -178,7 +174,7 @@ def warm_up(run, seconds=1.0):
         get_backend("webgpu").sync()
 
 
-def candidates(layer: str, precision: str) -> list[str]:
+def candidates(layer: str, tag: str) -> list[str]:
     """conv_direct blockings to try per ESPCN layer: tx,ty,py,ocv,cc4[,f16]."""
     if layer == "conv0":  # 1 input channel: scalar input path, 64 output channels
         shapes = [(16, 4), (32, 2), (64, 1)]
@@ -198,7 +194,7 @@ def candidates(layer: str, precision: str) -> list[str]:
     else:  # 32 -> 9: 3 vec4 of output channels
         shapes = [(16, 4), (32, 2), (64, 1)]
         blocks = [(py, 3, cc) for py in (2, 4, 8) for cc in (1, 2)]
-    suffix = ",f16" if precision == "fp16" else ""
+    suffix = ",f16" if tag == "fp16acc" else ""
     return [f"{tx},{ty},{py},{ocv},{cc}{suffix}" for tx, ty in shapes for py, ocv, cc in blocks]
 
 
@@ -225,10 +221,10 @@ def sweep(weights, x):
     graph = espcn_graph(weights, H, W)
     feeds = {"x": backend.to_device(x)}
     best = {}
-    for precision in ("fp32", "fp16"):
+    for precision, tag in (("fp32", "fp32"), ("fp16", "fp16acc")):
         times: dict[str, dict[str, float | str]] = {}
         for layer in ("conv0", "conv1", "conv2"):
-            for c in candidates(layer, precision):
+            for c in candidates(layer, tag):
                 extra = {"timing": "ops", "conv_configs": {layer: c}}
                 try:
                     kernel = backend.compile(graph, CompileOptions(precision, extra=extra))
@@ -240,14 +236,14 @@ def sweep(weights, x):
                     feeds = {"x": backend.to_device(x)}
                 except Exception as exc:  # noqa: BLE001 - a blocking that does not fit
                     times.setdefault(layer, {})[c] = repr(exc)[:120]
-        log(f"sweep_{precision}_ms", times)
+        log(f"sweep_{tag}_ms", times)
         chosen = {}
         for layer, t in times.items():
             ok = {c: v for c, v in t.items() if isinstance(v, float)}
             if ok:
                 chosen[layer] = min(ok, key=ok.get)
-        log(f"sweep_{precision}_best", {k: (v, times[k][v]) for k, v in chosen.items()})
-        best[precision] = chosen
+        log(f"sweep_{tag}_best", {k: (v, times[k][v]) for k, v in chosen.items()})
+        best[tag] = chosen
     return best
 
 
@@ -430,21 +426,20 @@ def table() -> str:
         return f"{va / vb:.2f}×" if isinstance(va, float) and isinstance(vb, float) else "—"
 
     t = "tinydl webgpu"
-    rows = [
-        (f"{t} fp32, GPU-resident (GPU timestamps)", "tinydl_webgpu_fp32_resident_gpu_ms"),
-        (f"{t} fp32, GPU-resident (wall, pipelined)", "tinydl_webgpu_fp32_resident_wall_ms"),
-        (
-            f"{t} fp32, GPU-resident (wall, run + sync)",
-            "tinydl_webgpu_fp32_resident_single_wall_ms",
-        ),
-        (f"{t} fp32, host in/out", "tinydl_webgpu_fp32_host_io_ms"),
-        (f"{t} fp16, GPU-resident (GPU timestamps)", "tinydl_webgpu_fp16_resident_gpu_ms"),
-        (f"{t} fp16, GPU-resident (wall, pipelined)", "tinydl_webgpu_fp16_resident_wall_ms"),
-        (
-            f"{t} fp16, GPU-resident (wall, run + sync)",
-            "tinydl_webgpu_fp16_resident_single_wall_ms",
-        ),
-        (f"{t} fp16, host in/out", "tinydl_webgpu_fp16_host_io_ms"),
+    rows = []
+    for tag, what in (
+        ("fp32", "fp32"),
+        ("fp16", "fp16 (fp32 accumulation)"),
+        ("fp16acc", "fp16 (fp16 accumulation)"),
+    ):
+        key = f"tinydl_webgpu_{tag}"
+        rows += [
+            (f"{t} {what}, GPU-resident (GPU timestamps)", f"{key}_resident_gpu_ms"),
+            (f"{t} {what}, GPU-resident (wall, pipelined)", f"{key}_resident_wall_ms"),
+            (f"{t} {what}, GPU-resident (wall, run + sync)", f"{key}_resident_single_wall_ms"),
+            (f"{t} {what}, host in/out", f"{key}_host_io_ms"),
+        ]
+    rows += [
         ("PyTorch eager fp32 (cuDNN, TF32 allowed: the default)", "torch_eager_fp32_ms"),
         ("PyTorch eager fp32 (cuDNN, TF32 off)", "torch_eager_fp32_strict_ms"),
         ("PyTorch eager fp16 (cuDNN, channels_last)", "torch_eager_fp16_ms"),
@@ -464,15 +459,17 @@ def table() -> str:
         f"{ratio('tinydl_webgpu_fp32_resident_wall_ms', 'torch_eager_fp32_ms')} | ≤ 1.0× |",
         f"| tinydl fp16 GPU-resident (GPU timestamps) / PyTorch eager fp32 | "
         f"{ratio('tinydl_webgpu_fp16_resident_gpu_ms', 'torch_eager_fp32_ms')} | ≤ 1.0× |",
-        f"| tinydl fp32 host in/out / LiteRT GPU | "
-        f"{ratio('tinydl_webgpu_fp32_host_io_ms', 'litert_gpu_host_io_ms')} | ≤ 0.5× |",
-        f"| tinydl fp32 host in/out / ncnn Vulkan fp32 | "
-        f"{ratio('tinydl_webgpu_fp32_host_io_ms', 'ncnn_vulkan_fp32_host_io_ms')} | ≤ 0.25× |",
-        f"| tinydl fp16 host in/out / LiteRT GPU | "
-        f"{ratio('tinydl_webgpu_fp16_host_io_ms', 'litert_gpu_host_io_ms')} | ≤ 0.5× |",
-        f"| tinydl fp16 host in/out / ncnn Vulkan fp32 | "
-        f"{ratio('tinydl_webgpu_fp16_host_io_ms', 'ncnn_vulkan_fp32_host_io_ms')} | ≤ 0.25× |",
+        f"| tinydl fp16 (fp16 acc.) GPU-resident (GPU timestamps) / PyTorch eager fp32 | "
+        f"{ratio('tinydl_webgpu_fp16acc_resident_gpu_ms', 'torch_eager_fp32_ms')} | ≤ 1.0× |",
     ]
+    for tag, what in (("fp32", "fp32"), ("fp16", "fp16"), ("fp16acc", "fp16 (fp16 acc.)")):
+        key = f"tinydl_webgpu_{tag}_host_io_ms"
+        lines += [
+            f"| tinydl {what} host in/out / LiteRT GPU | "
+            f"{ratio(key, 'litert_gpu_host_io_ms')} | ≤ 0.5× |",
+            f"| tinydl {what} host in/out / ncnn Vulkan fp32 | "
+            f"{ratio(key, 'ncnn_vulkan_fp32_host_io_ms')} | ≤ 0.25× |",
+        ]
     return "\n".join(lines)
 
 

@@ -6,10 +6,12 @@ One Context per process (`get_context()`); a lost device marks it dead, and the 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -214,17 +216,27 @@ class Context:
             return self.map_read(staging, nbytes)
 
     def map_read(self, staging, nbytes: int) -> np.ndarray:
-        """Map a staging buffer whose copy is already submitted, copy out, give it back."""
-        out = np.empty(nbytes, np.uint8)
-        if nbytes:
-            with self.guard("reading a tensor back"):
-                staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
-                view = staging.read_mapped(0, _round4(nbytes), copy=False)
-                _copy(out, np.frombuffer(view, np.uint8, nbytes))
-                staging.unmap()
+        """The bytes of a staging buffer whose copy is already submitted, without a copy: the
+        array (writable) is the mapped memory, and the buffer is unmapped and goes back to the
+        pool when the array and every view of it are gone."""
+        u = self.wgpu.BufferUsage
+        if not nbytes:
+            self.release(staging, u.MAP_READ | u.COPY_DST)
+            return np.empty(0, np.uint8)
+        with self.guard("reading a tensor back"):
+            staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
+            view = staging.read_mapped(0, _round4(nbytes), copy=False)
+        address = np.frombuffer(view, np.uint8).ctypes.data
+        memory = (ctypes.c_uint8 * nbytes).from_address(address)
+        weakref.finalize(memory, self._unmap, staging)
+        return np.frombuffer(memory, np.uint8)
+
+    def _unmap(self, staging) -> None:
+        if self.lost:
+            return
+        staging.unmap()
         u = self.wgpu.BufferUsage
         self.release(staging, u.MAP_READ | u.COPY_DST)
-        return out
 
     def sync(self) -> None:
         """Wait until the GPU has finished everything submitted so far."""
@@ -269,28 +281,6 @@ class _Guard:
                 f"{str(exc).strip().splitlines()[-1]}; compile the model again"
             ) from exc
         return False
-
-
-# Copies out of mapped memory above this size are split across threads (NumPy releases the
-# GIL while copying), which one core alone cannot keep up with for a 1080p frame.
-_PARALLEL_COPY_BYTES = 1 << 20
-_COPY_THREADS = int(os.environ.get("TINYDL_WEBGPU_COPY_THREADS", "4"))
-_copier = None
-
-
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    global _copier
-    n = dst.nbytes
-    if n < _PARALLEL_COPY_BYTES or _COPY_THREADS <= 1:
-        dst[:] = src
-        return
-    if _copier is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _copier = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="tinydl-copy")
-    step = ((n + _COPY_THREADS - 1) // _COPY_THREADS + 63) // 64 * 64
-    parts = [(i, min(i + step, n)) for i in range(0, n, step)]
-    list(_copier.map(lambda p: np.copyto(dst[p[0] : p[1]], src[p[0] : p[1]]), parts))
 
 
 def _round4(n: int) -> int:

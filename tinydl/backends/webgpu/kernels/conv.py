@@ -30,6 +30,7 @@ from tinydl.ops.conv import (
 )
 
 FUSED = "tinydl.FusedConv"
+ACCUMULATE_ENV = "TINYDL_WEBGPU_ACCUMULATE"
 # tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
 FUSED_ACTIVATIONS = {
     "relu": lambda a: ("Relu", {}),
@@ -212,12 +213,12 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             else DirectConfig(**vars(override))
         )
     else:
-        cfg = DirectConfig()
-        cfg.ocv = 8 if scalar_in else 4
-        cfg.py = 4 if geom["OH"] >= 16 else 2 if geom["OH"] >= 2 else 1
-        cfg.tx = 16 if geom["OW"] >= 16 else 8
-        cfg.ty = 4 if geom["OH"] >= 16 else 8 // cfg.py if geom["OH"] > 1 else 8
-        cfg.cc4 = min(math.ceil(geom["C"] / 4), 2)
+        cfg = _default_config(geom, scalar_in, oc4)
+        # fp16 accumulation is opt-in: about 1.5x faster on an H200, less accurate (see
+        # docs/webgpu.md, "Precision").
+        accumulate = b.plan.owner.extra.get("accumulate") or os.environ.get(ACCUMULATE_ENV)
+        if b.precision == "fp16" and accumulate == "f16":
+            cfg.ct = "f16"
     cfg.ocv = min(cfg.ocv, oc4)
     if scalar_in:
         cfg.cc4 = 1
@@ -233,6 +234,25 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             cfg.tx //= 2
         else:
             raise ValueError(f"{b.label}: the kernel's taps do not fit in workgroup memory")
+    return cfg
+
+
+def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
+    """Blockings measured best on an H200 for ESPCN's layers (tools/bench_webgpu_espcn.py
+    --sweep): 128 threads of 2 rows x 4 vec4 of channels, one vec4 of input channels per
+    barrier; 64 threads for one input channel; 4 rows when there are few output channels.
+    Small images get a narrower tile."""
+    if scalar_in:
+        cfg = DirectConfig(tx=32, ty=2, py=2, ocv=4, cc4=1)
+    elif oc4 < 4:
+        cfg = DirectConfig(tx=16, ty=4, py=4, ocv=oc4, cc4=1)
+    else:
+        cfg = DirectConfig(tx=16, ty=8, py=2, ocv=4, cc4=1)
+    while cfg.tx > 4 and cfg.tx >= 2 * g["OW"]:
+        cfg.tx //= 2
+        cfg.ty *= 2
+    while cfg.ty * cfg.py > 2 * g["OH"] and cfg.ty > 1:
+        cfg.ty //= 2
     return cfg
 
 
