@@ -15,8 +15,10 @@ from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
 from tinydl.errors import BackendUnavailableError
 from tinydl.ir.graph import Graph, Node
 
-# Logical dtypes a tensor may have on this backend (WGSL has f32, f16 and i32).
-DTYPES = ("float32", "float16", "int32")
+# Logical dtypes a tensor may have on this backend (WGSL has f32, f16 and i32); uint8 is held
+# packed, for casts and views only (frames go up and come down as bytes).
+DTYPES = ("float32", "float16", "int32", "uint8")
+BYTE_OPS = ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
 class WebGPUBackend(Backend):
@@ -71,6 +73,8 @@ class WebGPUBackend(Backend):
             dtype = None if v is None else v.dtype
             if dtype not in DTYPES:
                 return Support(False, f"{name} has dtype {dtype}; WebGPU holds {', '.join(DTYPES)}")
+            if dtype == "uint8" and node.op not in BYTE_OPS:
+                return Support(False, f"{node.op} on uint8 is not implemented (Cast and views are)")
             if dtype == "float16" and not self._context().has_f16:
                 return Support(False, "float16 needs the adapter's shader-f16 feature")
         if kd.supports is not None:

@@ -15,14 +15,16 @@ import math
 
 import numpy as np
 
-# Storage element types: WGSL scalar name -> NumPy dtype.
+# Storage element types: WGSL scalar name -> NumPy dtype. "u8" is bytes packed four to a u32
+# word (WGSL has no 8-bit type); only Cast and views handle it.
 STORAGE_TYPES = {
     "f32": np.dtype(np.float32),
     "f16": np.dtype(np.float16),
     "i32": np.dtype(np.int32),
+    "u8": np.dtype(np.uint8),
 }
 # Logical dtypes the backend can hold, and the storage type of each at full precision.
-LOGICAL = {"float32": "f32", "float16": "f16", "int32": "i32"}
+LOGICAL = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8"}
 
 
 class Storage:

@@ -200,8 +200,30 @@ def activation(b):
 
 @kernel("Cast")
 def cast(b):
-    # Loading in the output's type converts: f32<->f16, float->i32 truncates, i32->float.
-    emit(b, "a0", [operand(b, 0, _ctype(b.out().dtype))], b.outputs[0], _ctype(b.out().dtype))
+    src, dst = b.info(0), b.out()
+    if src.stype == dst.stype == "u8":
+        b.alias(b.outputs[0], b.inputs[0])
+    elif "u8" in (src.stype, dst.stype):
+        total = int(np.prod(dst.shape))
+        unpack = src.stype == "u8"
+        units = total if unpack else -(-total // 4)
+        g = grid(units, WG)
+        b.dispatch(
+            "cast_u8.wgsl",
+            [b.inputs[0], b.outputs[0]],
+            g,
+            unpack=unpack,
+            total=total,
+            units=units,
+            in_t=src.stype,
+            out_t=dst.stype,
+            wg=WG,
+            gx=g[0],
+        )
+    else:
+        # Loading in the output's type converts: f32<->f16, float->i32 truncates, i32->float.
+        ct = _ctype(dst.dtype)
+        emit(b, "a0", [operand(b, 0, ct)], b.outputs[0], ct)
 
 
 def _bn_supports(node, graph) -> Support:
