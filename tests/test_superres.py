@@ -248,9 +248,9 @@ def test_webgpu_runs_the_whole_frame_path():
     webgpu_or_skip()
     placement = Upscaler(3, backend="webgpu").session.placement
     refused = placement.fallbacks()
-    if refused:
-        why = "; ".join(f"{n}: {r.get('webgpu', r)}" for n, r in refused.items())
-        pytest.xfail(f"webgpu refuses {len(refused)} node(s), the frame crosses as float32: {why}")
+    why = "; ".join(f"{n}: {r.get('webgpu', r)}" for n, r in refused.items())
+    assert not refused, f"webgpu refuses {len(refused)} node(s): {why}"
+    assert [p.backend for p in placement.partitions] == ["webgpu"]
 
 
 def td_upscale(src, out, scale, backend, **options):
