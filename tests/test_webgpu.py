@@ -313,3 +313,54 @@ def test_host_outputs_are_writable_and_independent(rng):
     y1 += 1.0  # read back without a copy, yet an ordinary writable array
     np.testing.assert_allclose(y2, reference(x2), rtol=1e-6)
     np.testing.assert_allclose(y1, reference(x1) + 1.0, rtol=1e-6)
+
+
+FUSED_ACTIVATIONS = [
+    "none",
+    "relu",
+    "relu6",
+    "clip",
+    "tanh",
+    "sigmoid",
+    "leaky_relu",
+    "prelu",
+    "hard_swish",
+    "hard_sigmoid",
+    "silu",
+]
+
+
+@pytest.mark.parametrize("activation", FUSED_ACTIVATIONS)
+@pytest.mark.parametrize("group", [1, 4])
+def test_fused_conv_matches_its_reference(rng, activation, group):
+    """tinydl.FusedConv (made by the optimizer) runs as one kernel, direct or grouped."""
+    from tinydl.ops import schema_of
+
+    if schema_of("tinydl.FusedConv") is None:
+        pytest.skip("tinydl.FusedConv is not registered")
+    attrs = {"activation": activation, "pads": [1, 1, 1, 1], "group": group}
+    attrs.update(
+        {
+            "clip": {"min": -0.5, "max": 0.7},
+            "leaky_relu": {"alpha": 0.2},
+            "hard_sigmoid": {"alpha": 0.3, "beta": 0.4},
+        }.get(activation, {})
+    )
+    inits = {
+        "w": (rng.standard_normal((8, 8 // group, 3, 3)) * 0.3).astype(np.float32),
+        "b": rng.standard_normal(8).astype(np.float32),
+    }
+    inputs = ["x", "w", "b"]
+    if activation == "prelu":
+        inits["slope"] = rng.uniform(0.05, 0.5, (8, 1, 1)).astype(np.float32)
+        inputs.append("slope")
+    graph = Graph(
+        [Value("x", "float32", (1, 8, 9, 10))],
+        [Value("y", "float32", None)],
+        [Node("tinydl.FusedConv", inputs, ["y"], attrs, name="fc")],
+        inits,
+    ).validate()
+    x = rng.standard_normal((1, 8, 9, 10)).astype(np.float32) * 2
+    want = td.compile(graph, backends=("cpu",), optimize="none").run({"x": x})["y"]
+    got = td.compile(graph, backends=("webgpu",), strict=True, optimize="none").run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -163,17 +163,6 @@ def tinydl_one(backend, graph, precision, tag, x, ref, conv_configs):
     log(f"{tag}_host_memcpy_ms", round(wall_median(lambda: np.copyto(host, other)), 4))
 
 
-def warm_up(run, seconds=1.0):
-    """Keep the GPU busy for a while, so that its clocks are up before timing."""
-    from tinydl.backends import get_backend
-
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(20):
-            run()
-        get_backend("webgpu").sync()
-
-
 def candidates(layer: str, tag: str) -> list[str]:
     """conv_direct blockings to try per ESPCN layer: tx,ty,py,ocv,cc4[,f16]."""
     if layer == "conv0":  # 1 input channel: scalar input path, 64 output channels

@@ -142,9 +142,6 @@ class Context:
         self.stats["compile_s"] += time.perf_counter() - t0
         return pipeline
 
-    def clear_pipeline_cache(self) -> None:
-        self._pipelines.clear()
-
     # -- buffers -------------------------------------------------------------------------------
     @property
     def storage_usage(self) -> int:

@@ -21,7 +21,7 @@ def _scalar(graph: Graph, name: str) -> float | None:
     return None if arr is None or arr.size != 1 else float(arr.reshape(()))
 
 
-def _per_channel(graph: Graph, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+def per_channel(graph: Graph, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
     """A constant that broadcasts per channel (axis 1) over `shape`, as a (C,) vector."""
     arr = graph.initializers.get(name)
     if arr is None or arr.ndim > len(shape):
@@ -55,7 +55,7 @@ def activation_of(node: Node, graph: Graph, shape: tuple[int, ...]) -> tuple[str
                 bounds[key] = value
         return op, bounds
     if op == "PRelu":
-        slope = _per_channel(graph, node.inputs[1], shape)
+        slope = per_channel(graph, node.inputs[1], shape)
         return None if slope is None else (op, {"slope": slope})
     return None
 

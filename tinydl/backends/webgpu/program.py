@@ -9,6 +9,7 @@ pipelines and bind groups are made once and reused by every run with those shape
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import time
 from collections.abc import Collection
@@ -21,6 +22,7 @@ from tinydl.backends.base import CompileOptions, Kernel
 from tinydl.backends.webgpu.context import Context
 from tinydl.backends.webgpu.fusion import fuse
 from tinydl.backends.webgpu.kernels import REGISTRY, render
+from tinydl.backends.webgpu.kernels.conv import direct_ok
 from tinydl.backends.webgpu.tensor import (
     LOGICAL,
     STORAGE_TYPES,
@@ -33,14 +35,11 @@ from tinydl.backends.webgpu.tensor import (
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
 
-_HEADER = None
 
-
-def _header(ctx: Context) -> str:
-    global _HEADER
-    if _HEADER is None:
-        _HEADER = render("common.wgsl")
-    return ("enable f16;\n" if ctx.has_f16 else "") + _HEADER
+@functools.cache
+def _header(f16: bool) -> str:
+    """What every kernel starts with: the f16 extension when the device has it, and helpers."""
+    return ("enable f16;\n" if f16 else "") + render("common.wgsl")
 
 
 @dataclass
@@ -53,10 +52,6 @@ class Info:
     layout: str = "nchw"
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
     def nbytes(self) -> int:
         return math.prod(padded_shape(self.shape, self.layout)) * STORAGE_TYPES[self.stype].itemsize
 
@@ -67,7 +62,6 @@ class Dispatch:
     bindings: list  # value names (str) or Storage
     grid: tuple[int, int, int]
     label: str
-    node: str
     bind_groups: dict = field(default_factory=dict)
 
 
@@ -101,26 +95,17 @@ class Build:
 
     def dispatch(self, template: str, bindings: list, grid, label: str = "", **params) -> None:
         label = label or self.label
-        source = render(template, header=_header(self.ctx), label=label, **params)
+        source = render(template, header=_header(self.ctx.has_f16), label=label, **params)
         pipeline = self.ctx.pipeline(source, label)
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         limit = int(self.ctx.limits.get("max-compute-workgroups-per-dimension", 65535))
         if max(grid) > limit:
             raise ValueError(f"{self.label}: grid {grid} exceeds {limit} workgroups per dimension")
-        self.plan.steps.append(Dispatch(pipeline, list(bindings), grid, label, self.node.name))
+        self.plan.steps.append(Dispatch(pipeline, list(bindings), grid, label))
 
     def upload(self, key, array: np.ndarray, stype: str) -> Storage:
         """Upload a constant (packed weights, tables) once per compiled kernel."""
         return self.plan.owner.constant((self.node.name, key, stype), array, stype)
-
-    def storage_for(self, info_or_name) -> str:
-        return (info_or_name if isinstance(info_or_name, Info) else self.info(info_or_name)).stype
-
-    def scratch(self, key: str, shape, stype: str) -> str:
-        """A temporary value for a kernel that needs more than one pass; returns its name."""
-        name = f"{self.node.name}/{key}"
-        self.plan.infos[name] = Info(tuple(shape), "float32", stype)
-        return name
 
     def alias(self, out: str, src: str) -> None:
         """`out` is a view of `src` with another shape (zero-copy)."""
@@ -147,7 +132,7 @@ class Plan:
         infer_graph(concrete)
         types = concrete.values
         keep = set(self.output_names)
-        self.nodes = fuse(graph, keep, lambda v: types[v].shape, _d2s_ok)
+        self.nodes = fuse(graph, keep, lambda v: types[v].shape, direct_ok)
         self.infos: dict[str, Info] = dict(inputs)
         self.alias: dict[str, str] = {}
         f16 = self.precision == "fp16" and self.ctx.has_f16
@@ -324,12 +309,6 @@ class Plan:
         cp.set_pipeline(step.pipeline)
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups(*step.grid)
-
-
-def _d2s_ok(node: Node) -> bool:
-    from tinydl.backends.webgpu.kernels.conv import direct_ok
-
-    return direct_ok(node)
 
 
 class WebGPUKernel(Kernel):

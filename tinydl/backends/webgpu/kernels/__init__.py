@@ -63,6 +63,15 @@ def render(template: str, **params) -> str:
     return _env.get_template(template).render(**params)
 
 
+def constant_inputs(node: Node, graph: Graph) -> Support:
+    """Support only when every input after the first is a constant (a shape, axes, pads...)
+    that the kernel bakes in."""
+    for name in node.inputs[1:]:
+        if name and name not in graph.initializers:
+            return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
+    return Support(True)
+
+
 # -- index helpers -------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
+from tinydl.backends.webgpu.fusion import per_channel
 from tinydl.backends.webgpu.kernels import activation_expr, kernel
 from tinydl.ops.conv import (
     _kernel,
@@ -105,9 +106,7 @@ def _epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
     if b.node.op == FUSED:
         name = b.attrs["activation"]
         if name == "prelu":
-            from tinydl.backends.webgpu.fusion import _per_channel
-
-            slope = _per_channel(b.plan.graph, b.inputs[3], b.out().shape)
+            slope = per_channel(b.plan.graph, b.inputs[3], b.out().shape)
             if slope is None:
                 raise ValueError(f"{b.label}: PRelu slope must be per channel")
             acts.append(("PRelu", {"slope": slope}))

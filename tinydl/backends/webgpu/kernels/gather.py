@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import grid, kernel, strides_of, wgsl_float
+from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, strides_of, wgsl_float
 from tinydl.ops.base import normalize_axis
 from tinydl.ops.resize import _pad_widths
 from tinydl.ops.shape import _perm, _slice_params, _slice_range
@@ -79,14 +78,7 @@ def transpose(b):
     )
 
 
-def _constant_inputs(node, graph) -> Support:
-    for name in node.inputs[1:]:
-        if name and name not in graph.initializers:
-            return Support(False, f"{node.op} needs constant '{name}' (it is computed at run time)")
-    return Support(True)
-
-
-@kernel("Slice", supports=_constant_inputs)
+@kernel("Slice", supports=constant_inputs)
 def slice_(b):
     shape = b.info(0).shape
     consts = [b.const(i) for i in range(1, 5)]
@@ -103,7 +95,7 @@ def slice_(b):
     )
 
 
-@kernel("Pad", supports=_constant_inputs)
+@kernel("Pad", supports=constant_inputs)
 def pad(b):
     shape = b.info(0).shape
     widths = _pad_widths(len(shape), b.const(1), b.const(3))

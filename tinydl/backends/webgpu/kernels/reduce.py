@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import collapse, grid, kernel, strides_of
+from tinydl.backends.webgpu.kernels import collapse, constant_inputs, grid, kernel, strides_of
 from tinydl.ops.reduce import _reduce_axes
 
 
 def _supports(node, graph) -> Support:
-    if node.op == "ReduceMean" and len(node.inputs) > 1 and node.inputs[1]:
-        if node.inputs[1] not in graph.initializers:
-            return Support(False, "ReduceMean with axes computed at run time is not implemented")
+    if not (const := constant_inputs(node, graph)):
+        return const
     v = graph.value(node.inputs[0])
     if v is not None and v.dtype == "int32":
         return Support(False, f"{node.op} on int32 is not implemented")

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import grid, kernel, strides_of, wgsl_float
+from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, strides_of, wgsl_float
 from tinydl.ops.resize import (
     _check_resize_attrs,
     _cubic_weights,
@@ -24,9 +24,8 @@ from tinydl.ops.resize import (
 
 
 def _supports(node, graph) -> Support:
-    for name in node.inputs[1:]:
-        if name and name not in graph.initializers:
-            return Support(False, f"Resize with '{name}' computed at run time is not implemented")
+    if not (const := constant_inputs(node, graph)):
+        return const
     v = graph.value(node.inputs[0])
     if v is not None and v.dtype == "int32" and node.attrs["mode"] != "nearest":
         return Support(False, f"Resize {node.attrs['mode']} on int32 is not implemented")

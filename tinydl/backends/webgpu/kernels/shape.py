@@ -4,21 +4,11 @@ float32) is a converting copy instead. Constant uploads its value."""
 
 from __future__ import annotations
 
-from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import kernel
+from tinydl.backends.webgpu.kernels import constant_inputs, kernel
 from tinydl.backends.webgpu.kernels.elementwise import Operand, emit
 
 
-def _shape_inputs_constant(node, graph) -> Support:
-    for name in node.inputs[1:]:
-        if name and name not in graph.initializers:
-            return Support(
-                False, f"{node.op} needs a constant '{name}' (it is computed at run time)"
-            )
-    return Support(True)
-
-
-@kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=_shape_inputs_constant)
+@kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=constant_inputs)
 def view(b):
     src, dst = b.info(0), b.out()
     if src.stype == dst.stype and src.layout == dst.layout == "nchw":
