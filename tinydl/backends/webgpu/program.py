@@ -103,9 +103,12 @@ class Build:
             raise ValueError(f"{self.label}: grid {grid} exceeds {limit} workgroups per dimension")
         self.plan.steps.append(Dispatch(pipeline, list(bindings), grid, label))
 
-    def upload(self, key, array: np.ndarray, stype: str) -> Storage:
-        """Upload a constant (packed weights, tables) once per compiled kernel."""
-        return self.plan.owner.constant((self.node.name, key, stype), array, stype)
+    def upload(self, key, array: np.ndarray, stype: str, uniform: bool = False) -> Storage:
+        """Upload a constant (packed weights, tables) once per compiled kernel; `uniform` puts
+        it in a uniform buffer (constant memory) instead of a storage buffer."""
+        return self.plan.owner.constant(
+            (self.node.name, key, stype, uniform), array, stype, uniform
+        )
 
     def alias(self, out: str, src: str) -> None:
         """`out` is a view of `src` with another shape (zero-copy)."""
@@ -336,12 +339,14 @@ class WebGPUKernel(Kernel):
         else:
             self._plan(static)
 
-    def constant(self, key, array: np.ndarray, stype: str) -> Storage:
+    def constant(self, key, array: np.ndarray, stype: str, uniform: bool = False) -> Storage:
         st = self._constants.get(key)
         if st is None:
             t0 = time.perf_counter()
             data = to_storage(array, stype)
-            st = Storage(self.ctx, self.ctx.upload(data, self.ctx.storage_usage), pooled=False)
+            u = self.ctx.wgpu.BufferUsage
+            usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
+            st = Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
             self._constants[key] = st
             self.init["weights_s"] += time.perf_counter() - t0
         return st

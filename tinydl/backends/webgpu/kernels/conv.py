@@ -32,6 +32,9 @@ from tinydl.ops.conv import (
 
 FUSED = "tinydl.FusedConv"
 ACCUMULATE_ENV = "TINYDL_WEBGPU_ACCUMULATE"
+# Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
+# weight mode: every thread of a workgroup reads the same weight at once).
+UNIFORM_WEIGHT_BYTES = 16 << 10
 # tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
 FUSED_ACTIVATIONS = {
     "relu": lambda a: ("Relu", {}),
@@ -348,7 +351,10 @@ def _direct(b, w, bias, slope, acts, g) -> None:
 def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
     xi, yo = b.info(0), b.out()
     oc = g["OC"]
-    wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
+    flat = w.astype(np.float32).ravel()
+    uniform = flat.size * 4 <= UNIFORM_WEIGHT_BYTES
+    nw4 = -(-flat.size // 4)
+    wbuf = b.upload("weights", np.pad(flat, (0, nw4 * 4 - flat.size)), "f32", uniform=uniform)
     chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
     cbuf = b.upload("channels", chan, "f32")
     wg = 64
@@ -361,6 +367,8 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
         **g,
         CG=g["C"] // group,
         MG=oc // group,
+        uniform_w=uniform,
+        NW4=nw4,
         WG=wg,
         cols=cols,
         st=xi.stype,

@@ -4,7 +4,14 @@
 // Each thread makes 4 adjacent output pixels of one channel; a workgroup shares the channel,
 // so its weights are uniform loads, and the input columns are loaded once for all kx taps.
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
+{% if uniform_w %}
+// The weights are few: a uniform buffer (constant memory), read alike by the whole workgroup.
+@group(0) @binding(1) var<uniform> w: array<vec4<f32>, {{ NW4 }}>;
+fn weight(i: u32) -> f32 { return w[i / 4u][i % 4u]; }
+{% else %}
 @group(0) @binding(1) var<storage, read> w: array<f32>;
+fn weight(i: u32) -> f32 { return w[i]; }
+{% endif %}
 @group(0) @binding(2) var<storage, read> chan: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<{{ ot }}>;
 
@@ -36,7 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endfor %}
 {% for kx in range(KW) %}
             {
-                let wk = w[wb + {{ ky * KW + kx }}u];
+                let wk = weight(wb + {{ ky * KW + kx }}u);
                 acc = fma(vec4<f32>(wk), vec4<f32>({% for p in range(4) %}v{{ p * SW + kx * DW }}{{ ", " if not loop.last }}{% endfor %}), acc);
             }
 {% endfor %}
