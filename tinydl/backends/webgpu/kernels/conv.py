@@ -62,10 +62,10 @@ class DirectConfig:
     thread, CC4 input vec4 per chunk, ct the accumulation type."""
 
     tx: int = 16
-    ty: int = 4
-    py: int = 4
+    ty: int = 8
+    py: int = 2
     ocv: int = 4
-    cc4: int = 2
+    cc4: int = 1
     ct: str = "f32"
 
     @classmethod

@@ -20,6 +20,7 @@ from tinydl.backends.webgpu.kernels import (
     collapse,
     grid,
     kernel,
+    strides_of,
     wgsl_float,
 )
 
@@ -66,7 +67,7 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
             )
             bindings.append(b.upload(("operand", len(bindings)), op.array, stype))
         k = len(bindings) - 1
-        full = all(s == f for s, f in zip(st, _contig(dims), strict=True))
+        full = st == strides_of(dims)
         if vec == 4 and full:
             elem, load = f"vec4<{stype}>", f"vec4<{ctype}>(in{k}[i])"
         else:
@@ -92,8 +93,7 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
         label=label,
         operands=params,
         out_binding=len(bindings),
-        out_elem=f"vec4<{ostype}>" if vec == 4 else ostype,
-        out_cast=f"vec4<{ostype}>" if vec == 4 else ostype,
+        out_t=f"vec4<{ostype}>" if vec == 4 else ostype,
         expr=expr(vec) if callable(expr) else expr,
         vec=vec,
         dims=dims,
@@ -102,14 +102,6 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
         wg=WG,
         gx=g[0],
     )
-
-
-def _contig(dims):
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
 
 
 def _ctype(dtype: str) -> str:

@@ -3,7 +3,7 @@
 {% for op in operands if op.binding is not none %}
 @group(0) @binding({{ op.binding }}) var<storage, read> in{{ op.binding }}: array<{{ op.elem }}>;
 {% endfor %}
-@group(0) @binding({{ out_binding }}) var<storage, read_write> out: array<{{ out_elem }}>;
+@group(0) @binding({{ out_binding }}) var<storage, read_write> out: array<{{ out_t }}>;
 
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -23,5 +23,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% for op in operands %}
     let a{{ loop.index0 }} = {{ op.load }};
 {% endfor %}
-    out[i] = {{ out_cast }}({{ expr }});
+    out[i] = {{ out_t }}({{ expr }});
 }
