@@ -12,8 +12,10 @@ def pytest_report_header(config):
 @pytest.fixture
 def rng(request):
     """A generator seeded from the test's name: fresh random data per test, reproducible."""
-    seed = abs(hash(request.node.nodeid)) % (2**32) if os.environ.get("TINYDL_RANDOM_SEED") else (
-        sum(map(ord, request.node.nodeid)) * 7919 % (2**32)
+    seed = (
+        abs(hash(request.node.nodeid)) % (2**32)
+        if os.environ.get("TINYDL_RANDOM_SEED")
+        else (sum(map(ord, request.node.nodeid)) * 7919 % (2**32))
     )
     return np.random.default_rng(seed)
 

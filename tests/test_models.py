@@ -38,7 +38,9 @@ def ocr_input(gray: np.ndarray, width: int, height: int) -> np.ndarray:
     """PP-OCR preprocessing: RGB resized, (x/255 - 0.5) / 0.5, NCHW float32."""
     from PIL import Image
 
-    rgb = np.asarray(Image.fromarray(np.stack([gray] * 3, axis=-1)).resize((width, height), Image.BILINEAR))
+    rgb = np.asarray(
+        Image.fromarray(np.stack([gray] * 3, axis=-1)).resize((width, height), Image.BILINEAR)
+    )
     x = (rgb.astype(np.float32) / 255.0 - 0.5) / 0.5
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
@@ -85,7 +87,8 @@ def espcn_onnx(path, scale: int, rng) -> None:
             x = f"t{i}"
     nodes.append(helper.make_node("DepthToSpace", [x], ["out"], blocksize=scale, mode="CRD"))
     graph = helper.make_graph(
-        nodes, "espcn",
+        nodes,
+        "espcn",
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, "H2", "W2"])],
         inits,

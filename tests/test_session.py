@@ -92,7 +92,9 @@ def test_fallback_warns_once_naming_ops_and_placement_has_reasons(fake, rng):
 
 
 def test_strict_raises_naming_refused_node(fake):
-    with pytest.raises(td.UnsupportedOpError, match=r"sigmoid \(Sigmoid\): fake: fake has no Sigmoid"):
+    with pytest.raises(
+        td.UnsupportedOpError, match=r"sigmoid \(Sigmoid\): fake: fake has no Sigmoid"
+    ):
         td.compile(small_graph(), backends=("fake", "cpu"), strict=True)
 
 
@@ -111,11 +113,19 @@ def test_unknown_backend_and_precision():
 @pytest.mark.parametrize(
     "feeds, error, message",
     [
-        ({"x": np.ones((2, 4), np.float64)}, td.InvalidShapeError, "expected dtype float32, got float64"),
+        (
+            {"x": np.ones((2, 4), np.float64)},
+            td.InvalidShapeError,
+            "expected dtype float32, got float64",
+        ),
         ({"x": np.ones((2, 5), np.float32)}, td.InvalidShapeError, r"dim 1 must be 4"),
         ({"x": np.ones((4,), np.float32)}, td.InvalidShapeError, "expected rank 2"),
         ({}, td.InvalidInputError, "missing input 'x'"),
-        ({"x": np.ones((2, 4), np.float32), "z": 1}, td.InvalidInputError, r"unknown input\(s\) \['z'\]"),
+        (
+            {"x": np.ones((2, 4), np.float32), "z": 1},
+            td.InvalidInputError,
+            r"unknown input\(s\) \['z'\]",
+        ),
     ],
 )
 def test_bad_feeds_name_input_expected_and_got(feeds, error, message):

@@ -257,19 +257,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise InvalidInputError(f"--transfer-sizes {unknown}: expected some of {list(FRAMES)}")
     config = Config(
-        warmup=args.warmup, runs=args.runs, transfer_runs=args.transfer_runs,
-        transfer_sizes=tuple(sizes), precision=args.precision, threads=args.threads,
-        torch_compile=args.torch_compile, tolerance=args.tolerance, seed=args.seed,
+        warmup=args.warmup,
+        runs=args.runs,
+        transfer_runs=args.transfer_runs,
+        transfer_sizes=tuple(sizes),
+        precision=args.precision,
+        threads=args.threads,
+        torch_compile=args.torch_compile,
+        tolerance=args.tolerance,
+        seed=args.seed,
     )
     backends = None if args.backends is None else _names(args.backends)
     peers = None if args.peers is None else [p for p in _names(args.peers) if p != "none"]
-    result = run_bench(args.model, backends, peers, shapes, config, log=print,
-                       command=_bench_command(args))
+    result = run_bench(
+        args.model, backends, peers, shapes, config, log=print, command=_bench_command(args)
+    )
     print()
     print(report.text(result))
     out = Path(args.out or f"bench_{Path(args.model).stem}")
-    written = report.write(result, out, Path(args.json) if args.json else None,
-                           draw=not args.no_charts)
+    written = report.write(
+        result, out, Path(args.json) if args.json else None, draw=not args.no_charts
+    )
     files = [*written.get("json", []), written["markdown"], *written.get("charts", [])]
     print(f"\nwrote {', '.join(map(str, files))}")
     bad = [t["name"] for t in result["targets"] if t["status"] in ("mismatch", "error")]
@@ -295,8 +303,20 @@ def _bench_command(args: argparse.Namespace) -> str:
     for item in args.input_shape:
         parts += ["--input-shape", item]
     defaults = build_parser().parse_args(["bench", args.model])
-    for key in ("backends", "peers", "warmup", "runs", "transfer_runs", "transfer_sizes",
-                "precision", "threads", "tolerance", "seed", "out", "json"):
+    for key in (
+        "backends",
+        "peers",
+        "warmup",
+        "runs",
+        "transfer_runs",
+        "transfer_sizes",
+        "precision",
+        "threads",
+        "tolerance",
+        "seed",
+        "out",
+        "json",
+    ):
         value = getattr(args, key)
         if value != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(value)]
@@ -762,38 +782,79 @@ def build_parser() -> argparse.ArgumentParser:
         "  tinydl bench model.onnx --backends cpu,webgpu --peers onnxruntime,ncnn\n"
         "  tinydl bench model.onnx --peers torch --torch-compile --json results.json",
     )
-    p.add_argument("model", help="model file (.onnx, .tdl, ...) or a shipped model's name "
-                   "(espcn_x2, espcn_x3)")
-    p.add_argument("--backends", metavar="LIST",
-                   help="tinydl backends, comma-separated (default: every known backend; "
-                   "unavailable ones are reported as skipped)")
-    p.add_argument("--peers", metavar="LIST",
-                   help="peers, comma-separated, or 'none' (default: "
-                   "onnxruntime,torch,ncnn,litert)")
-    p.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]DIMS",
-                   help="input size, e.g. 1,1,360,640 (default: the model's fixed dims; batch "
-                   "1 and 360x640 for symbolic ones) (repeatable)")
-    p.add_argument("--warmup", type=_count, default=10, metavar="N",
-                   help="untimed runs before timing (default: 10)")
-    p.add_argument("--runs", type=_positive, default=50, metavar="N",
-                   help="timed runs (default: 50)")
-    p.add_argument("--transfer-runs", type=_count, default=20, metavar="N",
-                   help="timed copies per transfer size; 0: no transfers (default: 20)")
-    p.add_argument("--transfer-sizes", default="720p,1080p", metavar="LIST",
-                   help="RGBA32F frame sizes to copy, of 720p, 1080p, 4k (default: 720p,1080p)")
-    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
-                   help="tinydl's precision; peers on a GPU follow it (default: fp32)")
-    p.add_argument("--threads", type=_positive, metavar="N",
-                   help="CPU threads for the peers (default: every core)")
-    p.add_argument("--torch-compile", action="store_true",
-                   help="also measure torch.compile (slow to compile)")
-    p.add_argument("--tolerance", type=float, metavar="REL",
-                   help="largest relative error a peer's output may have (default: 1e-3, "
-                   "fp16: 2e-2)")
+    p.add_argument(
+        "model", help="model file (.onnx, .tdl, ...) or a shipped model's name (espcn_x2, espcn_x3)"
+    )
+    p.add_argument(
+        "--backends",
+        metavar="LIST",
+        help="tinydl backends, comma-separated (default: every known backend; "
+        "unavailable ones are reported as skipped)",
+    )
+    p.add_argument(
+        "--peers",
+        metavar="LIST",
+        help="peers, comma-separated, or 'none' (default: onnxruntime,torch,ncnn,litert)",
+    )
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIMS",
+        help="input size, e.g. 1,1,360,640 (default: the model's fixed dims; batch "
+        "1 and 360x640 for symbolic ones) (repeatable)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="untimed runs before timing (default: 10)",
+    )
+    p.add_argument(
+        "--runs", type=_positive, default=50, metavar="N", help="timed runs (default: 50)"
+    )
+    p.add_argument(
+        "--transfer-runs",
+        type=_count,
+        default=20,
+        metavar="N",
+        help="timed copies per transfer size; 0: no transfers (default: 20)",
+    )
+    p.add_argument(
+        "--transfer-sizes",
+        default="720p,1080p",
+        metavar="LIST",
+        help="RGBA32F frame sizes to copy, of 720p, 1080p, 4k (default: 720p,1080p)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "fp16"),
+        default="fp32",
+        help="tinydl's precision; peers on a GPU follow it (default: fp32)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive,
+        metavar="N",
+        help="CPU threads for the peers (default: every core)",
+    )
+    p.add_argument(
+        "--torch-compile", action="store_true", help="also measure torch.compile (slow to compile)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="REL",
+        help="largest relative error a peer's output may have (default: 1e-3, fp16: 2e-2)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
-    p.add_argument("-o", "--out", metavar="DIR",
-                   help="folder for bench.json, bench.md and the charts (default: "
-                   "bench_MODEL)")
+    p.add_argument(
+        "-o",
+        "--out",
+        metavar="DIR",
+        help="folder for bench.json, bench.md and the charts (default: bench_MODEL)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the JSON report to PATH")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.set_defaults(func=cmd_bench)
@@ -937,12 +998,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=("run", "help"), help="run the app, or print its graph")
     p.add_argument("app", help="app file (.yaml, .yml or .md)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="set an app variable ${NAME} (repeatable)")
-    p.add_argument("--trace", metavar="OUT.json",
-                   help="write a Chrome/Perfetto trace of the run")
-    p.add_argument("--timeout", type=float, metavar="S",
-                   help="stop the app after S seconds")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set an app variable ${NAME} (repeatable)",
+    )
+    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace of the run")
+    p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
     p.set_defaults(func=cmd_pipeline)
     return parser
 

@@ -41,6 +41,12 @@ def get_backend(name: str) -> Backend:
 
 
 __all__ = [
-    "Backend", "CompileOptions", "Kernel", "Support", "KNOWN", "get_backend", "register_backend",
+    "Backend",
+    "CompileOptions",
+    "Kernel",
+    "Support",
+    "KNOWN",
+    "get_backend",
+    "register_backend",
     "unregister_backend",
 ]

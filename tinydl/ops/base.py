@@ -219,8 +219,10 @@ def op(
     same_dtype: tuple[int, ...] | str = (),
     types: dict[int, str] | str | None = None,
 ):
-    """`types` maps input index to a type class of TYPE_CLASSES; a plain string applies to input 0."""
-    """Register the decorated NumPy reference as op `name` (ONNX spelling)."""
+    """Register the decorated NumPy reference as op `name` (ONNX spelling).
+
+    `types` maps an input index to a class of TYPE_CLASSES; a plain string applies to input 0.
+    """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in REGISTRY:

@@ -14,7 +14,12 @@ import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
 from tinydl.backends.partition import HOST, Placement, Transfer, location, partition
-from tinydl.errors import BackendUnavailableError, InvalidInputError, InvalidShapeError, UnsupportedOpError
+from tinydl.errors import (
+    BackendUnavailableError,
+    InvalidInputError,
+    InvalidShapeError,
+    UnsupportedOpError,
+)
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.passes import PassManager
 
@@ -28,9 +33,16 @@ class Session:
     the pass manager's report (node counts before and after, rewrites per pass).
     """
 
-    def __init__(self, graph: Graph, backends: Sequence[str] = ("cpu",), precision: str = "fp32",
-                 strict: bool = False, profile: bool = False, optimize: str = "all",
-                 min_partition_size: int = 1):
+    def __init__(
+        self,
+        graph: Graph,
+        backends: Sequence[str] = ("cpu",),
+        precision: str = "fp32",
+        strict: bool = False,
+        profile: bool = False,
+        optimize: str = "all",
+        min_partition_size: int = 1,
+    ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if isinstance(backends, str):
@@ -41,9 +53,8 @@ class Session:
         for name in backends:
             backend = get_backend(name)
             if not backend.available():
-                raise BackendUnavailableError(
-                    f"backend '{name}' is not available: {backend.unavailable_reason() or 'no device'}"
-                )
+                why = backend.unavailable_reason() or "no device"
+                raise BackendUnavailableError(f"backend '{name}' is not available: {why}")
             chosen.append(backend)
         self.source_graph = graph
         t_start = time.perf_counter()
@@ -64,7 +75,9 @@ class Session:
             for part in self.placement.partitions
         ]
         self._constant_outputs = {
-            v.name: graph.initializers[v.name] for v in graph.outputs if v.name in graph.initializers
+            v.name: graph.initializers[v.name]
+            for v in graph.outputs
+            if v.name in graph.initializers
         }
         self._init = {
             "optimize_s": t_opt - t_start,
@@ -84,7 +97,7 @@ class Session:
         self._staying: list[set[str]] = []
         parts = self.placement.partitions
         for k, part in enumerate(parts):
-            later = [(p.backend, i) for p in parts[k + 1:] for n in p.nodes for i in n.inputs]
+            later = [(p.backend, i) for p in parts[k + 1 :] for n in p.nodes for i in n.inputs]
             self._crossing.append({i for b, i in later if b != part.backend} & set(part.outputs))
             self._staying.append({i for b, i in later if b == part.backend} & set(part.outputs))
 
@@ -117,7 +130,9 @@ class Session:
         return list(self.graph.outputs)
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, Any], outputs: str | Sequence[str] = "host") -> dict[str, Any]:
+    def run(
+        self, feeds: Mapping[str, Any], outputs: str | Sequence[str] = "host"
+    ) -> dict[str, Any]:
         """Run the model. `feeds` maps input names to arrays (or device tensors of a backend).
 
         `outputs="host"` returns NumPy arrays; `"device"` returns tensors of the backend that
@@ -133,8 +148,13 @@ class Session:
             mem.setdefault(home[name], {})[name] = value
         # An output may be a weight (e.g. a folded Constant) that no partition produces.
         mem[HOST].update(self._constant_outputs)
-        wanted = set() if outputs == "device" else {v.name for v in self.graph.outputs} if (
-            outputs == "host") else set(outputs)
+        wanted = (
+            set()
+            if outputs == "device"
+            else {v.name for v in self.graph.outputs}
+            if (outputs == "host")
+            else set(outputs)
+        )
         timings, moved = [], []
         for i, (step, compiled) in enumerate(self._steps):
             if compiled is None:
@@ -166,8 +186,10 @@ class Session:
         names = [v.name for v in self.graph.outputs] if outputs == "host" else list(outputs)
         unknown = [n for n in names if self._find(n, mem, home) is None]
         if unknown:
-            raise InvalidInputError(f"unknown output(s) {unknown}: the model's outputs are "
-                                    f"{[v.name for v in self.graph.outputs]}")
+            raise InvalidInputError(
+                f"unknown output(s) {unknown}: the model's outputs are "
+                f"{[v.name for v in self.graph.outputs]}"
+            )
         return {n: self._to_host(self._find(n, mem, home)) for n in names}
 
     def _location_of(self, value: Any) -> str:
@@ -207,11 +229,15 @@ class Session:
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(feeds, Mapping):
-            raise InvalidInputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+            raise InvalidInputError(
+                f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
+            )
         expected = {v.name: v for v in self.graph.inputs}
         unknown = [k for k in feeds if k not in expected]
         if unknown:
-            raise InvalidInputError(f"unknown input(s) {unknown}: the model's inputs are {list(expected)}")
+            raise InvalidInputError(
+                f"unknown input(s) {unknown}: the model's inputs are {list(expected)}"
+            )
         symbols: dict[str, tuple[int, str]] = {}
         env: dict[str, Any] = {}
         for name, spec in expected.items():
@@ -262,8 +288,10 @@ class Session:
             report = getattr(kernel, "profile", None)
             entry = {"backend": part.backend, **(report() if report else {})}
             parts.append(entry)
-            ops += [{"backend": part.backend, "op": name, "seconds": s}
-                    for name, s in entry.get("ops") or []]
+            ops += [
+                {"backend": part.backend, "op": name, "seconds": s}
+                for name, s in entry.get("ops") or []
+            ]
         moved = [
             {"value": t.value, "src": t.src, "dst": t.dst, "bytes": n, "seconds": s}
             for t, n, s in self._last_moved
@@ -283,9 +311,15 @@ class Session:
         return f"Session({self.graph.name!r}, backends={self.backends}, nodes: {counts})"
 
 
-def compile(model: Graph | str | os.PathLike, backends: Sequence[str] | str = ("cpu",),
-            precision: str = "fp32", strict: bool = False, profile: bool = False,
-            optimize: str = "all", min_partition_size: int = 1) -> Session:
+def compile(
+    model: Graph | str | os.PathLike,
+    backends: Sequence[str] | str = ("cpu",),
+    precision: str = "fp32",
+    strict: bool = False,
+    profile: bool = False,
+    optimize: str = "all",
+    min_partition_size: int = 1,
+) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order.
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
@@ -296,8 +330,15 @@ def compile(model: Graph | str | os.PathLike, backends: Sequence[str] | str = ("
         from tinydl.runtime.loader import load
 
         model = load(model)
-    return Session(model, backends=backends, precision=precision, strict=strict, profile=profile,
-                   optimize=optimize, min_partition_size=min_partition_size)
+    return Session(
+        model,
+        backends=backends,
+        precision=precision,
+        strict=strict,
+        profile=profile,
+        optimize=optimize,
+        min_partition_size=min_partition_size,
+    )
 
 
 def _accepted_by(backends: list) -> Callable[[Node, Node, Graph], bool]:
