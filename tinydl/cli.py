@@ -686,6 +686,25 @@ def _yaml_value(text: str) -> Any:
         return text
 
 
+MODEL_HELP = "model file (.onnx, .tflite, Keras .h5 or .tdl)"
+
+
+def add_backend_options(p: argparse.ArgumentParser) -> None:
+    """--backends and --optimize, as inspect and run take them."""
+    p.add_argument(
+        "--backends",
+        default="cpu",
+        metavar="LIST",
+        help="backends in priority order, comma-separated (default: cpu)",
+    )
+    p.add_argument(
+        "--optimize",
+        choices=("none", "basic", "all"),
+        default="all",
+        help="graph optimizer level (default: all)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tinydl import __version__
 
@@ -715,13 +734,13 @@ def build_parser() -> argparse.ArgumentParser:
         "convert",
         help="convert a model to .tdl (or its graph to JSON)",
         formatter_class=fmt,
-        description="Load any supported model (.onnx, .tdl) and write it as a .tdl file: the "
-        "weights in a safetensors container with the graph as JSON metadata. With --json, write "
-        "only the human-readable graph JSON.",
+        description="Load any supported model (.onnx, .tflite, .h5, .tdl) and write it as a .tdl "
+        "file: the weights in a safetensors container with the graph as JSON metadata. With "
+        "--json, write only the human-readable graph JSON.",
         epilog="examples:\n  tinydl convert model.onnx -o model.tdl\n"
         "  tinydl convert model.onnx --json -o - | less",
     )
-    p.add_argument("model", help="model file (.onnx or .tdl)")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument(
         "-o",
         "--output",
@@ -743,19 +762,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  tinydl inspect model.onnx\n"
         "  tinydl inspect model.onnx --backends webgpu,cpu --verbose",
     )
-    p.add_argument("model", help="model file (.onnx or .tdl)")
-    p.add_argument(
-        "--backends",
-        default="cpu",
-        metavar="LIST",
-        help="backends in priority order, comma-separated (default: cpu)",
-    )
-    p.add_argument(
-        "--optimize",
-        choices=("none", "basic", "all"),
-        default="all",
-        help="graph optimizer level (default: all)",
-    )
+    p.add_argument("model", help=MODEL_HELP)
+    add_backend_options(p)
     p.add_argument(
         "-v",
         "--verbose",
@@ -871,7 +879,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  tinydl run model.onnx --input image=cat.png --output-dir out/\n"
         "  tinydl run model.onnx --shape x=1,3,224,224 --time --repeat 50",
     )
-    p.add_argument("model", help="model file (.onnx or .tdl)")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument(
         "-i",
         "--input",
@@ -890,18 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resized to, e.g. x=1,3,224,224 (repeatable)",
     )
     p.add_argument("-o", "--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
-    p.add_argument(
-        "--backends",
-        default="cpu",
-        metavar="LIST",
-        help="backends in priority order, comma-separated (default: cpu)",
-    )
-    p.add_argument(
-        "--optimize",
-        choices=("none", "basic", "all"),
-        default="all",
-        help="graph optimizer level (default: all)",
-    )
+    add_backend_options(p)
     p.add_argument(
         "--precision",
         choices=("fp32", "fp16"),
