@@ -311,3 +311,30 @@ def test_user_errors_exit_2_without_traceback(capsys, tmp_path, model, argv, exp
     assert code == 2
     assert err.startswith("error: ") and expected in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_run_image_into_an_nhwc_input(capsys, tmp_path, rng):
+    """TFLite/Keras models keep NHWC inputs; an image fills them without a transpose."""
+    from PIL import Image
+
+    graph = Graph(
+        inputs=[Value("img", "float32", (1, 5, 7, 3))],
+        outputs=[Value("y")],
+        nodes=[Node("Identity", ["img"], ["y"], name="id")],
+        metadata={"input_layout": "NHWC"},
+    ).validate()
+    td.save(graph, tmp_path / "nhwc.tdl")
+    pixels = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "img.png")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        str(tmp_path / "nhwc.tdl"),
+        "--input",
+        str(tmp_path / "img.png"),
+        "-o",
+        str(tmp_path / "out"),
+    )
+    assert code == 0, err
+    got = np.load(tmp_path / "out" / "y.npy")
+    np.testing.assert_allclose(got, pixels[None].astype(np.float32) / 255.0, rtol=1e-6)

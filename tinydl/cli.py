@@ -351,7 +351,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     for name, spec in specs.items():
         if name in files:
-            feeds[name] = _read_input(name, Path(files[name]), spec, shapes.get(name))
+            layout = graph.metadata.get("input_layout", "NCHW")
+            feeds[name] = _read_input(name, Path(files[name]), spec, shapes.get(name), layout)
         elif not files or name in shapes:
             feeds[name] = _random_input(spec, shapes.get(name), rng)
             generated.append(f"{name} {feeds[name].dtype}[{','.join(map(str, feeds[name].shape))}]")
@@ -404,14 +405,14 @@ def _parse_dims(name: str, text: str) -> tuple[int, ...]:
     return dims
 
 
-def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None):
+def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None, layout: str = "NCHW"):
     import numpy as np
 
     if not path.is_file():
         raise InvalidInputError(f"input '{name}': {path}: no such file")
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:
-        return _read_image(name, path, spec, shape)
+        return _read_image(name, path, spec, shape, layout)
     if suffix != ".npy":
         raise InvalidInputError(
             f"input '{name}': {path}: unsupported file type '{suffix}' "
@@ -436,7 +437,8 @@ def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None):
     return array
 
 
-def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None):
+def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layout: str = "NCHW"):
+    """An image as a 4-D float input in [0, 1] (or uint8), NCHW or NHWC as the model takes it."""
     import numpy as np
 
     try:
@@ -448,9 +450,11 @@ def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None):
     dims = shape if shape is not None else spec.shape
     if dims is not None and len(dims) != 4:
         raise InvalidInputError(
-            f"input '{name}' is {spec.describe()}: an image file fits only a 4-D NCHW input"
+            f"input '{name}' is {spec.describe()}: an image file fits only a 4-D input"
         )
-    channels = dims[1] if dims is not None and isinstance(dims[1], int) else 3
+    # (channel, height, width) axes of the model's input.
+    c_axis, h_axis, w_axis = (3, 1, 2) if layout == "NHWC" else (1, 2, 3)
+    channels = dims[c_axis] if dims is not None and isinstance(dims[c_axis], int) else 3
     modes = {1: "L", 3: "RGB", 4: "RGBA"}
     if channels not in modes:
         raise InvalidInputError(
@@ -464,16 +468,17 @@ def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None):
         )
     with Image.open(path) as image:
         image = image.convert(modes[channels])
-        if dims is not None and isinstance(dims[2], int) and isinstance(dims[3], int):
-            if image.size != (dims[3], dims[2]):
-                image = image.resize((dims[3], dims[2]), Image.Resampling.BILINEAR)
+        if dims is not None and isinstance(dims[h_axis], int) and isinstance(dims[w_axis], int):
+            size = (dims[w_axis], dims[h_axis])
+            if image.size != size:
+                image = image.resize(size, Image.Resampling.BILINEAR)
         pixels = np.asarray(image)
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
-    nchw = pixels.transpose(2, 0, 1)[None]
+    batch = pixels[None] if layout == "NHWC" else pixels.transpose(2, 0, 1)[None]
     if dtype == "uint8":
-        return np.ascontiguousarray(nchw)
-    return (nchw.astype(np.float32) / 255.0).astype(dtype)
+        return np.ascontiguousarray(batch)
+    return (batch.astype(np.float32) / 255.0).astype(dtype)
 
 
 def _random_input(spec, shape: tuple[int, ...] | None, rng):
