@@ -45,7 +45,7 @@ def log(key, value):
 
 
 def peers_dir(arg: str | None) -> Path:
-    for p in [arg, ROOT / ".peers", ROOT.parent / "shared" / "peers"]:
+    for p in [arg, ROOT / ".peers"]:
         if p and (Path(p) / "models" / "common.py").exists():
             return Path(p)
     raise SystemExit("peer models not found: pass --peers DIR (the folder holding models/)")
