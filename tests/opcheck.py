@@ -138,10 +138,18 @@ def infer_node(
     return schema.infer(InferContext(node, node.attrs, types))
 
 
-def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, onnxruntime gives {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, onnxruntime gives {want.shape}"
-    if np.issubdtype(want.dtype, np.floating):
+def compare(
+    got: np.ndarray,
+    want: np.ndarray,
+    rtol: float,
+    atol: float,
+    what: str,
+    against: str = "onnxruntime",
+) -> None:
+    """Equal dtype and shape, values within tolerance (exact for integers unless atol >= 1)."""
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, {against} gives {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, {against} gives {want.shape}"
+    if np.issubdtype(want.dtype, np.floating) or atol >= 1:
         np.testing.assert_allclose(
             got.astype(np.float64),
             want.astype(np.float64),
@@ -171,7 +179,7 @@ def check_op(
     want = run_onnxruntime(model, feeds)
     if len(model.graph.node) == 1:
         for i, (g, w) in enumerate(zip(run_reference(model, feeds), want, strict=True)):
-            _compare(g, w, rtol, atol, f"reference output {i}")
+            compare(g, w, rtol, atol, f"reference output {i}")
         inferred = infer_node(model, feeds)
         for i, (t, w) in enumerate(zip(inferred, want, strict=False)):
             assert t.shape == w.shape, f"inferred shape of output {i}: {t.shape}, actual {w.shape}"
@@ -191,5 +199,5 @@ def check_op(
     got = run_tinydl(model, feeds)
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        _compare(g, w, rtol, atol, f"output {i}")
+        compare(g, w, rtol, atol, f"output {i}")
     return got

@@ -11,31 +11,14 @@ import time
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
 import pytest
+from test_pipeline import Count
 
 from tinydl.pipeline import App, Component, Frame, PipelineError, Tensor
 from tinydl.pipeline.components import Collect, SyntheticSource
 
 TIMEOUT = 30
 RELEASE = threading.Event()  # lets a hung component go at the end of its test
-
-
-class Count(Component):
-    inputs: dict = {}
-    outputs = {"out": Tensor}
-
-    def __init__(self, n: int = 20):
-        self.n = n
-
-    def open(self, ctx):
-        self.i = 0
-
-    def process(self, ctx, inputs):
-        if self.i >= self.n:
-            return None
-        self.i += 1
-        return {"out": Tensor(np.array([self.i - 1]))}
 
 
 class Faulty(Component):

@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 import pytest
-from opcheck import node_model, run_reference
+from opcheck import compare, node_model, run_reference
 from test_ops import CASES, Rand
 
 from tinydl.backends.base import CompileOptions
@@ -81,28 +81,12 @@ def _run(graph: Graph, feeds, precision: str) -> list[np.ndarray]:
     return [out[n] for n in names]
 
 
-def _compare(got, want, rtol, atol, what):
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, reference {want.shape}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, reference {want.dtype}"
-    if np.issubdtype(want.dtype, np.floating) or atol >= 1:
-        np.testing.assert_allclose(
-            got.astype(np.float64),
-            want.astype(np.float64),
-            rtol=rtol,
-            atol=atol,
-            equal_nan=True,
-            err_msg=what,
-        )
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=what)
-
-
 @pytest.mark.parametrize(("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES)
 def test_op_fp32(op, inputs, attrs, consts, rtol, atol, request):
     model, graph, feeds = _graph(op, inputs, attrs, consts, request)
     want = run_reference(model, feeds)
     for i, (g, w) in enumerate(zip(_run(graph, feeds, "fp32"), want, strict=True)):
-        _compare(g, w, rtol, atol, f"output {i}")
+        compare(g, w, rtol, atol, f"output {i}", against="the reference")
 
 
 @pytest.mark.parametrize(("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES)
@@ -115,6 +99,11 @@ def test_op_fp16(op, inputs, attrs, consts, rtol, atol, request):
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         # A float input rounded to fp16 may cross an integer, so a cast to int may move by 1.
         int_atol = 1 if not np.issubdtype(w.dtype, np.floating) else 0
-        _compare(
-            g, w, max(rtol, F16["rtol"]), max(atol, F16["atol"], int_atol), f"output {i} (fp16)"
+        compare(
+            g,
+            w,
+            max(rtol, F16["rtol"]),
+            max(atol, F16["atol"], int_atol),
+            f"output {i} (fp16)",
+            against="the reference",
         )

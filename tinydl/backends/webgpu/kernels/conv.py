@@ -179,27 +179,22 @@ def conv(b):
     oc = w.shape[0]
     _, _, oh, ow = _as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
     acts, slope = _epilogue(b, oc)
-    geom = dict(
-        N=n,
-        C=c,
-        IH=ih,
-        IW=iw,
-        OC=oc,
-        OH=oh,
-        OW=ow,
-        KH=kernel_shape[0],
-        KW=kernel_shape[1],
-        SH=strides[0],
-        SW=strides[1],
-        DH=dilations[0],
-        DW=dilations[1],
-        PT=geo[0][0],
-        PL=geo[1][0],
-    )
+    geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
     if b.attrs["group"] == 1:
         _direct(b, w, bias, slope, acts, geom)
     else:
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
+
+
+def _window_constants(x_shape, y_shape, kernel_shape, strides, dilations, geo) -> dict:
+    """The 2-D window geometry every convolution template takes, by its WGSL constant names."""
+    n, c, ih, iw = x_shape
+    oc, oh, ow = y_shape
+    return dict(
+        N=n, C=c, IH=ih, IW=iw, OC=oc, OH=oh, OW=ow,
+        KH=kernel_shape[0], KW=kernel_shape[1], SH=strides[0], SW=strides[1],
+        DH=dilations[0], DW=dilations[1], PT=geo[0][0], PL=geo[1][0],
+    )  # fmt: skip
 
 
 def _pick(b, geom, scalar_in: bool) -> DirectConfig:
@@ -420,21 +415,7 @@ def conv_transpose(b):
         "conv_transpose.wgsl",
         [b.inputs[0], wbuf, cbuf, b.outputs[0]],
         grid,
-        N=n,
-        C=c,
-        IH=ih,
-        IW=iw,
-        OC=oc,
-        OH=oh,
-        OW=ow,
-        KH=kh,
-        KW=kw,
-        SH=strides[0],
-        SW=strides[1],
-        DH=dilations[0],
-        DW=dilations[1],
-        PT=geo[0][0],
-        PL=geo[1][0],
+        **_window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo),
         G=group,
         CG=cg,
         MG=mg,
