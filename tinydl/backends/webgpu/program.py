@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends.base import CompileOptions, Kernel
+from tinydl.backends.fusion import fuse
 from tinydl.backends.webgpu.context import Context
-from tinydl.backends.webgpu.fusion import fuse
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels.conv import direct_ok
 from tinydl.backends.webgpu.tensor import (

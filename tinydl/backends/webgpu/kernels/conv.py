@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.fusion import per_channel
+from tinydl.backends.fusion import FUSED_ACTIVATIONS
+from tinydl.backends.fusion import epilogue as _epilogue
+from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
 from tinydl.backends.webgpu.kernels import activation_expr, kernel
 from tinydl.ops.conv import (
     _kernel,
@@ -35,25 +37,6 @@ ACCUMULATE_ENV = "TINYDL_WEBGPU_ACCUMULATE"
 # Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
 # weight mode: every thread of a workgroup reads the same weight at once).
 UNIFORM_WEIGHT_BYTES = 16 << 10
-# tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
-FUSED_ACTIVATIONS = {
-    "relu": lambda a: ("Relu", {}),
-    "relu6": lambda a: ("Clip", {"min": 0.0, "max": 6.0}),
-    "clip": lambda a: ("Clip", {"min": a["min"], "max": a["max"]}),
-    "tanh": lambda a: ("Tanh", {}),
-    "sigmoid": lambda a: ("Sigmoid", {}),
-    "leaky_relu": lambda a: ("LeakyRelu", {"alpha": _or(a["alpha"], 0.01)}),
-    "hard_swish": lambda a: ("HardSwish", {}),
-    "hard_sigmoid": lambda a: (
-        "HardSigmoid",
-        {"alpha": _or(a["alpha"], 0.2), "beta": _or(a["beta"], 0.5)},
-    ),
-    "silu": lambda a: ("SiLU", {}),
-}
-
-
-def _or(value, default):
-    return default if value is None else value
 
 
 @dataclass
@@ -103,25 +86,6 @@ def _nhwc4(node, plan) -> bool:
     return direct_ok(node) and len(plan.infos[node.inputs[0]].shape) == 4
 
 
-def _epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
-    """The node's activations in order, and a per-channel PRelu slope (or None)."""
-    acts = []
-    if b.node.op == FUSED:
-        name = b.attrs["activation"]
-        if name == "prelu":
-            slope = per_channel(b.plan.graph, b.inputs[3], b.out().shape)
-            if slope is None:
-                raise ValueError(f"{b.label}: PRelu slope must be per channel")
-            acts.append(("PRelu", {"slope": slope}))
-        elif name != "none":
-            acts.append(FUSED_ACTIVATIONS[name](b.attrs))
-    acts += b.node.meta.get("epilogue", [])
-    slopes = [p["slope"] for k, p in acts if k == "PRelu"]
-    if len(slopes) > 1:
-        raise ValueError(f"{b.label}: at most one PRelu can be fused")
-    return acts, (np.broadcast_to(slopes[0], (channels,)) if slopes else None)
-
-
 def _epilogue_code(acts, vec: int) -> list[str]:
     out = []
     for kind, params in acts:
@@ -129,26 +93,6 @@ def _epilogue_code(acts, vec: int) -> list[str]:
             params = {"slope": "slope"}
         out.append(activation_expr(kind, "r", params, vec))
     return out
-
-
-def _weights_and_bias(b, out_axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Weights with BatchNormalization folded in, and the bias, in float64."""
-    w = b.const(1).astype(np.float64)
-    oc = w.shape[0] if out_axis == 0 else b.out().shape[1]
-    bias = b.const(2).astype(np.float64) if b.has(2) else np.zeros(oc)
-    bn = b.node.meta.get("bn")
-    if bn is not None:
-        k, shift = bn
-        if out_axis == 0:
-            w = w * k.reshape(-1, *[1] * (w.ndim - 1))
-        else:
-            g = b.attrs["group"]
-            cg, mg = w.shape[0] // g, w.shape[1]
-            w = (
-                w.reshape(g, cg, mg, *w.shape[2:]) * k.reshape(g, 1, mg, *[1] * (w.ndim - 2))
-            ).reshape(w.shape)
-        bias = bias * k + shift
-    return w, bias
 
 
 def _as_2d(shape):

@@ -145,3 +145,64 @@ def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | No
     if len(s_users) != 1 or s_users[0] is not mul or mul.op != "Mul":
         return None
     return mul if sorted(mul.inputs) == sorted([value, s]) else None
+
+
+# tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
+FUSED_ACTIVATIONS = {
+    "relu": lambda a: ("Relu", {}),
+    "relu6": lambda a: ("Clip", {"min": 0.0, "max": 6.0}),
+    "clip": lambda a: ("Clip", {"min": a["min"], "max": a["max"]}),
+    "tanh": lambda a: ("Tanh", {}),
+    "sigmoid": lambda a: ("Sigmoid", {}),
+    "leaky_relu": lambda a: ("LeakyRelu", {"alpha": _or(a["alpha"], 0.01)}),
+    "hard_swish": lambda a: ("HardSwish", {}),
+    "hard_sigmoid": lambda a: (
+        "HardSigmoid",
+        {"alpha": _or(a["alpha"], 0.2), "beta": _or(a["beta"], 0.5)},
+    ),
+    "silu": lambda a: ("SiLU", {}),
+}
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
+    """A conv node's activations in order (its FusedConv activation, then the fused chain of
+    meta["epilogue"]), and a per-channel PRelu slope (or None). `b` is a backend's Build."""
+    acts = []
+    if b.node.op == "tinydl.FusedConv":
+        name = b.attrs["activation"]
+        if name == "prelu":
+            slope = per_channel(b.plan.graph, b.inputs[3], b.out().shape)
+            if slope is None:
+                raise ValueError(f"{b.label}: PRelu slope must be per channel")
+            acts.append(("PRelu", {"slope": slope}))
+        elif name != "none":
+            acts.append(FUSED_ACTIVATIONS[name](b.attrs))
+    acts += b.node.meta.get("epilogue", [])
+    slopes = [p["slope"] for k, p in acts if k == "PRelu"]
+    if len(slopes) > 1:
+        raise ValueError(f"{b.label}: at most one PRelu can be fused")
+    return acts, (np.broadcast_to(slopes[0], (channels,)) if slopes else None)
+
+
+def weights_and_bias(b, out_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights with BatchNormalization folded in, and the bias, in float64."""
+    w = b.const(1).astype(np.float64)
+    oc = w.shape[0] if out_axis == 0 else b.out().shape[1]
+    bias = b.const(2).astype(np.float64) if b.has(2) else np.zeros(oc)
+    bn = b.node.meta.get("bn")
+    if bn is not None:
+        k, shift = bn
+        if out_axis == 0:
+            w = w * k.reshape(-1, *[1] * (w.ndim - 1))
+        else:
+            g = b.attrs["group"]
+            cg, mg = w.shape[0] // g, w.shape[1]
+            w = (
+                w.reshape(g, cg, mg, *w.shape[2:]) * k.reshape(g, 1, mg, *[1] * (w.ndim - 2))
+            ).reshape(w.shape)
+        bias = bias * k + shift
+    return w, bias
