@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import helper, numpy_helper
 
 import tinydl
 from tinydl.ir.dtypes import dtype_name
-from tinydl.ir.graph import Node
+from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import TensorType, schema_of
 from tinydl.ops.base import InferContext
 
@@ -201,3 +203,51 @@ def check_op(
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         compare(g, w, rtol, atol, f"output {i}")
     return got
+
+
+def backend_case(backend, op, inputs, attrs, consts, request):
+    """An op case of test_ops.py as (model, graph, feeds) for `backend`, with fresh random
+    inputs seeded by the case id; skipped with the backend's own reason if it refuses a node."""
+    from test_ops import Rand
+
+    from tinydl.importers.onnx import from_model
+
+    rng = np.random.default_rng(zlib.crc32(request.node.callspec.id.encode()))
+    arrays = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in inputs.items()}
+    attrs = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in attrs.items()}
+    model, feeds = node_model(op=op, inputs=arrays, attrs=attrs, consts=consts)
+    graph = from_model(model)
+    if not graph.nodes:
+        pytest.skip("the importer turns this node into a constant: nothing runs")
+    for node in graph.nodes:
+        answer = backend.supports(node, graph)
+        if not answer:
+            pytest.skip(f"{backend.name} refuses {node.op}: {answer.reason}")
+    return model, graph, feeds
+
+
+def wrap_fp16(graph: Graph) -> Graph:
+    """Identity copies around the graph, so the op's own tensors are fp16 intermediates."""
+    nodes, inputs, outputs = [], [], []
+    rename = {}
+    for v in graph.inputs:
+        if v.dtype == "float32":
+            rename[v.name] = f"{v.name}__h"
+            nodes.append(Node("Identity", [v.name], [rename[v.name]], name=f"in_{v.name}"))
+        inputs.append(v)
+    body = [
+        Node(
+            n.op, [rename.get(i, i) for i in n.inputs], list(n.outputs), dict(n.attrs), name=n.name
+        )
+        for n in graph.nodes
+    ]
+    tail = []
+    for v in graph.outputs:
+        if v.dtype == "float32":
+            inner = f"{v.name}__h"
+            for n in body:
+                n.outputs = [inner if o == v.name else o for o in n.outputs]
+            tail.append(Node("Identity", [inner], [v.name], name=f"out_{v.name}"))
+        outputs.append(Value(v.name, v.dtype, v.shape))
+    wrapped = Graph(inputs, outputs, nodes + body + tail, dict(graph.initializers))
+    return wrapped.validate()

@@ -11,15 +11,13 @@ Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
-from opcheck import compare, node_model, run_reference
-from test_ops import CASES, Rand
+from opcheck import backend_case, compare, run_reference, wrap_fp16
+from test_ops import CASES
 
 from tinydl.backends.base import CompileOptions
-from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ir.graph import Graph
 
 webgpu = pytest.importorskip("tinydl.backends.webgpu")
 BACKEND = webgpu.WebGPUBackend()
@@ -27,50 +25,6 @@ if not BACKEND.available():
     pytest.skip(BACKEND.unavailable_reason(), allow_module_level=True)
 
 F16 = {"rtol": 1e-2, "atol": 1e-2}
-
-
-def _graph(op, inputs, attrs, consts, request):
-    from tinydl.importers.onnx import from_model
-
-    rng = np.random.default_rng(zlib.crc32(request.node.callspec.id.encode()))
-    arrays = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in inputs.items()}
-    attrs = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in attrs.items()}
-    model, feeds = node_model(op=op, inputs=arrays, attrs=attrs, consts=consts)
-    graph = from_model(model)
-    if not graph.nodes:
-        pytest.skip("the importer turns this node into a constant: nothing runs")
-    for node in graph.nodes:
-        answer = BACKEND.supports(node, graph)
-        if not answer:
-            pytest.skip(f"webgpu refuses {node.op}: {answer.reason}")
-    return model, graph, feeds
-
-
-def _wrap_fp16(graph: Graph) -> Graph:
-    """Identity copies around the graph, so the op's own tensors are fp16 intermediates."""
-    nodes, inputs, outputs = [], [], []
-    rename = {}
-    for v in graph.inputs:
-        if v.dtype == "float32":
-            rename[v.name] = f"{v.name}__h"
-            nodes.append(Node("Identity", [v.name], [rename[v.name]], name=f"in_{v.name}"))
-        inputs.append(v)
-    body = [
-        Node(
-            n.op, [rename.get(i, i) for i in n.inputs], list(n.outputs), dict(n.attrs), name=n.name
-        )
-        for n in graph.nodes
-    ]
-    tail = []
-    for v in graph.outputs:
-        if v.dtype == "float32":
-            inner = f"{v.name}__h"
-            for n in body:
-                n.outputs = [inner if o == v.name else o for o in n.outputs]
-            tail.append(Node("Identity", [inner], [v.name], name=f"out_{v.name}"))
-        outputs.append(Value(v.name, v.dtype, v.shape))
-    wrapped = Graph(inputs, outputs, nodes + body + tail, dict(graph.initializers))
-    return wrapped.validate()
 
 
 def _run(graph: Graph, feeds, precision: str) -> list[np.ndarray]:
@@ -83,7 +37,7 @@ def _run(graph: Graph, feeds, precision: str) -> list[np.ndarray]:
 
 @pytest.mark.parametrize(("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES)
 def test_op_fp32(op, inputs, attrs, consts, rtol, atol, request):
-    model, graph, feeds = _graph(op, inputs, attrs, consts, request)
+    model, graph, feeds = backend_case(BACKEND, op, inputs, attrs, consts, request)
     want = run_reference(model, feeds)
     for i, (g, w) in enumerate(zip(_run(graph, feeds, "fp32"), want, strict=True)):
         compare(g, w, rtol, atol, f"output {i}", against="the reference")
@@ -93,9 +47,9 @@ def test_op_fp32(op, inputs, attrs, consts, rtol, atol, request):
 def test_op_fp16(op, inputs, attrs, consts, rtol, atol, request):
     if not BACKEND._context().has_f16:
         pytest.skip("the adapter lacks shader-f16")
-    model, graph, feeds = _graph(op, inputs, attrs, consts, request)
+    model, graph, feeds = backend_case(BACKEND, op, inputs, attrs, consts, request)
     want = run_reference(model, feeds)
-    got = _run(_wrap_fp16(graph), feeds, "fp16")
+    got = _run(wrap_fp16(graph), feeds, "fp16")
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         # A float input rounded to fp16 may cross an integer, so a cast to int may move by 1.
         int_atol = 1 if not np.issubdtype(w.dtype, np.floating) else 0

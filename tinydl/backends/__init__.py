@@ -11,6 +11,7 @@ from tinydl.errors import BackendUnavailableError
 KNOWN: dict[str, str] = {
     "cpu": "tinydl.backends.cpu:CPUBackend",
     "webgpu": "tinydl.backends.webgpu:WebGPUBackend",
+    "cuda": "tinydl.backends.cuda:CUDABackend",
 }
 
 _instances: dict[str, Backend] = {}

@@ -64,3 +64,8 @@ class Backend(ABC):
 
     def is_device_tensor(self, tensor: Any) -> bool:
         return False
+
+    def adopt(self, tensor: Any) -> Any:
+        """This backend's own tensor for a device tensor it accepts (e.g. another library's
+        array over the same memory); the default takes it as it is."""
+        return tensor

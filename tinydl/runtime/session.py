@@ -244,8 +244,8 @@ class Session:
             if name not in feeds:
                 raise InvalidInputError(f"missing input '{name}': expected {spec.describe()}")
             value = feeds[name]
-            if not any(b.is_device_tensor(value) for b in self._backends.values()):
-                value = np.asarray(value)
+            owner = next((b for b in self._backends.values() if b.is_device_tensor(value)), None)
+            value = np.asarray(value) if owner is None else owner.adopt(value)
             dtype = np.dtype(value.dtype).name
             if spec.dtype is not None and dtype != spec.dtype:
                 raise InvalidShapeError(

@@ -1,0 +1,165 @@
+"""The cuda backend: CUDA C kernels from templates, compiled by NVRTC through CuPy, fused
+convolutions and small-conv chains, each partition replayed as a CUDA graph.
+
+Importable without CuPy: `available()` is then False and `unavailable_reason()` says what to
+install. Device tensors are CuPy arrays; PyTorch tensors and anything else that speaks DLPack
+or __cuda_array_interface__ are accepted as inputs without a copy. See docs/cuda.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from typing import Any
+
+import numpy as np
+
+from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.errors import BackendUnavailableError
+from tinydl.ir.graph import Graph, Node
+
+DTYPES = ("float32", "float16", "int32", "int64", "uint8", "int8", "bool")
+_KDLCUDA = (2, 13)  # DLPack device types: CUDA, CUDA managed
+
+
+class CUDABackend(Backend):
+    name = "cuda"
+
+    def __init__(self):
+        self._reason: str | None = None
+        self._staging: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
+
+    # -- device --------------------------------------------------------------------------------
+    def _context(self):
+        from tinydl.backends.cuda.context import get_context
+
+        return get_context()
+
+    def available(self) -> bool:
+        if self._reason is None:
+            missing = [m for m in ("cupy", "jinja2") if importlib.util.find_spec(m) is None]
+            if missing:
+                self._reason = (
+                    f"{', '.join(missing)} not installed: pip install 'tinydl[cuda]' "
+                    "(CuPy's wheel must match the CUDA driver: cupy-cuda12x or cupy-cuda13x)"
+                )
+            else:
+                try:
+                    self._context()
+                    self._reason = ""
+                except BackendUnavailableError as exc:
+                    self._reason = str(exc)
+                except Exception as exc:  # noqa: BLE001 - a broken driver must not break import
+                    self._reason = f"CUDA could not be initialized ({exc})"
+        return not self._reason
+
+    def unavailable_reason(self) -> str:
+        self.available()
+        return self._reason or ""
+
+    def devices(self) -> list[str]:
+        if not self.available():
+            return []
+        ctx = self._context()
+        return [
+            f"{ctx.name} (compute capability {ctx.cc[0]}.{ctx.cc[1]}, {ctx.sm_count} SMs, "
+            f"NVRTC {ctx.nvrtc_version[0]}.{ctx.nvrtc_version[1]} -> {ctx.arch})"
+        ]
+
+    # -- placement -----------------------------------------------------------------------------
+    def supports(self, node: Node, graph: Graph) -> Support:
+        from tinydl.backends.cuda.kernels import REGISTRY
+
+        kd = REGISTRY.get(node.op)
+        if kd is None:
+            return Support(False, f"no CUDA kernel for {node.op}")
+        for name in [*node.inputs, *node.outputs]:
+            if not name or name in graph.initializers:
+                continue
+            v = graph.value(name)
+            dtype = None if v is None else v.dtype
+            if dtype not in DTYPES:
+                return Support(False, f"{name} has dtype {dtype}; CUDA holds {', '.join(DTYPES)}")
+        if kd.supports is not None:
+            return kd.supports(node, graph)
+        return Support(True)
+
+    def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel:
+        from tinydl.backends.cuda.program import CUDAKernel
+
+        return CUDAKernel(self._context(), subgraph, options)
+
+    # -- tensors -------------------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> Any:
+        """Host -> device through a pinned staging buffer reused per shape and dtype."""
+        import cupyx
+
+        ctx = self._context()
+        cp = ctx.cp
+        array = np.ascontiguousarray(array)
+        if array.dtype.name not in DTYPES:
+            raise TypeError(f"CUDA tensors hold {', '.join(DTYPES)}, got {array.dtype}")
+        key = (array.shape, array.dtype.name)
+        with ctx.device, self._lock:
+            stream = cp.cuda.get_current_stream()
+            staged = self._staging.get(key)
+            if staged is None:
+                staged = (cupyx.empty_pinned(array.shape, array.dtype), None)
+            host, event = staged
+            if event is not None:
+                event.synchronize()  # the last copy out of this buffer has finished
+            np.copyto(host, array)
+            dev = cp.empty(array.shape, array.dtype)
+            dev.set(host, stream=stream)
+            self._staging[key] = (host, stream.record())
+            if len(self._staging) > 16:
+                self._staging.pop(next(iter(self._staging)))
+        return dev
+
+    def to_host(self, tensor: Any) -> np.ndarray:
+        tensor = self.adopt(tensor)
+        ctx = self._context()
+        with ctx.device:
+            import cupyx
+
+            out = cupyx.empty_pinned(tensor.shape, tensor.dtype)
+            tensor.get(out=out)
+        return out
+
+    def is_device_tensor(self, tensor: Any) -> bool:
+        if isinstance(tensor, np.ndarray) or not self.available():
+            return False
+        if type(tensor).__module__.startswith("cupy"):
+            return True
+        if hasattr(tensor, "__cuda_array_interface__"):
+            return True
+        dev = getattr(tensor, "__dlpack_device__", None)
+        if dev is not None:
+            try:
+                return int(dev()[0]) in _KDLCUDA
+            except Exception:  # noqa: BLE001 - a foreign object that cannot say where it is
+                return False
+        return False
+
+    def adopt(self, tensor: Any) -> Any:
+        """A CuPy array over the same memory as a PyTorch/CuPy/DLPack CUDA tensor (no copy;
+        a non-contiguous tensor is copied into a contiguous one)."""
+        ctx = self._context()
+        cp = ctx.cp
+        if not isinstance(tensor, cp.ndarray):
+            with ctx.device:
+                if hasattr(tensor, "__dlpack__"):
+                    tensor = cp.from_dlpack(tensor)
+                else:
+                    tensor = cp.asarray(tensor)
+        if not tensor.flags.c_contiguous:
+            tensor = cp.ascontiguousarray(tensor)
+        return tensor
+
+    def sync(self) -> None:
+        """Wait for all work on the current stream (for timing a device-resident loop)."""
+        self._context().sync()
+
+
+__all__ = ["CUDABackend"]

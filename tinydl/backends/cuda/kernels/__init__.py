@@ -1,0 +1,169 @@
+"""CUDA C kernels: each op family is `<name>.py` (the builder, registered with `@kernel`) plus
+`<name>.cu` (a Jinja2 template). The backend supports an op when a module here registers it.
+
+A builder gets a `Build` (see program.py) for one node and emits launches: it renders its
+template with the node's shapes, strides, kernel sizes, activation and precision baked in, and
+passes value names (resolved to device arrays when the plan is made) or uploaded constants.
+Every template starts with common.cuh (storage types, fp16 conversion, activations); kernels
+need no CUDA headers, so NVRTC compiles them with no include path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from tinydl.backends.base import Support
+from tinydl.ir.graph import Graph, Node
+
+
+@dataclass
+class KernelDef:
+    op: str
+    build: Callable
+    supports: Callable[[Node, Graph], Support] | None = None
+
+
+REGISTRY: dict[str, KernelDef] = {}
+
+# Logical dtype -> C storage type. float16 is stored as raw bits (half_t) and converted with
+# PTX cvt instructions, so no cuda_fp16.h is needed.
+CTYPES = {
+    "float32": "float",
+    "float16": "half_t",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "int8": "signed char",
+    "bool": "bool",
+}
+FLOATS = ("float32", "float16")
+
+
+def kernel(*ops: str, supports=None):
+    """Register the decorated builder for `ops` (ONNX spelling)."""
+
+    def deco(fn):
+        for op in ops:
+            if op in REGISTRY:
+                raise RuntimeError(f"cuda kernel for {op} registered twice")
+            REGISTRY[op] = KernelDef(op, fn, supports)
+        return fn
+
+    return deco
+
+
+_env = jinja2.Environment(
+    loader=jinja2.FunctionLoader(
+        lambda name: resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    ),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+
+
+def render(template: str, **params) -> str:
+    """Specialize a .cu template of this package (common.cuh goes first)."""
+    return _env.get_template("common.cuh").render() + _env.get_template(template).render(**params)
+
+
+def constant_inputs(node: Node, graph: Graph) -> Support:
+    """Support only when every input after the first is a constant (a shape, axes, pads...)
+    that the kernel bakes in."""
+    for name in node.inputs[1:]:
+        if name and name not in graph.initializers:
+            return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
+    return Support(True)
+
+
+# -- code generation helpers ---------------------------------------------------------------------
+
+
+def index_type(total: int) -> str:
+    return "unsigned int" if total < 2**31 else "unsigned long long"
+
+
+def coords(dims: Sequence[int], var: str = "i", prefix: str = "c", itype: str = "unsigned int"):
+    """C statements that split linear index `var` into row-major coordinates c0..cN-1."""
+    lines = [f"{itype} rem_ = {var};"]
+    for k in range(len(dims) - 1, -1, -1):
+        lines.append(f"const {itype} {prefix}{k} = rem_ % {dims[k]}u;")
+        if k > 0:
+            lines.append(f"rem_ /= {dims[k]}u;")
+    return "\n    ".join(lines)
+
+
+def offset(strides: Sequence[int], prefix: str = "c") -> str:
+    """sum_k c_k * stride_k as C text ("0" when every stride is 0)."""
+    terms = [
+        f"{prefix}{k} * {s}u" if s != 1 else f"{prefix}{k}" for k, s in enumerate(strides) if s
+    ]
+    return " + ".join(terms) or "0"
+
+
+def cfloat(x: float) -> str:
+    """A C float literal (NaN and infinities through bit patterns)."""
+    if math.isnan(x):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(x):
+        return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"
+    return f"{float(x)!r}f"
+
+
+def load(ctype: str, expr: str) -> str:
+    """Read storage element `expr` (of C type `ctype`) as a float."""
+    return f"h2f({expr})" if ctype == "half_t" else f"(float)({expr})"
+
+
+def store(ctype: str, expr: str) -> str:
+    """Convert float `expr` to storage type `ctype`."""
+    return f"f2h({expr})" if ctype == "half_t" else f"({ctype})({expr})"
+
+
+def activation_code(kind: str, v: str, params: dict) -> str:
+    """C for activation `kind` applied to float expression `v`."""
+    c = cfloat
+    if kind == "Relu":
+        return f"fmaxf({v}, 0.0f)"
+    if kind == "Clip":
+        e = v
+        if params.get("min") is not None:
+            e = f"fmaxf({e}, {c(params['min'])})"
+        if params.get("max") is not None:
+            e = f"fminf({e}, {c(params['max'])})"
+        return e
+    if kind == "LeakyRelu":
+        return f"leaky_({v}, {c(params['alpha'])})"
+    if kind == "PRelu":
+        return f"leaky_({v}, {params['slope']})"
+    if kind == "HardSigmoid":
+        return f"hard_sigmoid_({v}, {c(params['alpha'])}, {c(params['beta'])})"
+    if kind == "HardSwish":
+        return f"hard_swish_({v})"
+    if kind == "Sigmoid":
+        return f"sigmoid_({v})"
+    if kind == "Tanh":
+        return f"tanhf({v})"
+    if kind == "SiLU":
+        return f"silu_({v})"
+    raise KeyError(kind)
+
+
+ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "PRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+
+
+def blocks(total: int, per_block: int) -> int:
+    return max(1, math.ceil(total / per_block))
+
+
+# Importing every module of this package registers its kernels: adding an op is adding a file.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,33 @@
+// tinydl CUDA prelude: storage types and helpers, pasted at the top of every kernel.
+typedef unsigned short half_t;  // IEEE fp16 bits; converted with PTX cvt (no cuda_fp16.h)
+
+__device__ __forceinline__ float h2f(half_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ half_t f2h(float f) {
+    half_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu_(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float leaky_(float x, float a) { return x >= 0.0f ? x : x * a; }
+__device__ __forceinline__ float hard_sigmoid_(float x, float a, float b) {
+    return fminf(fmaxf(x * a + b, 0.0f), 1.0f);
+}
+__device__ __forceinline__ float hard_swish_(float x) {
+    return x * fminf(fmaxf(x * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f);
+}
+// NumPy's power: a negative base gives a real result for integral exponents, NaN otherwise.
+__device__ __forceinline__ float pow_(float a, float b) {
+    if (b == 0.0f) return 1.0f;
+    float r = powf(fabsf(a), b);
+    if (a < 0.0f) {
+        if (rintf(b) != b) return __int_as_float(0x7fc00000);
+        if (fmodf(fabsf(b), 2.0f) == 1.0f) r = -r;
+    }
+    return r;
+}
+

@@ -1,0 +1,72 @@
+// {{ label }}: direct convolution, NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }}, output
+// {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}, {{ G }} group(s). Each thread makes one output pixel x
+// {{ OCB }} output channels of a group, accumulating in fp32; weights are packed
+// [group][channel block][ci][ky][kx][{{ OCB }}] so one tap's weights are adjacent.
+extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
+    const {{ xt }}* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ chan,
+{% if residual %}
+    const {{ rt }}* __restrict__ res,
+{% endif %}
+    {{ yt }}* __restrict__ y)
+{
+    const unsigned p = blockIdx.x * {{ BLOCK }}u + threadIdx.x;
+    if (p >= {{ OH * OW }}u) return;
+    const unsigned oy = p / {{ OW }}u, ox = p % {{ OW }}u;
+    const unsigned gb = blockIdx.y;            // group * NB + channel block
+    const unsigned g = gb / {{ NB }}u, ob = gb % {{ NB }}u;
+    const unsigned n = blockIdx.z;
+    float acc[{{ OCB }}];
+#pragma unroll
+    for (int o = 0; o < {{ OCB }}; ++o) acc[o] = 0.0f;
+    const {{ xt }}* xg = x + ((size_t)n * {{ C }}u + g * {{ CG }}u) * {{ IH * IW }}u;
+    const float* wg = w + (size_t)gb * {{ CG * KH * KW * OCB }}u;
+    const int iy0 = (int)(oy * {{ SH }}u) - {{ PT }}, ix0 = (int)(ox * {{ SW }}u) - {{ PL }};
+    for (int ci = 0; ci < {{ CG }}; ++ci) {
+        const {{ xt }}* xc = xg + ci * {{ IH * IW }};
+        const float* wc = wg + ci * {{ KH * KW * OCB }};
+#pragma unroll
+        for (int ky = 0; ky < {{ KH }}; ++ky) {
+            const int iy = iy0 + ky * {{ DH }};
+            const bool row = (unsigned)iy < {{ IH }}u;
+#pragma unroll
+            for (int kx = 0; kx < {{ KW }}; ++kx) {
+                const int ix = ix0 + kx * {{ DW }};
+                float v = 0.0f;
+                if (row && (unsigned)ix < {{ IW }}u) v = {{ xload }};
+                const float* wt = wc + (ky * {{ KW }} + kx) * {{ OCB }};
+#pragma unroll
+                for (int o = 0; o < {{ OCB }}; ++o) acc[o] = fmaf(v, wt[o], acc[o]);
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < {{ OCB }}; ++o) {
+        const unsigned m = ob * {{ OCB }}u + o;   // channel within the group
+        if (m >= {{ MG }}u) break;
+        const unsigned oc = g * {{ MG }}u + m;
+        float r = acc[o] + chan[oc];
+{% if residual %}
+        r += {{ rload }};
+{% endif %}
+{% if has_slope %}
+        const float slope = chan[{{ OC }}u + oc];
+{% endif %}
+{% for e in epilogue %}
+        r = {{ e }};
+{% endfor %}
+{% if d2s %}
+        // Stored through DepthToSpace (blocksize {{ BS }}, {{ "DCR" if dcr else "CRD" }}).
+{% if dcr %}
+        const unsigned c_ = oc % {{ OC // (BS * BS) }}u, ij = oc / {{ OC // (BS * BS) }}u;
+{% else %}
+        const unsigned c_ = oc / {{ BS * BS }}u, ij = oc % {{ BS * BS }}u;
+{% endif %}
+        const unsigned yy = oy * {{ BS }}u + ij / {{ BS }}u, xx = ox * {{ BS }}u + ij % {{ BS }}u;
+        y[(((size_t)n * {{ OC // (BS * BS) }}u + c_) * {{ OH * BS }}u + yy) * {{ OW * BS }}u + xx] = {{ ystore }};
+{% else %}
+        y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
+{% endif %}
+    }
+}

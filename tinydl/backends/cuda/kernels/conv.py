@@ -1,0 +1,201 @@
+"""Conv, ConvTranspose and tinydl.FusedConv, with fused epilogues.
+
+- conv.cu: direct convolution (any group count, strides, dilations, pads; 1-D as 2-D with one
+  row). Each thread makes one output pixel x a block of output channels in fp32; the epilogue
+  adds the bias (BatchNormalization folded in), the activations in order, and stores through a
+  fused DepthToSpace when there is one.
+- conv_transpose.cu: the transposed convolution as a gather over the taps that land on each
+  output pixel.
+Chains of small convolutions (ESPCN) are fused further into one kernel: see chain.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
+from tinydl.backends.fusion import FUSED_ACTIVATIONS, epilogue, weights_and_bias
+from tinydl.ops.conv import (
+    _kernel,
+    _transpose_attrs,
+    _transpose_geometry,
+    window_attrs,
+    window_geometry,
+)
+
+FUSED = "tinydl.FusedConv"
+BLOCK = 128
+
+
+def spatial_rank(node, graph) -> int | None:
+    w = graph.initializers.get(node.inputs[1])
+    if w is not None:
+        return w.ndim - 2
+    v = graph.value(node.inputs[0])
+    return None if v is None or v.shape is None else len(v.shape) - 2
+
+
+def _supports(node, graph) -> Support:
+    rank = spatial_rank(node, graph)
+    if rank not in (1, 2):
+        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
+    for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if name and name not in graph.initializers:
+            return Support(False, f"{node.op} with {what} computed at run time is not implemented")
+    if node.op == FUSED and node.attrs["activation"] not in (*FUSED_ACTIVATIONS, "none", "prelu"):
+        return Support(False, f"FusedConv activation {node.attrs['activation']} not implemented")
+    return Support(True)
+
+
+def as_2d(shape):
+    return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+
+def label_of(node) -> str:
+    """Conv+tanh+DepthToSpace: the ops a fused node stands for."""
+    parts = ["Conv" if node.op != "ConvTranspose" else "ConvTranspose"]
+    if node.op == FUSED and node.attrs["activation"] != "none":
+        parts.append(node.attrs["activation"])
+    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
+
+
+def epilogue_code(acts) -> list[str]:
+    out = []
+    for kind, params in acts:
+        if kind == "PRelu":
+            params = {"slope": "slope"}
+        out.append(activation_code(kind, "r", params))
+    return out
+
+
+def geometry(b):
+    """The 2-D window of a Conv node: its constants by the templates' names, and 1-D -> 2-D."""
+    xi = b.info(0)
+    w = b.const(1)
+    kernel_shape = _kernel(b.attrs, w.shape)
+    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
+    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    if len(kernel_shape) == 1:
+        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
+        geo = [(0, 0, 1), *geo]
+    n, c, ih, iw = as_2d(xi.shape)
+    oc, oh, ow = w.shape[0], geo[0][2], geo[1][2]
+    return dict(
+        N=n, C=c, IH=ih, IW=iw, OC=oc, OH=oh, OW=ow,
+        KH=kernel_shape[0], KW=kernel_shape[1], SH=strides[0], SW=strides[1],
+        DH=dilations[0], DW=dilations[1], PT=geo[0][0], PL=geo[1][0],
+    )  # fmt: skip
+
+
+def _block(mg: int) -> int:
+    """Output channels per thread: 8 when the group has that many, else what it has."""
+    return 8 if mg >= 8 else mg
+
+
+@kernel("Conv", FUSED, supports=_supports)
+def conv(b):
+    b.label = label_of(b.node)
+    xi, yo = b.info(0), b.out()
+    g = geometry(b)
+    group = b.attrs["group"]
+    w, bias = weights_and_bias(b, 0)
+    oc, cg = g["OC"], g["C"] // group
+    mg = oc // group
+    ocb = _block(mg)
+    nb = math.ceil(mg / ocb)
+    kh, kw = g["KH"], g["KW"]
+    # [group][block][ci][ky][kx][ocb], zero-padded past the group's channels.
+    wp = np.zeros((group, nb * ocb, cg, kh, kw))
+    wp[:, :mg] = w.reshape(group, mg, cg, kh, kw)
+    wp = wp.reshape(group, nb, ocb, cg, kh, kw).transpose(0, 1, 3, 4, 5, 2)
+    acts, slope = epilogue(b, oc)
+    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
+    args = [
+        b.inputs[0],
+        b.upload("weights", wp, "float32"),
+        b.upload("channels", np.concatenate(chan), "float32"),
+    ]
+    d2s = b.node.meta.get("d2s")
+    b.launch(
+        "conv.cu",
+        [*args, b.outputs[0]],
+        (blocks(g["OH"] * g["OW"], BLOCK), group * nb, g["N"]),
+        BLOCK,
+        **g,
+        G=group,
+        CG=cg,
+        MG=mg,
+        OCB=ocb,
+        NB=nb,
+        BLOCK=BLOCK,
+        xt=xi.ctype,
+        yt=yo.ctype,
+        xload=load(xi.ctype, f"xc[iy * {g['IW']} + ix]"),
+        ystore=store(yo.ctype, "r"),
+        residual=False,
+        has_slope=slope is not None,
+        epilogue=epilogue_code(acts),
+        d2s=d2s is not None,
+        BS=d2s[0] if d2s else 1,
+        dcr=d2s is not None and d2s[1] == "DCR",
+    )
+
+
+@kernel("ConvTranspose", supports=_supports)
+def conv_transpose(b):
+    b.label = label_of(b.node)
+    xi, yo = b.info(0), b.out()
+    w, bias = weights_and_bias(b, 1)
+    group = b.attrs["group"]
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
+    geo = _transpose_geometry(
+        xi.shape[2:],
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        output_padding,
+        b.attrs["output_shape"],
+        b.attrs["auto_pad"],
+    )
+    if len(kernel_shape) == 1:
+        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
+        geo = [(0, 0, 1), *geo]
+        w = w[:, :, None]
+    n, c, ih, iw = as_2d(xi.shape)
+    _, oc, oh, ow = as_2d(yo.shape)
+    cg, mg = c // group, w.shape[1]
+    kh, kw = kernel_shape
+    ocb = _block(mg)
+    nb = math.ceil(mg / ocb)
+    # ConvTranspose weights are [C][M/group][kh][kw]: [group][block][ci][ky][kx][ocb].
+    wp = np.zeros((group, cg, nb * ocb, kh, kw))
+    wp[:, :, :mg] = w.reshape(group, cg, mg, kh, kw)
+    wp = wp.reshape(group, cg, nb, ocb, kh, kw).transpose(0, 2, 1, 4, 5, 3)
+    acts, slope = epilogue(b, oc)
+    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
+    b.launch(
+        "conv_transpose.cu",
+        [
+            b.inputs[0],
+            b.upload("weights", wp, "float32"),
+            b.upload("channels", np.concatenate(chan), "float32"),
+            b.outputs[0],
+        ],
+        (blocks(oh * ow, BLOCK), group * nb, n),
+        BLOCK,
+        N=n, C=c, IH=ih, IW=iw, OC=oc, OH=oh, OW=ow, KH=kh, KW=kw,
+        SH=strides[0], SW=strides[1], DH=dilations[0], DW=dilations[1],
+        PT=geo[0][0], PL=geo[1][0],
+        G=group, CG=cg, MG=mg, OCB=ocb, NB=nb, BLOCK=BLOCK,
+        xt=xi.ctype, yt=yo.ctype,
+        xload=load(xi.ctype, f"xc[iy * {iw} + ix]"),
+        ystore=store(yo.ctype, "r"),
+        has_slope=slope is not None,
+        epilogue=epilogue_code(acts),
+    )  # fmt: skip

@@ -1,0 +1,242 @@
+"""Elementwise ops with NumPy broadcasting: arithmetic, activations, Pow, Sqrt, Cast,
+BatchNormalization (inference form).
+
+One template serves all: each operand is an array read through its broadcast strides (axes
+merged where contiguous), or a literal baked into the source for a one-element constant.
+Arithmetic is done in float (fp16 storage is widened on load) or, for integer tensors, in the
+integer type itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import (
+    ACTIVATIONS,
+    CTYPES,
+    FLOATS,
+    activation_code,
+    blocks,
+    cfloat,
+    coords,
+    index_type,
+    kernel,
+    load,
+    offset,
+    store,
+)
+from tinydl.backends.indexing import broadcast_strides, collapse, strides_of
+
+BLOCK = 256
+BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
+
+
+@dataclass
+class Operand:
+    """A value name or constant array to read, or a literal (C text) to bake in."""
+
+    shape: tuple[int, ...]
+    name: str | None = None
+    array: np.ndarray | None = None
+    literal: str | None = None
+
+
+def compute_type(dtype: str) -> str:
+    """The C type arithmetic on `dtype` happens in."""
+    return "float" if dtype in FLOATS else CTYPES[dtype]
+
+
+def emit(b, expr, operands: list[Operand], out: str, ct: str, label: str = "") -> None:
+    """Launch `expr` (C text over a0, a1, ... of C type `ct`) over value `out`."""
+    info = b.plan.infos[out]
+    out_shape = info.shape
+    strides = [broadcast_strides(op.shape, out_shape) for op in operands]
+    dims, merged = collapse(out_shape, *strides) if operands else collapse(out_shape)
+    total = int(np.prod(out_shape))
+    itype = index_type(total)
+    args, params = [], []
+    need_coords = False
+    for k, (op, st) in enumerate(zip(operands, merged, strict=True)):
+        if op.literal is not None:
+            params.append({"arg": False, "load": f"({ct})({op.literal})"})
+            continue
+        if op.name is not None:
+            ctype = b.info(op.name).ctype
+            args.append(op.name)
+        else:
+            arr = op.array
+            if arr.dtype == np.float64 or (ct == "float" and arr.dtype.name not in FLOATS):
+                arr = arr.astype(np.float32)
+            if arr.dtype.name == "float16" and b.plan.infos[out].sdtype != "float16":
+                arr = arr.astype(np.float32)
+            ctype = CTYPES[arr.dtype.name]
+            args.append(b.upload(("operand", k), arr))
+        if st == strides_of(dims):
+            idx = "i"
+        else:
+            idx = offset(st)
+            need_coords = True
+        raw = f"in{len(args) - 1}[{idx}]"
+        value = load(ctype, raw) if ct == "float" else f"({ct})({raw})"
+        params.append({"arg": True, "index": len(args) - 1, "ctype": ctype, "load": value})
+    out_ctype = info.ctype
+    result = f"({ct})({expr})"
+    b.launch(
+        "elementwise.cu",
+        [*args, out],
+        blocks(total, BLOCK),
+        BLOCK,
+        label=label,
+        operands=params,
+        out_ctype=out_ctype,
+        store=store(out_ctype, result) if out_ctype != ct else result,
+        ct=ct,
+        dims=dims,
+        total=total,
+        itype=itype,
+        block=BLOCK,
+        coords=coords(dims, itype=itype) if need_coords else "",
+    )
+
+
+def operand(b, i: int, ct: str) -> Operand:
+    """Input i as an operand: a literal for a one-element constant, else an array."""
+    arr = b.const(i)
+    if arr is not None:
+        if arr.size == 1:
+            value = arr.reshape(()).item()
+            if ct == "float":
+                lit = cfloat(float(value))
+            elif ct == "bool":
+                lit = "true" if value else "false"
+            else:
+                lit = f"{int(value)}LL" if ct == "long long" else str(int(value))
+            return Operand(tuple(arr.shape), literal=lit)
+        return Operand(tuple(arr.shape), array=arr)
+    return Operand(b.info(i).shape, name=b.inputs[i])
+
+
+def _int_arithmetic(node, graph) -> Support:
+    v = graph.value(node.outputs[0])
+    if v is not None and v.dtype == "bool":
+        return Support(False, f"{node.op} on bool is not implemented")
+    return Support(True)
+
+
+@kernel("Add", "Sub", "Mul", "Div", supports=_int_arithmetic)
+def binary(b):
+    ct = compute_type(b.out().dtype)
+    expr = BINARY[b.node.op].format("a0", "a1")
+    if b.node.op == "Div" and ct != "float":
+        # ONNX integer Div truncates toward zero, as C does; a zero divisor gives 0, not a trap.
+        expr = "(a1 == 0 ? 0 : a0 / a1)"
+    emit(b, expr, [operand(b, 0, ct), operand(b, 1, ct)], b.outputs[0], ct)
+
+
+def _float_only(node, graph) -> Support:
+    v = graph.value(node.outputs[0])
+    if v is not None and v.dtype not in FLOATS:
+        return Support(False, f"{node.op} on {v.dtype} is not implemented")
+    return Support(True)
+
+
+@kernel("Pow", supports=_float_only)
+def power(b):
+    exp = b.const(1)
+    special = {1.0: "a0", 2.0: "a0 * a0", 0.5: "sqrtf(a0)"}
+    if exp is not None and exp.size == 1 and float(exp.reshape(())) in special:
+        emit(b, special[float(exp.reshape(()))], [operand(b, 0, "float")], b.outputs[0], "float")
+        return
+    ops = [operand(b, 0, "float"), operand(b, 1, "float")]
+    if ops[1].name is not None and b.info(1).dtype not in FLOATS:
+        raise ValueError(f"{b.label}: Pow with an integer exponent tensor is not implemented")
+    emit(b, "pow_(a0, a1)", ops, b.outputs[0], "float")
+
+
+@kernel("Sqrt", supports=_float_only)
+def sqrt(b):
+    emit(b, "sqrtf(a0)", [operand(b, 0, "float")], b.outputs[0], "float")
+
+
+def _activation_supports(node, graph) -> Support:
+    if node.op == "Clip":
+        for i in (1, 2):
+            name = node.inputs[i] if len(node.inputs) > i else ""
+            if name and (name not in graph.initializers or graph.initializers[name].size != 1):
+                return Support(False, "Clip with non-constant bounds is not implemented")
+    if node.op in ("Relu", "Clip"):
+        return _int_arithmetic(node, graph)
+    return _float_only(node, graph)
+
+
+@kernel(*ACTIVATIONS, supports=_activation_supports)
+def activation(b):
+    op = b.node.op
+    ct = compute_type(b.out().dtype)
+    ops = [operand(b, 0, ct)]
+    if ct != "float":
+        lo, hi = (b.const(i) for i in (1, 2)) if op == "Clip" else (np.array(0), None)
+        expr = "a0"
+        if lo is not None:
+            expr = f"({expr} < ({ct}){int(lo.reshape(()))} ? ({ct}){int(lo.reshape(()))} : {expr})"
+        if hi is not None:
+            expr = f"({expr} > ({ct}){int(hi.reshape(()))} ? ({ct}){int(hi.reshape(()))} : {expr})"
+        emit(b, expr, ops, b.outputs[0], ct)
+        return
+    params: dict = {}
+    if op == "Clip":
+        for i, key in ((1, "min"), (2, "max")):
+            arr = b.const(i)
+            if arr is not None:
+                params[key] = float(arr.reshape(()))
+    elif op == "PRelu":
+        ops.append(operand(b, 1, ct))
+        params["slope"] = "a1"
+    elif op in ("LeakyRelu", "HardSigmoid"):
+        params = dict(b.attrs)
+    emit(b, activation_code(op, "a0", params), ops, b.outputs[0], ct)
+
+
+@kernel("Cast")
+def cast(b):
+    src, dst = b.info(0), b.out()
+    if src.sdtype == dst.sdtype:
+        b.alias(b.outputs[0], b.inputs[0])
+        return
+    if dst.dtype == "bool":
+        ct = compute_type(src.dtype)
+        emit(b, "a0 != 0", [operand(b, 0, ct)], b.outputs[0], "bool")
+        return
+    if dst.dtype in FLOATS or src.dtype in FLOATS:
+        # Float -> int truncates toward zero (C conversion); NaN and overflow are undefined in
+        # ONNX too.
+        emit(b, "a0", [operand(b, 0, "float")], b.outputs[0], "float")
+        return
+    ct = CTYPES[dst.dtype]
+    emit(b, "a0", [operand(b, 0, ct)], b.outputs[0], ct)
+
+
+def _bn_supports(node, graph) -> Support:
+    if any(n not in graph.initializers for n in node.inputs[1:5]):
+        return Support(False, "BatchNormalization with non-constant statistics is not implemented")
+    if len([o for o in node.outputs if o]) > 1:
+        return Support(False, "BatchNormalization training outputs are not implemented")
+    return Support(True)
+
+
+@kernel("BatchNormalization", supports=_bn_supports)
+def batch_norm(b):
+    scale, bias, mean, var = (b.const(i).astype(np.float64) for i in range(1, 5))
+    k = scale / np.sqrt(var + b.attrs["epsilon"])
+    shift = bias - mean * k
+    shape = b.info(0).shape
+    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    ops = [
+        operand(b, 0, "float"),
+        Operand(per_channel, array=k.astype(np.float32).reshape(per_channel)),
+        Operand(per_channel, array=shift.astype(np.float32).reshape(per_channel)),
+    ]
+    emit(b, "a0 * a1 + a2", ops, b.outputs[0], "float")
