@@ -1,0 +1,103 @@
+"""MaxPool and AveragePool over 1 to 3 spatial axes (one output per thread), and
+GlobalAveragePool (a mean per (n, c) plane, reduced by a warp or a block: see reduce.py).
+
+Pooling reads each input about once per tap and does little arithmetic, so it is bound by
+memory; the window, strides, dilations and pads are baked in and the tap loops unroll.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import (
+    CTYPES,
+    FLOATS,
+    blocks,
+    index_type,
+    kernel,
+    load,
+    store,
+)
+from tinydl.backends.cuda.kernels.reduce import emit_mean, float_input
+from tinydl.backends.indexing import strides_of
+from tinydl.ops.conv import window_attrs, window_geometry
+
+BLOCK = 256
+# The lowest value of each integer storage type: where a max-pool accumulator starts.
+LOWEST = {
+    "int": "(-2147483647 - 1)",
+    "long long": "(-9223372036854775807LL - 1)",
+    "unsigned char": "0",
+    "signed char": "(-128)",
+}
+
+
+def _supports(node, graph) -> Support:
+    if len([o for o in node.outputs if o]) > 1:
+        return Support(False, "the Indices output of MaxPool is not implemented")
+    if len(node.attrs["kernel_shape"]) > 3:
+        return Support(False, "pooling over more than 3 spatial axes is not implemented")
+    if math.prod(node.attrs["kernel_shape"]) > 1024:
+        return Support(False, "pooling windows over 1024 taps are not implemented")
+    v = graph.value(node.inputs[0])
+    dtype = None if v is None else v.dtype
+    if node.op == "AveragePool" and dtype is not None and dtype not in FLOATS:
+        return Support(False, f"AveragePool on {dtype} is not implemented")
+    if dtype == "bool":
+        return Support(False, "MaxPool on bool is not implemented")
+    return Support(True)
+
+
+@kernel("MaxPool", "AveragePool", supports=_supports)
+def pool(b):
+    x, y = b.info(0), b.out()
+    kshape = list(b.attrs["kernel_shape"])
+    strides, dilations, pads = window_attrs(b.attrs, kshape)
+    geo = window_geometry(
+        x.shape[2:],
+        kshape,
+        strides,
+        dilations,
+        pads,
+        b.attrs["auto_pad"],
+        bool(b.attrs["ceil_mode"]),
+    )
+    is_max = b.node.op == "MaxPool"
+    ct = "float" if x.dtype in FLOATS else CTYPES[x.dtype]
+    total = math.prod(y.shape)
+    if total == 0:
+        return
+    itype = index_type(max(total, math.prod(x.shape)))
+    b.launch(
+        "pool.cu",
+        [b.inputs[0], b.outputs[0]],
+        blocks(total, BLOCK),
+        BLOCK,
+        nd=len(kshape),
+        dims_in=list(x.shape[2:]),
+        dims_out=list(y.shape[2:]),
+        kernel=kshape,
+        strides=strides,
+        dilations=dilations,
+        pads=[p for p, _, _ in geo],
+        pads_end=[e for _, e, _ in geo],
+        in_strides=strides_of(x.shape[2:]),
+        plane=math.prod(x.shape[2:]),
+        is_max=is_max,
+        include_pad=bool(b.attrs.get("count_include_pad", 0)),
+        xt=x.ctype,
+        yt=y.ctype,
+        ct=ct,
+        xload=load(x.ctype, "xp[off]") if ct == "float" else "xp[off]",
+        ystore=store(y.ctype, "r") if ct == "float" else "r",
+        lowest="__int_as_float(0xff800000)" if ct == "float" else LOWEST[ct],
+        total=total,
+        itype=itype,
+        block=BLOCK,
+    )
+
+
+@kernel("GlobalAveragePool", supports=float_input)
+def global_average_pool(b):
+    emit_mean(b, tuple(range(2, len(b.info(0).shape))))
