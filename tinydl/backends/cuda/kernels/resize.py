@@ -1,0 +1,146 @@
+"""Resize: nearest, N-linear and cubic, every coordinate transformation mode.
+
+The host computes, per output axis, each output index's taps (input offset and weight) with
+the op reference's own coordinate functions, so the kernel only gathers and sums (in fp32;
+nearest copies the element as it is, so integers keep every bit).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import (
+    CTYPES,
+    FLOATS,
+    blocks,
+    cfloat,
+    constant_inputs,
+    index_type,
+    kernel,
+    load,
+    store,
+)
+from tinydl.backends.indexing import strides_of
+from tinydl.ops.resize import (
+    _check_resize_attrs,
+    _cubic_weights,
+    _given,
+    _nearest,
+    _resize_targets,
+    _source_coords,
+)
+
+BLOCK = 256
+
+
+def _supports(node, graph) -> Support:
+    if not (const := constant_inputs(node, graph)):
+        return const
+    v = graph.value(node.inputs[0])
+    if v is not None and v.dtype not in FLOATS and node.attrs["mode"] != "nearest":
+        return Support(False, f"Resize {node.attrs['mode']} on {v.dtype} is not implemented")
+    return Support(True)
+
+
+def axis_taps(n_in: int, n_out: int, scale: float, attrs: dict, roi) -> tuple:
+    """(indices [n_out, T], weights [n_out, T], outside [n_out]) for one resized axis."""
+    ctm = attrs["coordinate_transformation_mode"]
+    c = _source_coords(n_out, n_in, scale, ctm, roi)
+    outside = np.zeros(n_out, bool)
+    if ctm == "tf_crop_and_resize":
+        outside = (c < 0) | (c > n_in - 1)
+    mode = attrs["mode"]
+    if mode == "nearest":
+        idx = np.clip(_nearest(c, attrs["nearest_mode"]), 0, n_in - 1).astype(np.int64)
+        return idx[:, None], np.ones((n_out, 1)), outside
+    if mode == "linear":
+        c = np.clip(c, 0, n_in - 1)
+        i0 = np.floor(c).astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w = (c - i0).astype(np.float32)
+        return np.stack([i0, i1], 1), np.stack([1 - w, w], 1), outside
+    base = np.floor(c).astype(np.int64)
+    taps = [base + k for k in (-1, 0, 1, 2)]
+    weights = _cubic_weights(c - base, attrs["cubic_coeff_a"])
+    if attrs["exclude_outside"]:
+        weights = [
+            np.where((i >= 0) & (i < n_in), w, 0.0) for i, w in zip(taps, weights, strict=True)
+        ]
+        total = sum(weights)
+        weights = [w / total for w in weights]
+    idx = np.stack([np.clip(i, 0, n_in - 1) for i in taps], 1)
+    return idx, np.stack([w.astype(np.float32) for w in weights], 1), outside
+
+
+def _fewer_taps(idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the taps whose weight is 0 in every row; a single tap when every row then reads
+    one element with a total weight of 1 (a crop of the batch axis, integral cubic positions).
+    The kernel weighs only the axes with more than one tap."""
+    keep = ~(w == 0).all(0)
+    live_idx, live_w = (idx[:, keep], w[:, keep]) if keep.any() else (idx, w)
+    if (live_idx == live_idx[:, :1]).all() and np.allclose(live_w.sum(1), 1, rtol=0, atol=1e-6):
+        return live_idx[:, :1], np.ones((len(idx), 1))
+    return (live_idx, live_w) if live_idx.shape[1] > 1 else (idx, w)
+
+
+@kernel("Resize", supports=_supports)
+def resize(b):
+    x, y = b.info(0), b.out()
+    attrs = dict(b.attrs)
+    _check_resize_attrs(attrs)
+    roi, scales, sizes = b.const(1), b.const(2), b.const(3)
+    axes, scale, out = _resize_targets(
+        x.shape, scales, sizes, attrs["axes"], attrs["keep_aspect_ratio_policy"]
+    )
+    ctm = attrs["coordinate_transformation_mode"]
+    roi = np.ravel(roi).astype(np.float64) if _given(roi) else None
+    st = strides_of(x.shape)
+    idx_tables, w_tables, taps = [], [], []
+    for d, n in enumerate(x.shape):
+        if d in axes and not (out[d] == n and scale[d] == 1.0 and ctm != "tf_crop_and_resize"):
+            k = axes.index(d)
+            bounds = (0.0, 1.0) if roi is None else (roi[k], roi[k + len(roi) // 2])
+            idx, w, outside = axis_taps(n, out[d], scale[d], attrs, bounds)
+            idx, w = _fewer_taps(idx, w)
+        else:
+            idx, w, outside = np.arange(n)[:, None], np.ones((n, 1)), np.zeros(n, bool)
+        # A row per output index: its T input offsets, then the outside flag (weights: 0).
+        idx_tables.append(np.concatenate([idx * st[d], outside[:, None]], 1).ravel())
+        w_tables.append(np.concatenate([w, np.zeros((len(w), 1))], 1).ravel())
+        taps.append(idx.shape[1])
+    total = math.prod(y.shape)
+    if total == 0:
+        return
+    base = np.cumsum([0] + [len(t) for t in idx_tables[:-1]]).tolist()
+    ti = b.upload("indices", np.concatenate(idx_tables), "int64")
+    weighted = attrs["mode"] != "nearest" and max(taps) > 1
+    tw = [b.upload("weights", np.concatenate(w_tables), "float32")] if weighted else []
+    ct = "float" if y.dtype in FLOATS else CTYPES[y.dtype]
+    extrapolation = attrs["extrapolation_value"]
+    b.launch(
+        "resize.cu",
+        [b.inputs[0], ti, *tw, b.outputs[0]],
+        blocks(total, BLOCK),
+        BLOCK,
+        rank=len(x.shape),
+        dims_in=list(x.shape),
+        dims_out=list(y.shape),
+        taps_per_axis=taps,
+        base=base,
+        combos=list(itertools.product(*[range(t) for t in taps])),
+        weighted=weighted,
+        total=total,
+        itype=index_type(total),
+        block=BLOCK,
+        xt=x.ctype,
+        yt=y.ctype,
+        ct=ct,
+        copy=x.sdtype == y.sdtype and not weighted,
+        xload=load(x.ctype, "x[at]") if ct == "float" else "x[at]",
+        ystore=store(y.ctype, "r") if ct == "float" else "r",
+        extrapolation=cfloat(extrapolation) if ct == "float" else str(int(extrapolation)),
+    )
