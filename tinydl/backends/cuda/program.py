@@ -155,11 +155,22 @@ class _Graph:
 
     def __init__(self, graph, roots: dict[str, Any]):
         self.graph, self.roots = graph, roots
-        self.base = {n: sys.getrefcount(a.data.mem) for n, a in roots.items()}
+        self.base = {n: self._refs(a) for n, a in roots.items()}
+
+    @staticmethod
+    def _refs(a) -> tuple[int, int]:
+        # Views of an array share its MemoryPointer or make new ones over its memory; DLPack
+        # exports hold the array. Either way one of these counts goes up while someone holds it.
+        ptr = a.data
+        return sys.getrefcount(ptr), sys.getrefcount(ptr.mem)
 
     def free(self) -> bool:
         """True when no array the caller holds still points into this graph's outputs."""
-        return all(sys.getrefcount(a.data.mem) <= self.base[n] for n, a in self.roots.items())
+        for n, a in self.roots.items():
+            now, base = self._refs(a), self.base[n]
+            if now[0] > base[0] or now[1] > base[1]:
+                return False
+        return True
 
 
 class Plan:
@@ -201,9 +212,6 @@ class Plan:
             live_nodes.append(node)
         body = Graph(list(graph.inputs), list(graph.outputs), live_nodes, graph.initializers)
         self.nodes = fuse(body, keep, lambda v: types[v].shape, lambda n: n.op != "ConvTranspose")
-        from tinydl.backends.cuda.kernels.chain import fuse_chains
-
-        self.nodes = fuse_chains(self, self.nodes, keep, types)
         self.infos: dict[str, Info] = dict(inputs)
         self.alias: dict[str, str] = {}
         f16 = self.precision == "fp16"
@@ -220,6 +228,9 @@ class Plan:
                 self.infos[name] = Info(tuple(t.shape), t.dtype, sd)
         for name, value in self.consts.items():
             self.infos[name] = Info(tuple(value.shape), value.dtype.name, value.dtype.name)
+        from tinydl.backends.cuda.kernels.chain import fuse_chains
+
+        self.nodes = fuse_chains(self, self.nodes, keep, types)
         self.steps: list[Launch] = []
         for node in self.nodes:
             REGISTRY[node.op].build(Build(self, node))

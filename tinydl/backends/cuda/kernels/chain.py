@@ -1,7 +1,226 @@
-"""Tile fusion of small-convolution chains (the ESPCN shape): placeholder until chain.cu."""
+"""Tile fusion of small-convolution chains (the ESPCN shape) into one tensor-core kernel.
+
+Three convolutions in a row, each stride 1 with "same" zero padding and one group, the first
+with few input channels (C0 x K1 x K1 <= 64), the middle ones with multiples of 16 channels, the
+last with at most 32 output channels and optionally a DepthToSpace, become one kernel
+(chain.cu): a block computes an output tile, holding the halo-extended intermediates in shared
+memory, so they never reach device memory, and the three layers' weights stay in shared memory
+for all the tiles the block computes. Used at precision="fp16" on GPUs with mma.sync m16n8k16
+(compute capability 8.0 and newer); at fp32 the convolutions run one kernel each.
+
+The tile shape (output rows x columns), m16 tiles per warp step and threads per block can be
+set per run with CompileOptions.extra["chain_tile"] = "TH,TW,MB,THREADS" or the environment
+variable TINYDL_CUDA_CHAIN (for sweeps; "off" turns the fusion off).
+"""
 
 from __future__ import annotations
 
+import math
+import os
 
-def fuse_chains(plan, nodes, keep, types):
-    return nodes
+import numpy as np
+
+from tinydl.backends.cuda.kernels import activation_code, kernel, load, store
+from tinydl.backends.cuda.kernels.conv import FUSED, geometry
+from tinydl.backends.fusion import epilogue, weights_and_bias
+from tinydl.ir.graph import Node
+
+OP = "tinydl.cuda.ConvChain"
+TILE_ENV = "TINYDL_CUDA_CHAIN"
+DEFAULT_TILE = (16, 32, 2, 256)
+
+
+def _act_code(acts) -> list[str] | None:
+    out = []
+    for kind, params in acts:
+        if kind == "PRelu":
+            return None
+        out.append("tanh_fast_(r)" if kind == "Tanh" else activation_code(kind, "r", params))
+    return out
+
+
+def _conv_ok(plan, node: Node, last: bool):
+    """(Build, geometry, acts) when `node` can be a link of a chain, else None."""
+    from tinydl.backends.cuda.program import Build
+
+    if node.op not in ("Conv", FUSED) or node.attrs.get("group", 1) != 1:
+        return None
+    if "d2s" in node.meta and not last:
+        return None
+    if any(n and plan.const(n) is None for n in node.inputs[1:3]):
+        return None
+    b = Build(plan, node)
+    w = b.const(1)
+    if w is None or w.ndim != 4 or len(b.info(0).shape) != 4:
+        return None
+    g = geometry(b)
+    k = g["KH"]
+    if (
+        g["KW"] != k
+        or k % 2 == 0
+        or (g["SH"], g["SW"], g["DH"], g["DW"]) != (1, 1, 1, 1)
+        or (g["PT"], g["PL"]) != (k // 2, k // 2)
+        or (g["OH"], g["OW"]) != (g["IH"], g["IW"])
+    ):
+        return None
+    acts, slope = epilogue(b, g["OC"])
+    code = _act_code(acts)
+    if slope is not None or code is None:
+        return None
+    return b, g, code
+
+
+def fuse_chains(plan, nodes: list[Node], keep: set[str], types) -> list[Node]:
+    """Replace conv -> conv -> conv chains that chain.cu can run with one ConvChain node."""
+    ctx = plan.ctx
+    enabled = plan.owner.extra.get("chain_fusion", True) and os.environ.get(TILE_ENV) != "off"
+    if plan.precision != "fp16" or not enabled or tuple(ctx.cc) < (8, 0):
+        return nodes
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+
+    def only_user(node: Node) -> Node | None:
+        out = node.outputs[0]
+        us = users.get(out, [])
+        if out in keep or len(us) != 1 or us[0].inputs[0] != out:
+            return None
+        return us[0]
+
+    out, skip = [], set()
+    for node in nodes:
+        if id(node) in skip:
+            continue
+        c2 = only_user(node) if node.op in ("Conv", FUSED) else None
+        c3 = only_user(c2) if c2 is not None else None
+        links = None
+        if c3 is not None:
+            links = [_conv_ok(plan, n, i == 2) for i, n in enumerate((node, c2, c3))]
+        if links and all(links) and _shapes_ok([g for _, g, _ in links]):
+            skip.update((id(c2), id(c3)))
+            label = "+".join(
+                n.meta.get("label", n.op).replace(FUSED, "Conv") for n in (node, c2, c3)
+            )
+            out.append(
+                Node(
+                    OP,
+                    [node.inputs[0]],
+                    [c3.outputs[0]],
+                    {},
+                    name=node.name,
+                    meta={"links": links, "label": f"ConvChain({label})"},
+                )
+            )
+        else:
+            out.append(node)
+    return out
+
+
+def _shapes_ok(gs) -> bool:
+    g1, g2, g3 = gs
+    return (
+        g1["C"] * g1["KH"] ** 2 <= 64
+        and g1["OC"] % 16 == 0
+        and g2["OC"] % 16 == 0
+        and g3["OC"] <= 32
+        and g2["C"] == g1["OC"]
+        and g3["C"] == g2["OC"]
+    )
+
+
+def _fragments(w: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Weights [Cout][Cin][K][K] as mma.sync B fragments: [K chunk][N tile][lane][4] fp16, with
+    B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c."""
+    cout, cin, kh, kw = w.shape
+    b = w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout)  # [k][n]
+    nk, nt = math.ceil(b.shape[0] / 16), math.ceil(cout / 8)
+    full = np.zeros((nk * 16, nt * 8))
+    full[: b.shape[0], :cout] = b
+    lane = np.arange(32)
+    gq, tq = lane // 4, lane % 4
+    frag = np.zeros((nk, nt, 32, 4))
+    for kc in range(nk):
+        for n in range(nt):
+            cols = n * 8 + gq
+            for j, dk in enumerate((0, 1, 8, 9)):
+                frag[kc, n, :, j] = full[kc * 16 + 2 * tq + dk, cols]
+    return frag.astype(np.float16), nk, nt
+
+
+def _pad16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+@kernel(OP)
+def conv_chain(b):
+    (b1, g1, act1), (b2, g2, act2), (b3, g3, act3) = b.node.meta["links"]
+    xi, yo = b.info(0), b.out()
+    n, c0, h, w = xi.shape
+    k1, k2, k3 = g1["KH"], g2["KH"], g3["KH"]
+    c1, c2, c3 = g1["OC"], g2["OC"], g3["OC"]
+    d2s = b3.node.meta.get("d2s")
+    bs, dcr = (d2s[0], d2s[1] == "DCR") if d2s else (1, False)
+    parts, offs = [], {}
+    nk = {}
+    pos = 0
+    for key, link in (("1", b1), ("2", b2), ("3", b3)):
+        wts, _ = weights_and_bias(link, 0)
+        frag, nk[key], _ = _fragments(wts)
+        offs[f"OFF_B{key}"] = pos
+        raw = frag.tobytes()
+        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+        pos += _pad16(len(raw))
+    nt3 = math.ceil(c3 / 8)
+    for key, link, count in (("1", b1, c1), ("2", b2, c2), ("3", b3, nt3 * 8)):
+        _, bias = weights_and_bias(link, 0)
+        vec = np.zeros(count, np.float32)
+        vec[: bias.size] = bias
+        offs[f"OFF_BIAS{key}"] = pos
+        raw = vec.tobytes()
+        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+        pos += _pad16(len(raw))
+    wbytes = pos
+    pack = np.frombuffer(b"".join(parts), np.uint8)
+    override = b.plan.owner.extra.get("chain_tile") or os.environ.get(TILE_ENV)
+    th, tw, mb, threads = (
+        tuple(int(v) for v in str(override).split(",")) if override else DEFAULT_TILE
+    )
+    r2 = k3 // 2
+    r1 = r2 + k2 // 2
+    r0 = r1 + k1 // 2
+    s1, s2 = c1 + 8, c2 + 8
+    while True:
+        hi, wi = th + 2 * r0, tw + 2 * r0
+        h1, w1 = th + 2 * r1, tw + 2 * r1
+        h2, w2 = th + 2 * r2, tw + 2 * r2
+        off_in = wbytes
+        off_l1 = off_in + _pad16(hi * wi * c0 * 2)
+        off_l2 = off_l1 + _pad16(h1 * w1 * s1 * 2)
+        smem = off_l2 + _pad16(h2 * w2 * s2 * 2)
+        if smem <= b.ctx.smem_optin or th <= 4:
+            break
+        th //= 2
+    ty, tx = math.ceil(h / th), math.ceil(w / tw)
+    tiles = n * ty * tx
+    m1, m2, m3 = h1 * w1, h2 * w2, th * tw
+    b.launch(
+        "chain.cu",
+        [b.inputs[0], b.upload("weights", pack), b.outputs[0]],
+        min(tiles, b.ctx.sm_count),
+        threads,
+        smem=smem,
+        N=n, C0=c0, H=h, W=w, K1=k1, K2=k2, K3=k3, C1=c1, C2=c2, C3=c3,
+        KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
+        TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, MB=mb, THREADS=threads,
+        R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2, S1=s1, S2=s2,
+        M1=m1, M2=m2, M3=m3, MT1=math.ceil(m1 / 16), MT2=math.ceil(m2 / 16),
+        MT3=math.ceil(m3 / 16), WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
+        **offs,
+        BS=bs, dcr=dcr, OCF=c3 // (bs * bs),
+        act1=act1, act2=act2, act3=act3,
+        xt=xi.ctype, yt=yo.ctype,
+        xload=load(xi.ctype, f"xi[((size_t)c * {h} + gy) * {w} + gx]"),
+        ystore=store(yo.ctype, "r"),
+    )  # fmt: skip

@@ -1,0 +1,229 @@
+"""The cuda backend as a whole, on an NVIDIA GPU: the fused ESPCN chain (edges, batches, odd
+sizes), real models vs onnxruntime, CUDA-graph replay and its output buffers, DLPack inputs,
+device outputs, profiling and the on-disk kernel cache.
+
+Skipped where CuPy or a CUDA device is missing (CI has no GPU): on a GPU machine run
+`python -m pytest tests/test_cuda.py tests/test_cuda_ops.py` (README, "Development").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_models import espcn_onnx, ocr_input, page_image, rel_err
+
+import tinydl as td
+from tinydl.backends import get_backend
+from tinydl.ir.graph import Graph, Node, Value
+
+BACKEND = get_backend("cuda")
+if not BACKEND.available():
+    pytest.skip(BACKEND.unavailable_reason(), allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+
+from tinydl.backends.cuda.kernels.chain import OP as CHAIN  # noqa: E402
+
+
+def espcn(tmp_path, rng, scale=3):
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, scale, rng)
+    return td.load(path)
+
+
+def kernel_of(sess):
+    ((_, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == "cuda"]
+    return kernel
+
+
+def only_plan(kernel):
+    (plan,) = kernel.plans.values()
+    return plan
+
+
+# -- the fused chain -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 36, 64), (2, 1, 37, 53), (1, 1, 360, 640)])
+def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
+    """fp16: conv+tanh, conv+tanh, conv+pixel shuffle run as one kernel, at tile edges too."""
+    graph = espcn(tmp_path, rng)
+    y = rng.random(shape, dtype=np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    got = sess.run({"y": y})["out"]
+    plan = only_plan(kernel_of(sess))
+    assert [n.op for n in plan.nodes] == [CHAIN]
+    assert len(plan.steps) == 1
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-2
+
+
+def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
+    graph = espcn(tmp_path, rng)
+    y = rng.random((1, 1, 45, 70), dtype=np.float32)
+    fused = td.compile(graph, backends=("cuda",), precision="fp16").run({"y": y})["out"]
+    sess = td.compile(graph, backends=("cuda",), precision="fp16")
+    kernel_of(sess).extra["chain_fusion"] = False  # symbolic shapes: nothing planned yet
+    unfused = sess.run({"y": y})["out"]
+    assert len(only_plan(kernel_of(sess)).steps) == 3
+    assert rel_err(fused, unfused) <= 1e-2
+
+
+def test_espcn_fp32_matches_cpu(tmp_path, rng):
+    graph = espcn(tmp_path, rng)
+    y = rng.random((2, 1, 37, 53), dtype=np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    got = td.compile(graph, backends=("cuda",), strict=True).run({"y": y})["out"]
+    assert rel_err(got, want) <= 1e-5
+
+
+def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
+    sess = td.compile(espcn(tmp_path, rng, scale=2), backends=("cuda",), strict=True)
+    for h, w in ((8, 12), (10, 7), (8, 12)):
+        y = rng.random((1, 1, h, w), dtype=np.float32)
+        assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
+    assert len(kernel_of(sess).plans) == 2
+
+
+# -- real models ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppocr_det(rapidocr_models):
+    import onnxruntime as ort
+
+    path = rapidocr_models / "ch_PP-OCRv4_det_infer.onnx"
+    x = ocr_input(page_image(), 384, 192)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    return path, x, ref[0]
+
+
+def test_ppocrv4_det_matches_onnxruntime(ppocr_det):
+    path, x, ref = ppocr_det
+    sess = td.compile(td.load(path), backends=("cuda",), strict=True)
+    (prob,) = sess.run({"x": x}).values()
+    assert prob.shape == ref.shape == (1, 1, 192, 384)
+    assert rel_err(prob, ref) <= 1e-4
+    assert set(sess.placement.nodes.values()) == {"cuda"}
+
+
+def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
+    path, x, ref = ppocr_det
+    sess = td.compile(td.load(path), backends=("cuda",), precision="fp16", strict=True)
+    (prob,) = sess.run({"x": x}).values()
+    assert np.abs(prob - ref).max() < 0.15
+    assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
+
+
+def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models, rng):
+    import onnxruntime as ort
+
+    path = rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx"
+    x = rng.random((1, 3, 48, 320), dtype=np.float32)
+    (ref,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    sess = td.compile(td.load(path), backends=("cuda",), strict=True)
+    (got,) = sess.run({"x": x}).values()
+    assert rel_err(got, ref) <= 1e-4
+
+
+# -- graphs, device tensors, DLPack ----------------------------------------------------------------
+
+
+def small_graph() -> Graph:
+    return Graph(
+        inputs=[Value("x", "float32", (2, 8))],
+        outputs=[Value("y", "float32", None)],
+        nodes=[
+            Node("Mul", ["x", "two"], ["a"], name="mul"),
+            Node("Relu", ["a"], ["r"], name="relu"),
+            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+        ],
+        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
+    ).validate()
+
+
+def reference(x):
+    return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
+
+
+def test_device_tensors_in_and_out(rng):
+    sess = td.compile(small_graph(), backends=("cuda",), strict=True)
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    out = sess.run({"x": x}, outputs="device")["y"]
+    assert isinstance(out, cp.ndarray) and out.shape == (4, 4)
+    np.testing.assert_allclose(out.get(), reference(x), rtol=1e-6)
+    again = sess.run({"x": out.reshape(2, 8)}, outputs="device")["y"]
+    np.testing.assert_allclose(again.get(), reference(reference(x).reshape(2, 8)), rtol=1e-6)
+
+
+def test_graph_replay_keeps_held_outputs(rng):
+    """Replays reuse a graph's output buffers only when the caller has let go of them."""
+    sess = td.compile(small_graph(), backends=("cuda",), strict=True)
+    xs = [cp.asarray(rng.standard_normal((2, 8)).astype(np.float32)) for _ in range(4)]
+    feed = cp.empty((2, 8), cp.float32)
+    held = []
+    for x in xs:
+        feed[...] = x  # the same input buffer every run: one graph per output set
+        held.append(sess.run({"x": feed}, outputs="device")["y"])
+    for x, y in zip(xs, held, strict=True):
+        np.testing.assert_allclose(y.get(), reference(x.get()), rtol=1e-6)
+    plan = only_plan(kernel_of(sess))
+    # First run eager, then one graph per held output set.
+    assert sum(len(g) for g in plan.graphs.values()) == 3
+    held.clear()
+    for x in xs:
+        feed[...] = x
+        y = sess.run({"x": feed}, outputs="device")["y"]
+        np.testing.assert_allclose(y.get(), reference(x.get()), rtol=1e-6)
+        del y
+    assert sum(len(g) for g in plan.graphs.values()) == 3
+
+
+def test_torch_tensors_pass_by_dlpack(rng):
+    torch = pytest.importorskip("torch")
+    sess = td.compile(small_graph(), backends=("cuda",), strict=True)
+    x = torch.randn(2, 8, device="cuda")
+    out = sess.run({"x": x}, outputs="device")["y"]
+    back = torch.from_dlpack(out)
+    assert back.device.type == "cuda"
+    np.testing.assert_allclose(back.cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-6)
+
+
+def test_profile_reports_ops_and_init(tmp_path, rng):
+    sess = td.compile(espcn(tmp_path, rng), backends=("cuda",), profile=True)
+    sess.run({"y": rng.random((1, 1, 36, 64), dtype=np.float32)})
+    report = sess.profile()
+    assert [op["op"] for op in report["ops"]], "per-op GPU times"
+    assert all(op["seconds"] > 0 for op in report["ops"])
+    init = report["partitions"][0]["init"]
+    assert {"compile_s", "plan_s", "weights_s", "first_run_s"} <= set(init)
+
+
+def test_kernels_are_cached_on_disk(tmp_path, monkeypatch, rng):
+    """A fresh process loads compiled kernels from the cache instead of compiling them."""
+    import subprocess
+    import sys
+    import textwrap
+
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path / "cache"))
+    code = textwrap.dedent(
+        """
+        import numpy as np, tinydl as td
+        from test_cuda import small_graph
+        from tinydl.backends.cuda.context import get_context
+        td.compile(small_graph(), backends=("cuda",)).run({"x": np.ones((2, 8), np.float32)})
+        s = get_context().stats
+        print(s["compiled"], s["cache_hits"])
+        """
+    )
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd="tests", check=True
+        )
+        runs.append(tuple(int(v) for v in out.stdout.split()[-2:]))
+    (compiled1, hits1), (compiled2, hits2) = runs
+    assert compiled1 > 0 and hits1 == 0
+    assert compiled2 == 0 and hits2 == compiled1

@@ -1,0 +1,308 @@
+// {{ label }}: three convolutions fused into one kernel (tile fusion), fp16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulation).
+// Image {{ N }}x{{ C0 }}x{{ H }}x{{ W }} -> {{ C1 }} ({{ K1 }}x{{ K1 }}) -> {{ C2 }} ({{ K2 }}x{{ K2 }})
+// -> {{ C3 }} ({{ K3 }}x{{ K3 }}){% if BS > 1 %} -> DepthToSpace {{ BS }}{% endif %}, stride 1, "same" zero padding.
+// Each block owns a {{ TH }}x{{ TW }} output tile at a time (persistent over {{ TILES }} tiles):
+// it loads the input tile with a {{ R0 }}-pixel halo, computes layer 1 on the tile + {{ R1 }},
+// layer 2 on the tile + {{ R2 }}, and layer 3 on the tile, keeping both intermediates in shared
+// memory (pixel-major, channels contiguous, rows padded against bank conflicts). Each layer is
+// an implicit GEMM: M = pixels of its region, N = output channels, K = taps x input channels.
+// Intermediates outside the image are zero, as the unfused convolutions' padding is.
+
+#define THREADS {{ THREADS }}
+#define WARPS {{ THREADS // 32 }}
+#define MB {{ MB }}
+
+{% raw %}
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned s;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(p));
+    return s;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* a, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    return (unsigned)f2h(lo) | ((unsigned)f2h(hi) << 16);
+}
+
+__device__ __forceinline__ float tanh_fast_(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+{% endraw %}
+
+// Regions (pixels): input {{ HI }}x{{ WI }}, layer 1 {{ H1 }}x{{ W1 }}, layer 2 {{ H2 }}x{{ W2 }}, out {{ TH }}x{{ TW }}.
+// Shared memory (bytes): fragments and biases [0, {{ WBYTES }}), input at {{ OFF_IN }},
+// layer 1 at {{ OFF_L1 }} (stride {{ S1 }} halves), layer 2 at {{ OFF_L2 }} (stride {{ S2 }}).
+extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
+    const {{ xt }}* __restrict__ x,
+    const uint4* __restrict__ wpack,
+    {{ yt }}* __restrict__ y)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const uint2* B1 = (const uint2*)(smem + {{ OFF_B1 }});
+    const uint2* B2 = (const uint2*)(smem + {{ OFF_B2 }});
+    const uint2* B3 = (const uint2*)(smem + {{ OFF_B3 }});
+    const float* bias1 = (const float*)(smem + {{ OFF_BIAS1 }});
+    const float* bias2 = (const float*)(smem + {{ OFF_BIAS2 }});
+    const float* bias3 = (const float*)(smem + {{ OFF_BIAS3 }});
+    half_t* sin = (half_t*)(smem + {{ OFF_IN }});
+    half_t* s1 = (half_t*)(smem + {{ OFF_L1 }});
+    half_t* s2 = (half_t*)(smem + {{ OFF_L2 }});
+
+    for (int i = threadIdx.x; i < {{ WBYTES // 16 }}; i += THREADS)
+        ((uint4*)smem)[i] = wpack[i];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    // Layer 1's A operand is gathered from the input tile: this lane's K indices per K chunk
+    // are 2t, 2t+1, 2t+8, 2t+9 (+16 per chunk); their offsets into the input region.
+    int off1[{{ NK1 }}][4];
+#pragma unroll
+    for (int kc = 0; kc < {{ NK1 }}; ++kc) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int kk = kc * 16 + 2 * t + (j & 1) + (j >> 1) * 8;
+            const int tap = kk / {{ C0 }}, c = kk % {{ C0 }};
+            off1[kc][j] = kk < {{ KT1 }} ? ((tap / {{ K1 }}) * {{ WI }} + tap % {{ K1 }}) * {{ C0 }} + c : -1;
+        }
+    }
+
+    for (int tile = blockIdx.x; tile < {{ TILES }}; tile += gridDim.x) {
+        const int img = tile / {{ TY * TX }};
+        const int ty = (tile / {{ TX }}) % {{ TY }}, tx = tile % {{ TX }};
+        const int y0 = ty * {{ TH }}, x0 = tx * {{ TW }};
+        __syncthreads();  // the previous tile is done with the shared buffers
+
+        // -- input tile with halo, as fp16 ------------------------------------------------------
+        const {{ xt }}* xi = x + (size_t)img * {{ C0 * H * W }};
+        for (int i = threadIdx.x; i < {{ HI * WI }}; i += THREADS) {
+            const int iy = i / {{ WI }}, ix = i % {{ WI }};
+            const int gy = y0 - {{ R0 }} + iy, gx = x0 - {{ R0 }} + ix;
+            const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+            for (int c = 0; c < {{ C0 }}; ++c)
+                sin[i * {{ C0 }} + c] = in ? f2h({{ xload }}) : (half_t)0;
+        }
+        __syncthreads();
+
+        // -- layer 1: input -> s1 ----------------------------------------------------------------
+        for (int mt0 = warp * MB; mt0 < {{ MT1 }}; mt0 += WARPS * MB) {
+            float acc[MB][{{ NT1 }}][4];
+            int base[MB][2];
+#pragma unroll
+            for (int m = 0; m < MB; ++m) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int p = (mt0 + m) * 16 + g + 8 * h;
+                    p = p < {{ M1 }} ? p : {{ M1 - 1 }};
+                    base[m][h] = ((p / {{ W1 }}) * {{ WI }} + p % {{ W1 }}) * {{ C0 }};
+                }
+#pragma unroll
+                for (int n = 0; n < {{ NT1 }}; ++n)
+                    acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+            }
+#pragma unroll
+            for (int kc = 0; kc < {{ NK1 }}; ++kc) {
+                unsigned a[MB][4];
+#pragma unroll
+                for (int m = 0; m < MB; ++m) {
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const int h = r & 1, j0 = (r >> 1) * 2;
+                        const unsigned lo = off1[kc][j0] >= 0 ? sin[base[m][h] + off1[kc][j0]] : 0u;
+                        const unsigned hi = off1[kc][j0 + 1] >= 0 ? sin[base[m][h] + off1[kc][j0 + 1]] : 0u;
+                        a[m][r] = lo | (hi << 16);
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < {{ NT1 }}; ++n) {
+                    const uint2 b = B1[(kc * {{ NT1 }} + n) * 32 + lane];
+#pragma unroll
+                    for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < MB; ++m) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int p = (mt0 + m) * 16 + g + 8 * h;
+                    if (mt0 + m >= {{ MT1 }} || p >= {{ M1 }}) continue;
+                    const int py = p / {{ W1 }}, px = p % {{ W1 }};
+                    const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
+                    const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                    for (int n = 0; n < {{ NT1 }}; ++n) {
+                        const int ch = n * 8 + 2 * t;
+                        float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
+                        {
+                            float r = r0;
+{% for e in act1 %}
+                            r = {{ e }};
+{% endfor %}
+                            r0 = r;
+                        }
+                        {
+                            float r = r1;
+{% for e in act1 %}
+                            r = {{ e }};
+{% endfor %}
+                            r1 = r;
+                        }
+                        *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? pack2(r0, r1) : 0u;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+
+        // -- layer 2: s1 -> s2 -------------------------------------------------------------------
+        {
+            const unsigned s1a = smem_addr(s1);
+            for (int mt0 = warp * MB; mt0 < {{ MT2 }}; mt0 += WARPS * MB) {
+                float acc[MB][{{ NT2 }}][4];
+                unsigned rowa[MB];
+#pragma unroll
+                for (int m = 0; m < MB; ++m) {
+                    int p = (mt0 + m) * 16 + (lane & 15);
+                    p = p < {{ M2 }} ? p : {{ M2 - 1 }};
+                    rowa[m] = s1a + 2u * (((p / {{ W2 }}) * {{ W1 }} + p % {{ W2 }}) * {{ S1 }} + (lane >> 4) * 8);
+#pragma unroll
+                    for (int n = 0; n < {{ NT2 }}; ++n)
+                        acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+                }
+#pragma unroll 1
+                for (int tap = 0; tap < {{ K2 * K2 }}; ++tap) {
+                    const unsigned toff = 2u * ((tap / {{ K2 }}) * {{ W1 }} + tap % {{ K2 }}) * {{ S1 }};
+#pragma unroll
+                    for (int cc = 0; cc < {{ C1 // 16 }}; ++cc) {
+                        unsigned a[MB][4];
+#pragma unroll
+                        for (int m = 0; m < MB; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                        const int kc = tap * {{ C1 // 16 }} + cc;
+#pragma unroll
+                        for (int n = 0; n < {{ NT2 }}; ++n) {
+                            const uint2 b = B2[(kc * {{ NT2 }} + n) * 32 + lane];
+#pragma unroll
+                            for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < MB; ++m) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int p = (mt0 + m) * 16 + g + 8 * h;
+                        if (mt0 + m >= {{ MT2 }} || p >= {{ M2 }}) continue;
+                        const int py = p / {{ W2 }}, px = p % {{ W2 }};
+                        const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+                        const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                        for (int n = 0; n < {{ NT2 }}; ++n) {
+                            const int ch = n * 8 + 2 * t;
+                            float r0 = acc[m][n][2 * h] + bias2[ch], r1 = acc[m][n][2 * h + 1] + bias2[ch + 1];
+                            {
+                                float r = r0;
+{% for e in act2 %}
+                                r = {{ e }};
+{% endfor %}
+                                r0 = r;
+                            }
+                            {
+                                float r = r1;
+{% for e in act2 %}
+                                r = {{ e }};
+{% endfor %}
+                                r1 = r;
+                            }
+                            *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? pack2(r0, r1) : 0u;
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();
+
+        // -- layer 3: s2 -> global (through DepthToSpace) ----------------------------------------
+        {
+            const unsigned s2a = smem_addr(s2);
+            {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+            for (int mt0 = warp * MB; mt0 < {{ MT3 }}; mt0 += WARPS * MB) {
+                float acc[MB][{{ NT3 }}][4];
+                unsigned rowa[MB];
+#pragma unroll
+                for (int m = 0; m < MB; ++m) {
+                    int p = (mt0 + m) * 16 + (lane & 15);
+                    p = p < {{ M3 }} ? p : {{ M3 - 1 }};
+                    rowa[m] = s2a + 2u * (((p / {{ TW }}) * {{ W2 }} + p % {{ TW }}) * {{ S2 }} + (lane >> 4) * 8);
+#pragma unroll
+                    for (int n = 0; n < {{ NT3 }}; ++n)
+                        acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+                }
+#pragma unroll 1
+                for (int tap = 0; tap < {{ K3 * K3 }}; ++tap) {
+                    const unsigned toff = 2u * ((tap / {{ K3 }}) * {{ W2 }} + tap % {{ K3 }}) * {{ S2 }};
+#pragma unroll
+                    for (int cc = 0; cc < {{ C2 // 16 }}; ++cc) {
+                        unsigned a[MB][4];
+#pragma unroll
+                        for (int m = 0; m < MB; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                        const int kc = tap * {{ C2 // 16 }} + cc;
+#pragma unroll
+                        for (int n = 0; n < {{ NT3 }}; ++n) {
+                            const uint2 b = B3[(kc * {{ NT3 }} + n) * 32 + lane];
+#pragma unroll
+                            for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < MB; ++m) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int p = (mt0 + m) * 16 + g + 8 * h;
+                        if (mt0 + m >= {{ MT3 }} || p >= {{ M3 }}) continue;
+                        const int gy = y0 + p / {{ TW }}, gx = x0 + p % {{ TW }};
+                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
+#pragma unroll
+                        for (int n = 0; n < {{ NT3 }}; ++n) {
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int ch = n * 8 + 2 * t + e;
+                                if (ch >= {{ C3 }}) continue;
+                                float r = acc[m][n][2 * h + e] + bias3[ch];
+{% for e in act3 %}
+                                r = {{ e }};
+{% endfor %}
+{% if BS > 1 %}
+{% if dcr %}
+                                const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
+{% else %}
+                                const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
+{% endif %}
+                                yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
+{% else %}
+                                yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
+{% endif %}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
