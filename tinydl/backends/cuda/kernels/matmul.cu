@@ -1,0 +1,78 @@
+// {{ label }}: {{ B }} x ({{ M }}x{{ K }} @ {{ K }}x{{ N }}), tiled: a block of 16x16 threads makes a
+// {{ TILE }}x{{ TILE }} tile of the output, each thread 4x4 (rows ty + 16i, columns tx + 16j), through
+// {{ DEPTH }}-deep slices of A and B in shared memory; fp32 accumulation.
+// A strides (m, k) = ({{ SAM }}, {{ SAK }}), B strides (k, n) = ({{ SBK }}, {{ SBN }}).
+extern "C" __global__ void __launch_bounds__({{ THREADS }}) k(
+    const {{ at }}* __restrict__ a,
+    const {{ bt }}* __restrict__ b,
+    const long long* __restrict__ batch,
+{% if ct %}
+    const {{ ct }}* __restrict__ c,
+{% endif %}
+    {{ yt }}* __restrict__ y)
+{
+    // +1 column: threads storing along k hit distinct banks.
+    __shared__ float As[{{ DEPTH }}][{{ TILE }} + 1];  // [k][m]
+    __shared__ float Bs[{{ DEPTH }}][{{ TILE }} + 1];  // [k][n]
+    const unsigned t = threadIdx.x, tx = t % 16u, ty = t / 16u;
+    const unsigned bi = blockIdx.z;
+    const {{ at }}* ab = a + batch[2 * bi];
+    const {{ bt }}* bb = b + batch[2 * bi + 1];
+    const unsigned m0 = blockIdx.y * {{ TILE }}u, n0 = blockIdx.x * {{ TILE }}u;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    // No thread leaves before the loop ends: every thread reaches every __syncthreads.
+    for (unsigned k0 = 0; k0 < {{ K }}u; k0 += {{ DEPTH }}u) {
+#pragma unroll
+        for (int r = 0; r < {{ TILE * DEPTH // THREADS }}; ++r) {
+            const unsigned e = t + r * {{ THREADS }}u;
+{% if a_k_fast %}
+            const unsigned kk = e % {{ DEPTH }}u, mm = e / {{ DEPTH }}u;
+{% else %}
+            const unsigned mm = e % {{ TILE }}u, kk = e / {{ TILE }}u;
+{% endif %}
+            const unsigned m = m0 + mm, k = k0 + kk;
+            As[kk][mm] = (m < {{ M }}u && k < {{ K }}u) ? {{ aload }} : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < {{ TILE * DEPTH // THREADS }}; ++r) {
+            const unsigned e = t + r * {{ THREADS }}u;
+{% if b_n_fast %}
+            const unsigned nn = e % {{ TILE }}u, kk = e / {{ TILE }}u;
+{% else %}
+            const unsigned kk = e % {{ DEPTH }}u, nn = e / {{ DEPTH }}u;
+{% endif %}
+            const unsigned n = n0 + nn, k = k0 + kk;
+            Bs[kk][nn] = (n < {{ N }}u && k < {{ K }}u) ? {{ bload }} : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < {{ DEPTH }}; ++kk) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned m = m0 + ty + 16u * i;
+        if (m >= {{ M }}u) break;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned n = n0 + tx + 16u * j;
+            if (n >= {{ N }}u) break;
+            const float r = {{ result }};
+            y[((unsigned long long)bi * {{ M }}u + m) * {{ N }}ull + n] = {{ ystore }};
+        }
+    }
+}

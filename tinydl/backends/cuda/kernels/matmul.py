@@ -1,0 +1,140 @@
+"""MatMul (NumPy semantics: batch broadcasting, 1-D promotion) and Gemm, as one tiled kernel.
+
+A block of 16x16 threads makes a 64x64 tile of the output, each thread 4x4 outputs in fp32,
+through 16-deep slices of A and B staged in shared memory. A and B are read through element
+strides, so transposed operands need no copy; per-batch offsets of A and B come from a small
+table. Either operand may be a constant (uploaded as float32) or a value. Gemm's alpha and
+beta*C (broadcast through strides) are in the epilogue.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import FLOATS, cfloat, kernel, load, store
+from tinydl.backends.indexing import broadcast_strides
+
+TILE, DEPTH, THREADS = 64, 16, 256
+
+
+def _float(node, graph) -> Support:
+    v = graph.value(node.outputs[0])
+    if v is not None and v.dtype not in FLOATS:
+        return Support(False, f"{node.op} on {v.dtype} is not implemented")
+    return Support(True)
+
+
+def _operand(b, i: int) -> tuple:
+    """A value name, or a constant uploaded once; and its C storage type."""
+    arr = b.const(i)
+    if arr is None:
+        return b.inputs[i], b.info(i).ctype
+    return b.upload(("operand", i), arr, "float32"), "float"
+
+
+def _shape(b, i: int) -> tuple[int, ...]:
+    arr = b.const(i)
+    return tuple(b.info(i).shape if arr is None else arr.shape)
+
+
+def _at(ptr: str, i: str, si: int, j: str, sj: int, wide: bool) -> str:
+    """C text for ptr[i * si + j * sj] (in 64-bit arithmetic when `wide`)."""
+    if wide:
+        return f"{ptr}[(unsigned long long){i} * {si}ull + (unsigned long long){j} * {sj}ull]"
+    return f"{ptr}[{i} * {si}u + {j} * {sj}u]"
+
+
+def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1.0):
+    (abuf, at), (bbuf, bt) = a, b_
+    yo = b.out()
+    if m * n * len(batch) == 0:
+        return
+    # 32-bit offsets unless an operand (or the output) holds 2^31 elements or more.
+    sizes = [len(batch) * m * n, max(o for o, _ in batch) + m * k, max(o for _, o in batch) + k * n]
+    wide = max(sizes) >= 2**31
+    table = b.upload("batch", np.asarray(batch, np.int64).ravel(), "int64")
+    args = [abuf, bbuf, table]
+    if c is not None:
+        args.append(c[0])
+    args.append(b.outputs[0])
+    r = "acc[i][j]" if alpha == 1.0 else f"acc[i][j] * {cfloat(alpha)}"
+    if c is not None:
+        cv = load(c[1], _at("c", "m", sc[0], "n", sc[1], wide))
+        r += f" + {cv}" if beta == 1.0 else f" + {cfloat(beta)} * {cv}"
+    b.launch(
+        "matmul.cu",
+        args,
+        (math.ceil(n / TILE), math.ceil(m / TILE), len(batch)),
+        THREADS,
+        B=len(batch),
+        M=m,
+        N=n,
+        K=k,
+        SAM=sa[0],
+        SAK=sa[1],
+        SBK=sb[0],
+        SBN=sb[1],
+        # Consecutive threads load along the operand's contiguous axis.
+        a_k_fast=sa[1] == 1,
+        b_n_fast=sb[1] == 1,
+        at=at,
+        bt=bt,
+        ct=None if c is None else c[1],
+        yt=yo.ctype,
+        aload=load(at, _at("ab", "m", sa[0], "k", sa[1], wide)),
+        bload=load(bt, _at("bb", "k", sb[0], "n", sb[1], wide)),
+        ystore=store(yo.ctype, "r"),
+        result=r,
+        TILE=TILE,
+        DEPTH=DEPTH,
+        THREADS=THREADS,
+    )
+
+
+@kernel("MatMul", supports=_float)
+def matmul(b):
+    sa_, sb_ = _shape(b, 0), _shape(b, 1)
+    a2 = (1, *sa_) if len(sa_) == 1 else sa_
+    b2 = (*sb_, 1) if len(sb_) == 1 else sb_
+    m, k = a2[-2:]
+    n = b2[-1]
+    batch_shape = np.broadcast_shapes(a2[:-2], b2[:-2])
+    a_st = broadcast_strides(a2[:-2], batch_shape) if a2[:-2] else []
+    b_st = broadcast_strides(b2[:-2], batch_shape) if b2[:-2] else []
+    offsets = []
+    for idx in np.ndindex(*batch_shape):
+        ao = sum(i * s for i, s in zip(idx[len(idx) - len(a_st) :], a_st, strict=True)) * m * k
+        bo = sum(i * s for i, s in zip(idx[len(idx) - len(b_st) :], b_st, strict=True)) * k * n
+        offsets.append((ao, bo))
+    _emit(b, _operand(b, 0), _operand(b, 1), offsets or [(0, 0)], m, n, k, (k, 1), (n, 1))
+
+
+@kernel("Gemm", supports=_float)
+def gemm(b):
+    shape_a, shape_b = _shape(b, 0), _shape(b, 1)
+    m, k = shape_a[::-1] if b.attrs["transA"] else shape_a
+    n = shape_b[0] if b.attrs["transB"] else shape_b[1]
+    sa = (1, m) if b.attrs["transA"] else (k, 1)
+    sb = (1, k) if b.attrs["transB"] else (n, 1)
+    c, sc = None, (0, 0)
+    if b.has(2):
+        c = _operand(b, 2)
+        sc = tuple(broadcast_strides(_shape(b, 2), (m, n)))
+    _emit(
+        b,
+        _operand(b, 0),
+        _operand(b, 1),
+        [(0, 0)],
+        m,
+        n,
+        k,
+        sa,
+        sb,
+        c,
+        sc,
+        float(b.attrs["alpha"]),
+        float(b.attrs["beta"]),
+    )
