@@ -20,7 +20,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% endfor %}
 {% if copy %}
     const long long at = {% for d in range(rank) %}ti[e{{ d }}]{{ " + " if not loop.last }}{% endfor %};
-    y[i] = outside ? ({{ yt }})({{ extrapolation }}) : x[at];
+    y[i] = outside ? {{ yextrapolation }} : x[at];
 {% else %}
 {% if weighted %}
     float acc = 0.0f;
@@ -33,7 +33,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
     const {{ ct }} r = outside ? {{ extrapolation }} : acc;
 {% else %}
     const long long at = {% for d in range(rank) %}ti[e{{ d }}]{{ " + " if not loop.last }}{% endfor %};
-    const {{ ct }} r = outside ? ({{ ct }})({{ extrapolation }}) : ({{ ct }})({{ xload }});
+    const {{ ct }} r = outside ? {{ extrapolation }} : ({{ ct }})({{ xload }});
 {% endif %}
     y[i] = {{ ystore }};
 {% endif %}

@@ -120,7 +120,8 @@ def resize(b):
     weighted = attrs["mode"] != "nearest" and max(taps) > 1
     tw = [b.upload("weights", np.concatenate(w_tables), "float32")] if weighted else []
     ct = "float" if y.dtype in FLOATS else CTYPES[y.dtype]
-    extrapolation = attrs["extrapolation_value"]
+    ext = attrs["extrapolation_value"]
+    extrapolation = cfloat(ext) if ct == "float" else f"({ct})({int(ext)})"
     b.launch(
         "resize.cu",
         [b.inputs[0], ti, *tw, b.outputs[0]],
@@ -142,5 +143,7 @@ def resize(b):
         copy=x.sdtype == y.sdtype and not weighted,
         xload=load(x.ctype, "x[at]") if ct == "float" else "x[at]",
         ystore=store(y.ctype, "r") if ct == "float" else "r",
-        extrapolation=cfloat(extrapolation) if ct == "float" else str(int(extrapolation)),
+        extrapolation=extrapolation,
+        # The extrapolation value in the output's storage type (fp16 is stored as raw bits).
+        yextrapolation=store(y.ctype, extrapolation) if ct == "float" else extrapolation,
     )
