@@ -39,3 +39,58 @@ def test_op_compiles(op, inputs, attrs, consts, rtol, atol, precision, request):
         graph = wrap_fp16(graph)
     kernel = CUDAKernel(CTX, graph, CompileOptions(precision=precision))
     assert kernel.plans, "a graph with static input shapes is planned when compiled"
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    """The cuda backend bound to the stand-in context, so sessions compile without a GPU."""
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends import register_backend, unregister_backend
+
+    monkeypatch.setattr(context, "_context", FakeContext())
+    backend = CUDABackend()
+    backend._reason = ""
+    register_backend(backend)
+    yield backend
+    unregister_backend("cuda")
+
+
+def _fixed(graph, shape):
+    from tinydl.ir.graph import Value
+
+    (v,) = graph.inputs
+    graph.inputs = [Value(v.name, v.dtype, shape)]
+    return graph
+
+
+REAL = {
+    "ch_PP-OCRv4_det_infer.onnx": (1, 3, 192, 384),
+    "ch_PP-OCRv4_rec_infer.onnx": (1, 3, 48, 320),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_ppocr_models_compile_whole(fake_device, rapidocr_models, name, precision):
+    """Every node of PP-OCRv4 det/rec is placed on cuda and every kernel compiles."""
+    import tinydl as td
+
+    graph = _fixed(td.load(rapidocr_models / name), REAL[name])
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    ((_, kernel),) = sess._kernels
+    (plan,) = kernel.plans.values()
+    assert plan.steps
+
+
+def test_espcn_fp16_is_one_chain_kernel(fake_device):
+    import importlib.resources
+
+    import tinydl as td
+    from tinydl.backends.cuda.kernels.chain import OP
+
+    path = importlib.resources.files("tinydl") / "models" / "espcn_x3.tdl"
+    graph = _fixed(td.load(path), (2, 1, 37, 53))
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    ((_, kernel),) = sess._kernels
+    (plan,) = kernel.plans.values()
+    assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1

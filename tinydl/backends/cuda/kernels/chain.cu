@@ -11,7 +11,9 @@
 
 #define THREADS {{ THREADS }}
 #define WARPS {{ THREADS // 32 }}
-#define MB {{ MB }}
+#define MB1 {{ MB1 }}
+#define MB2 {{ MB2 }}
+#define MB3 {{ MB3 }}
 
 {% raw %}
 __device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
@@ -101,11 +103,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         __syncthreads();
 
         // -- layer 1: input -> s1 ----------------------------------------------------------------
-        for (int mt0 = warp * MB; mt0 < {{ MT1 }}; mt0 += WARPS * MB) {
-            float acc[MB][{{ NT1 }}][4];
-            int base[MB][2];
+        for (int mt0 = warp * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
+            float acc[MB1][{{ NT1 }}][4];
+            int base[MB1][2];
 #pragma unroll
-            for (int m = 0; m < MB; ++m) {
+            for (int m = 0; m < MB1; ++m) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     int p = (mt0 + m) * 16 + g + 8 * h;
@@ -118,9 +120,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             }
 #pragma unroll
             for (int kc = 0; kc < {{ NK1 }}; ++kc) {
-                unsigned a[MB][4];
+                unsigned a[MB1][4];
 #pragma unroll
-                for (int m = 0; m < MB; ++m) {
+                for (int m = 0; m < MB1; ++m) {
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int h = r & 1, j0 = (r >> 1) * 2;
@@ -133,11 +135,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 for (int n = 0; n < {{ NT1 }}; ++n) {
                     const uint2 b = B1[(kc * {{ NT1 }} + n) * 32 + lane];
 #pragma unroll
-                    for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                    for (int m = 0; m < MB1; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
                 }
             }
 #pragma unroll
-            for (int m = 0; m < MB; ++m) {
+            for (int m = 0; m < MB1; ++m) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int p = (mt0 + m) * 16 + g + 8 * h;
@@ -173,11 +175,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         // -- layer 2: s1 -> s2 -------------------------------------------------------------------
         {
             const unsigned s1a = smem_addr(s1);
-            for (int mt0 = warp * MB; mt0 < {{ MT2 }}; mt0 += WARPS * MB) {
-                float acc[MB][{{ NT2 }}][4];
-                unsigned rowa[MB];
+            for (int mt0 = warp * MB2; mt0 < {{ MT2 }}; mt0 += WARPS * MB2) {
+                float acc[MB2][{{ NT2 }}][4];
+                unsigned rowa[MB2];
 #pragma unroll
-                for (int m = 0; m < MB; ++m) {
+                for (int m = 0; m < MB2; ++m) {
                     int p = (mt0 + m) * 16 + (lane & 15);
                     p = p < {{ M2 }} ? p : {{ M2 - 1 }};
                     rowa[m] = s1a + 2u * (((p / {{ W2 }}) * {{ W1 }} + p % {{ W2 }}) * {{ S1 }} + (lane >> 4) * 8);
@@ -190,20 +192,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     const unsigned toff = 2u * ((tap / {{ K2 }}) * {{ W1 }} + tap % {{ K2 }}) * {{ S1 }};
 #pragma unroll
                     for (int cc = 0; cc < {{ C1 // 16 }}; ++cc) {
-                        unsigned a[MB][4];
+                        unsigned a[MB2][4];
 #pragma unroll
-                        for (int m = 0; m < MB; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                        for (int m = 0; m < MB2; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
                         const int kc = tap * {{ C1 // 16 }} + cc;
 #pragma unroll
                         for (int n = 0; n < {{ NT2 }}; ++n) {
                             const uint2 b = B2[(kc * {{ NT2 }} + n) * 32 + lane];
 #pragma unroll
-                            for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                            for (int m = 0; m < MB2; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
                         }
                     }
                 }
 #pragma unroll
-                for (int m = 0; m < MB; ++m) {
+                for (int m = 0; m < MB2; ++m) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int p = (mt0 + m) * 16 + g + 8 * h;
@@ -241,11 +243,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         {
             const unsigned s2a = smem_addr(s2);
             {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-            for (int mt0 = warp * MB; mt0 < {{ MT3 }}; mt0 += WARPS * MB) {
-                float acc[MB][{{ NT3 }}][4];
-                unsigned rowa[MB];
+            for (int mt0 = warp * MB3; mt0 < {{ MT3 }}; mt0 += WARPS * MB3) {
+                float acc[MB3][{{ NT3 }}][4];
+                unsigned rowa[MB3];
 #pragma unroll
-                for (int m = 0; m < MB; ++m) {
+                for (int m = 0; m < MB3; ++m) {
                     int p = (mt0 + m) * 16 + (lane & 15);
                     p = p < {{ M3 }} ? p : {{ M3 - 1 }};
                     rowa[m] = s2a + 2u * (((p / {{ TW }}) * {{ W2 }} + p % {{ TW }}) * {{ S2 }} + (lane >> 4) * 8);
@@ -258,20 +260,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     const unsigned toff = 2u * ((tap / {{ K3 }}) * {{ W2 }} + tap % {{ K3 }}) * {{ S2 }};
 #pragma unroll
                     for (int cc = 0; cc < {{ C2 // 16 }}; ++cc) {
-                        unsigned a[MB][4];
+                        unsigned a[MB3][4];
 #pragma unroll
-                        for (int m = 0; m < MB; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                        for (int m = 0; m < MB3; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
                         const int kc = tap * {{ C2 // 16 }} + cc;
 #pragma unroll
                         for (int n = 0; n < {{ NT3 }}; ++n) {
                             const uint2 b = B3[(kc * {{ NT3 }} + n) * 32 + lane];
 #pragma unroll
-                            for (int m = 0; m < MB; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                            for (int m = 0; m < MB3; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
                         }
                     }
                 }
 #pragma unroll
-                for (int m = 0; m < MB; ++m) {
+                for (int m = 0; m < MB3; ++m) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int p = (mt0 + m) * 16 + g + 8 * h;
