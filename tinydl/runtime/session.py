@@ -246,7 +246,7 @@ class Session:
             value = feeds[name]
             owner = next((b for b in self._backends.values() if b.is_device_tensor(value)), None)
             value = np.asarray(value) if owner is None else owner.adopt(value)
-            dtype = np.dtype(value.dtype).name
+            dtype = _dtype_name(value.dtype)
             if spec.dtype is not None and dtype != spec.dtype:
                 raise InvalidShapeError(
                     f"input '{name}': expected dtype {spec.dtype}, got {dtype} "
@@ -356,3 +356,14 @@ def _accepted_by(backends: list) -> Callable[[Node, Node, Graph], bool]:
 def _nbytes(value: Any) -> int:
     n = getattr(value, "nbytes", None)
     return int(n if n is not None else math.prod(value.shape) * np.dtype(value.dtype).itemsize)
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype) -> str:
+    """np.dtype(dtype).name, remembered (it is slow enough to show in a GPU-resident loop)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name
+    return name

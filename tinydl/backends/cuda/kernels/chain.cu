@@ -46,6 +46,29 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 }
 {% endraw %}
 
+// Epilogues of layers 1 and 2: activation of two adjacent channels, packed as fp16x2.
+{% for name, acts, tanh2 in epilogues %}
+__device__ __forceinline__ unsigned {{ name }}(float r0, float r1) {
+{% if tanh2 %}
+    const unsigned h = pack2(r0, r1);
+    unsigned y;
+    asm("tanh.approx.f16x2 %0, %1;" : "=r"(y) : "r"(h));
+    return y;
+{% else %}
+    float r = r0;
+{% for e in acts %}
+    r = {{ e }};
+{% endfor %}
+    r0 = r;
+    r = r1;
+{% for e in acts %}
+    r = {{ e }};
+{% endfor %}
+    return pack2(r0, r);
+{% endif %}
+}
+{% endfor %}
+
 // Regions (pixels): input {{ HI }}x{{ WI }}, layer 1 {{ H1 }}x{{ W1 }}, layer 2 {{ H2 }}x{{ W2 }}, out {{ TH }}x{{ TW }}.
 // Shared memory (bytes): fragments and biases [0, {{ WBYTES }}), input at {{ OFF_IN }},
 // layer 1 at {{ OFF_L1 }} (stride {{ S1 }} halves), layer 2 at {{ OFF_L2 }} (stride {{ S2 }}).
@@ -150,22 +173,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
                     for (int n = 0; n < {{ NT1 }}; ++n) {
                         const int ch = n * 8 + 2 * t;
-                        float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
-                        {
-                            float r = r0;
-{% for e in act1 %}
-                            r = {{ e }};
-{% endfor %}
-                            r0 = r;
-                        }
-                        {
-                            float r = r1;
-{% for e in act1 %}
-                            r = {{ e }};
-{% endfor %}
-                            r1 = r;
-                        }
-                        *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? pack2(r0, r1) : 0u;
+                        const float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
+                        *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? epilogue1(r0, r1) : 0u;
                     }
                 }
             }
@@ -216,22 +225,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
                         for (int n = 0; n < {{ NT2 }}; ++n) {
                             const int ch = n * 8 + 2 * t;
-                            float r0 = acc[m][n][2 * h] + bias2[ch], r1 = acc[m][n][2 * h + 1] + bias2[ch + 1];
-                            {
-                                float r = r0;
-{% for e in act2 %}
-                                r = {{ e }};
-{% endfor %}
-                                r0 = r;
-                            }
-                            {
-                                float r = r1;
-{% for e in act2 %}
-                                r = {{ e }};
-{% endfor %}
-                                r1 = r;
-                            }
-                            *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? pack2(r0, r1) : 0u;
+                            const float r0 = acc[m][n][2 * h] + bias2[ch], r1 = acc[m][n][2 * h + 1] + bias2[ch + 1];
+                            *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? epilogue2(r0, r1) : 0u;
                         }
                     }
                 }

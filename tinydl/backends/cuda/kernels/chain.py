@@ -229,7 +229,11 @@ def conv_chain(b):
         MT3=math.ceil(m3 / 16), WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
         **offs,
         BS=bs, dcr=dcr, OCF=c3 // (bs * bs),
-        act1=act1, act2=act2, act3=act3,
+        epilogues=[
+            ("epilogue1", act1, act1 == ["tanh_fast_(r)"]),
+            ("epilogue2", act2, act2 == ["tanh_fast_(r)"]),
+        ],
+        act3=act3,
         xt=xi.ctype, yt=yo.ctype,
         xload=load(xi.ctype, f"xi[((size_t)c * {h} + gy) * {w} + gx]"),
         ystore=store(yo.ctype, "r"),
