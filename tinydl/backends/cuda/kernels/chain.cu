@@ -196,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     for (int n = 0; n < {{ NT2 }}; ++n)
                         acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
                 }
-#pragma unroll 1
+#pragma unroll {{ TAP_UNROLL }}
                 for (int tap = 0; tap < {{ K2 * K2 }}; ++tap) {
                     const unsigned toff = 2u * ((tap / {{ K2 }}) * {{ W1 }} + tap % {{ K2 }}) * {{ S1 }};
 #pragma unroll
@@ -250,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     for (int n = 0; n < {{ NT3 }}; ++n)
                         acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
                 }
-#pragma unroll 1
+#pragma unroll {{ TAP_UNROLL }}
                 for (int tap = 0; tap < {{ K3 * K3 }}; ++tap) {
                     const unsigned toff = 2u * ((tap / {{ K3 }}) * {{ W2 }} + tap % {{ K3 }}) * {{ S2 }};
 #pragma unroll

@@ -9,7 +9,7 @@ for all the tiles the block computes. Used at precision="fp16" on GPUs with mma.
 (compute capability 8.0 and newer); at fp32 the convolutions run one kernel each.
 
 The tile shape (output rows x columns) and threads per block can be
-set per run with CompileOptions.extra["chain_tile"] = "TH,TW,THREADS" or the environment
+set per run with CompileOptions.extra["chain_tile"] = "TH,TW,THREADS[,UNROLL]" or the environment
 variable TINYDL_CUDA_CHAIN (for sweeps; "off" turns the fusion off).
 """
 
@@ -27,7 +27,7 @@ from tinydl.ir.graph import Node
 
 OP = "tinydl.cuda.ConvChain"
 TILE_ENV = "TINYDL_CUDA_CHAIN"
-DEFAULT_TILE = (16, 32, 384)
+DEFAULT_TILE = (16, 32, 384, 1)  # rows, columns, threads, tap-loop unroll
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
 
@@ -186,7 +186,8 @@ def conv_chain(b):
     wbytes = pos
     pack = np.frombuffer(b"".join(parts), np.uint8)
     override = b.plan.owner.extra.get("chain_tile") or os.environ.get(TILE_ENV)
-    th, tw, threads = tuple(int(v) for v in str(override).split(",")) if override else DEFAULT_TILE
+    given = [int(v) for v in str(override).split(",")] if override else []
+    th, tw, threads, unroll = (given + list(DEFAULT_TILE)[len(given) :])[:4]
     r2 = k3 // 2
     r1 = r2 + k2 // 2
     r0 = r1 + k1 // 2
@@ -223,7 +224,7 @@ def conv_chain(b):
         N=n, C0=c0, H=h, W=w, K1=k1, K2=k2, K3=k3, C1=c1, C2=c2, C3=c3,
         KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
-        MB1=mbs[0], MB2=mbs[1], MB3=mbs[2],
+        MB1=mbs[0], MB2=mbs[1], MB3=mbs[2], TAP_UNROLL=unroll,
         R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2, S1=s1, S2=s2,
         M1=m1, M2=m2, M3=m3, MT1=math.ceil(m1 / 16), MT2=math.ceil(m2 / 16),
         MT3=math.ceil(m3 / 16), WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
