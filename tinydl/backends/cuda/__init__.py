@@ -97,7 +97,7 @@ class CUDABackend(Backend):
 
         ctx = self._context()
         cp = ctx.cp
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         if array.dtype.name not in DTYPES:
             raise TypeError(f"CUDA tensors hold {', '.join(DTYPES)}, got {array.dtype}")
         key = (array.shape, array.dtype.name)

@@ -27,7 +27,7 @@ from tinydl.ir.graph import Node
 
 OP = "tinydl.cuda.ConvChain"
 TILE_ENV = "TINYDL_CUDA_CHAIN"
-DEFAULT_TILE = (16, 32, 384, 1)  # rows, columns, threads, tap-loop unroll
+DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
 

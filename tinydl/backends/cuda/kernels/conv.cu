@@ -1,7 +1,8 @@
 // {{ label }}: direct convolution, NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }}, output
-// {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}, {{ G }} group(s). Each thread makes one output pixel x
-// {{ OCB }} output channels of a group, accumulating in fp32; weights are packed
-// [group][channel block][ci][ky][kx][{{ OCB }}] so one tap's weights are adjacent.
+// {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}, {{ G }} group(s). Each thread makes {{ PX }} adjacent output
+// pixels of a row x {{ OCB }} output channels of a group, accumulating in fp32; weights are
+// packed [group][channel block][ci][ky][kx][{{ OCB }}] so one tap's weights are adjacent (and
+// read as float4 when {{ OCB }} is a multiple of 4).
 extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
     const {{ xt }}* __restrict__ x,
     const float* __restrict__ w,
@@ -12,17 +13,19 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
     {{ yt }}* __restrict__ y)
 {
     const unsigned p = blockIdx.x * {{ BLOCK }}u + threadIdx.x;
-    if (p >= {{ OH * OW }}u) return;
-    const unsigned oy = p / {{ OW }}u, ox = p % {{ OW }}u;
+    if (p >= {{ OH * OWG }}u) return;
+    const unsigned oy = p / {{ OWG }}u, ox0 = (p % {{ OWG }}u) * {{ PX }}u;
     const unsigned gb = blockIdx.y;            // group * NB + channel block
     const unsigned g = gb / {{ NB }}u, ob = gb % {{ NB }}u;
     const unsigned n = blockIdx.z;
-    float acc[{{ OCB }}];
+    float acc[{{ PX }}][{{ OCB }}];
 #pragma unroll
-    for (int o = 0; o < {{ OCB }}; ++o) acc[o] = 0.0f;
+    for (int q = 0; q < {{ PX }}; ++q)
+#pragma unroll
+        for (int o = 0; o < {{ OCB }}; ++o) acc[q][o] = 0.0f;
     const {{ xt }}* xg = x + ((size_t)n * {{ C }}u + g * {{ CG }}u) * {{ IH * IW }}u;
     const float* wg = w + (size_t)gb * {{ CG * KH * KW * OCB }}u;
-    const int iy0 = (int)(oy * {{ SH }}u) - {{ PT }}, ix0 = (int)(ox * {{ SW }}u) - {{ PL }};
+    const int iy0 = (int)(oy * {{ SH }}u) - {{ PT }}, ix0 = (int)(ox0 * {{ SW }}u) - {{ PL }};
     for (int ci = 0; ci < {{ CG }}; ++ci) {
         const {{ xt }}* xc = xg + ci * {{ IH * IW }};
         const float* wc = wg + ci * {{ KH * KW * OCB }};
@@ -32,21 +35,46 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
             const bool row = (unsigned)iy < {{ IH }}u;
 #pragma unroll
             for (int kx = 0; kx < {{ KW }}; ++kx) {
-                const int ix = ix0 + kx * {{ DW }};
-                float v = 0.0f;
-                if (row && (unsigned)ix < {{ IW }}u) v = {{ xload }};
-                const float* wt = wc + (ky * {{ KW }} + kx) * {{ OCB }};
+                float v[{{ PX }}];
 #pragma unroll
-                for (int o = 0; o < {{ OCB }}; ++o) acc[o] = fmaf(v, wt[o], acc[o]);
+                for (int q = 0; q < {{ PX }}; ++q) {
+                    const int ix = ix0 + q * {{ SW }} + kx * {{ DW }};
+                    v[q] = (row && (unsigned)ix < {{ IW }}u) ? {{ xload }} : 0.0f;
+                }
+                const float* wt = wc + (ky * {{ KW }} + kx) * {{ OCB }};
+{% if OCB % 4 == 0 %}
+#pragma unroll
+                for (int o4 = 0; o4 < {{ OCB // 4 }}; ++o4) {
+                    const float4 w4 = __ldg((const float4*)wt + o4);
+#pragma unroll
+                    for (int q = 0; q < {{ PX }}; ++q) {
+                        acc[q][4 * o4 + 0] = fmaf(v[q], w4.x, acc[q][4 * o4 + 0]);
+                        acc[q][4 * o4 + 1] = fmaf(v[q], w4.y, acc[q][4 * o4 + 1]);
+                        acc[q][4 * o4 + 2] = fmaf(v[q], w4.z, acc[q][4 * o4 + 2]);
+                        acc[q][4 * o4 + 3] = fmaf(v[q], w4.w, acc[q][4 * o4 + 3]);
+                    }
+                }
+{% else %}
+#pragma unroll
+                for (int o = 0; o < {{ OCB }}; ++o) {
+                    const float wv = __ldg(wt + o);
+#pragma unroll
+                    for (int q = 0; q < {{ PX }}; ++q) acc[q][o] = fmaf(v[q], wv, acc[q][o]);
+                }
+{% endif %}
             }
         }
     }
+#pragma unroll
+    for (int q = 0; q < {{ PX }}; ++q) {
+    const unsigned ox = ox0 + q;
+    if (ox >= {{ OW }}u) break;
 #pragma unroll
     for (int o = 0; o < {{ OCB }}; ++o) {
         const unsigned m = ob * {{ OCB }}u + o;   // channel within the group
         if (m >= {{ MG }}u) break;
         const unsigned oc = g * {{ MG }}u + m;
-        float r = acc[o] + chan[oc];
+        float r = acc[q][o] + chan[oc];
 {% if residual %}
         r += {{ rload }};
 {% endif %}
@@ -68,5 +96,6 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
 {% else %}
         y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
 {% endif %}
+    }
     }
 }

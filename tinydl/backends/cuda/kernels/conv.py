@@ -120,10 +120,12 @@ def conv(b):
         b.upload("channels", np.concatenate(chan), "float32"),
     ]
     d2s = b.node.meta.get("d2s")
+    px = 4 if g["OW"] >= 16 else 1
+    owg = math.ceil(g["OW"] / px)
     b.launch(
         "conv.cu",
         [*args, b.outputs[0]],
-        (blocks(g["OH"] * g["OW"], BLOCK), group * nb, g["N"]),
+        (blocks(g["OH"] * owg, BLOCK), group * nb, g["N"]),
         BLOCK,
         **g,
         G=group,
@@ -131,6 +133,8 @@ def conv(b):
         MG=mg,
         OCB=ocb,
         NB=nb,
+        PX=px,
+        OWG=owg,
         BLOCK=BLOCK,
         xt=xi.ctype,
         yt=yo.ctype,

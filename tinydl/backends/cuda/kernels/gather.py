@@ -55,6 +55,8 @@ def emit_gather(
     ct = "float" if sout.dtype in FLOATS else CTYPES[sout.dtype]
     if ct == "float":
         pad_text = cfloat(float(pad))
+        if same and sout.ctype == "half_t":
+            pad_text = f"f2h({pad_text})"
     else:
         pad_text = str(int(pad))
     b.launch(
