@@ -192,6 +192,24 @@ def report(rows: dict, ours: str, title: str) -> None:
         )
 
 
+def constants_as_initializers(model):
+    """PP-OCR's weights are Constant nodes; onnx2torch reads weights from initializers."""
+    from onnx import helper
+
+    keep = []
+    for node in model.graph.node:
+        value = next((a for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and value is not None:
+            tensor = helper.get_attribute_value(value)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+        else:
+            keep.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return model
+
+
 def bench_det(torch, args, results):
     import onnx
 
@@ -205,7 +223,7 @@ def bench_det(torch, args, results):
         return
     path = Path(rapidocr_onnxruntime.__file__).parent / "models/ch_PP-OCRv4_det_infer.onnx"
     x32 = torch.rand(1, 3, 960, 960, device="cuda")
-    model = convert(onnx.load(str(path))).cuda().eval()
+    model = convert(constants_as_initializers(onnx.load(str(path)))).cuda().eval()
     torch.backends.cudnn.allow_tf32 = False
     with torch.no_grad():
         ref = model(x32)
