@@ -227,3 +227,20 @@ def test_kernels_are_cached_on_disk(tmp_path, monkeypatch, rng):
     (compiled1, hits1), (compiled2, hits2) = runs
     assert compiled1 > 0 and hits1 == 0
     assert compiled2 == 0 and hits2 == compiled1
+
+
+# -- the superres frame path -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("precision", "levels"), [("fp32", 1), ("fp16", 4)])
+def test_superres_frame_path_runs_whole_on_cuda(rng, precision, levels):
+    """u8 frames in, u8 frames out, every node on the GPU; within `levels` of the cpu result."""
+    from tinydl.apps.superres import Upscaler
+
+    frames = rng.integers(0, 256, (2, 48, 80, 3), dtype=np.uint8)
+    cpu = Upscaler(3, backend="cpu")(frames).astype(int)
+    up = Upscaler(3, backend="cuda", precision=precision)
+    refused = up.session.placement.refusals
+    assert set(up.session.placement.nodes.values()) == {"cuda"}, refused
+    diff = np.abs(up(frames).astype(int) - cpu)
+    assert diff.max() <= levels and diff.mean() < 0.05

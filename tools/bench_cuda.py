@@ -247,6 +247,22 @@ def bench_det(torch, args, results):
                         "latency_ms": lat, "pipelined_ms": pipe, "rel_err": err})  # fmt: skip
 
 
+def chain_sweep(torch, args) -> None:
+    """Pipelined time of ESPCN x3 at 360p fp16 per TINYDL_CUDA_CHAIN configuration."""
+    import os
+
+    import tinydl as td
+
+    graph = td.load(ROOT / "tinydl/models/espcn_x3.tdl")
+    x = torch.rand(1, 1, 360, 640, device="cuda")
+    for cfg in args.chain_sweep.split(";"):
+        os.environ["TINYDL_CUDA_CHAIN"] = cfg
+        sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+        _, pipe = timed(torch, runner(sess, "y", x), args.iters)
+        print(f"  chain {cfg:14s} {pipe * 1e3:7.1f} us pipelined", flush=True)
+    os.environ.pop("TINYDL_CUDA_CHAIN")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="360p,720p", help="ESPCN inputs: 360p, 720p (default both)")
@@ -257,6 +273,13 @@ def main(argv=None) -> int:
                     help="skip torch.compile (its autotuning takes minutes)")  # fmt: skip
     ap.add_argument("--no-det", dest="det", action="store_false", help="skip PP-OCRv4 det")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument(
+        "--chain-sweep",
+        nargs="?",
+        const="16,32,384,1;16,32,384,9;18,34,384,9;18,34,512,9",
+        metavar="TH,TW,THREADS,UNROLL;...",
+        help="only time the fused ESPCN kernel at 360p fp16 for each tile configuration",
+    )
     args = ap.parse_args(argv)
     args.sizes = args.sizes.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
@@ -275,6 +298,9 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name()
     print(f"GPU: {backend.devices()[0]}; PyTorch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}", flush=True)  # fmt: skip
+    if args.chain_sweep:
+        chain_sweep(torch, args)
+        return 0
     results: list[dict] = []
     bench_espcn(torch, args, results, name)
     if args.det:
