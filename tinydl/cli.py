@@ -41,10 +41,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     from tinydl.backends import KNOWN, get_backend
 
     def version(package: str) -> str | None:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return None
+        # CuPy is published per CUDA version (cupy-cuda12x, cupy-cuda13x, ...).
+        names = [package]
+        if package == "cupy":
+            names += [
+                d.metadata["Name"]
+                for d in metadata.distributions()
+                if (d.metadata["Name"] or "").lower().startswith("cupy-cuda")
+            ]
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
 
     backends = {}
     for name in KNOWN:
