@@ -107,23 +107,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         }
     }
 
+    // The input tile of tile `t` (with its halo) goes through registers: loaded from global
+    // memory during layer 2 of the previous tile, stored to shared memory after it.
+    float pre[{{ NPRE }}];
+    auto fetch = [&](int t) {
+        const int img = t / {{ TY * TX }};
+        const int y0 = ((t / {{ TX }}) % {{ TY }}) * {{ TH }}, x0 = (t % {{ TX }}) * {{ TW }};
+        const {{ xt }}* xi = x + (size_t)img * {{ C0 * H * W }};
+#pragma unroll
+        for (int j = 0; j < {{ NPRE }}; ++j) {
+            const int i = threadIdx.x + j * THREADS;
+            const int px = i / {{ C0 }}, c = i % {{ C0 }};
+            const int gy = y0 - {{ R0 }} + px / {{ WI }}, gx = x0 - {{ R0 }} + px % {{ WI }};
+            const bool in = i < {{ HI * WI * C0 }} && (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+            pre[j] = in ? {{ xload }} : 0.0f;
+        }
+    };
+    auto commit = [&]() {
+#pragma unroll
+        for (int j = 0; j < {{ NPRE }}; ++j) {
+            const int i = threadIdx.x + j * THREADS;
+            if (i < {{ HI * WI * C0 }}) sin[i] = f2h(pre[j]);
+        }
+    };
+    if (blockIdx.x < {{ TILES }}) {
+        fetch(blockIdx.x);
+        commit();
+    }
+
     for (int tile = blockIdx.x; tile < {{ TILES }}; tile += gridDim.x) {
         const int img = tile / {{ TY * TX }};
         const int ty = (tile / {{ TX }}) % {{ TY }}, tx = tile % {{ TX }};
         const int y0 = ty * {{ TH }}, x0 = tx * {{ TW }};
-        __syncthreads();  // the previous tile is done with the shared buffers
-
-        // -- input tile with halo, as fp16 ------------------------------------------------------
-        const {{ xt }}* xi = x + (size_t)img * {{ C0 * H * W }};
-        for (int i = threadIdx.x; i < {{ HI * WI }}; i += THREADS) {
-            const int iy = i / {{ WI }}, ix = i % {{ WI }};
-            const int gy = y0 - {{ R0 }} + iy, gx = x0 - {{ R0 }} + ix;
-            const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-            for (int c = 0; c < {{ C0 }}; ++c)
-                sin[i * {{ C0 }} + c] = in ? f2h({{ xload }}) : (half_t)0;
-        }
-        __syncthreads();
+        const bool more = tile + (int)gridDim.x < {{ TILES }};
+        __syncthreads();  // this tile's input is in shared memory; the previous tile is done
 
         // -- layer 1: input -> s1 ----------------------------------------------------------------
         for (int mt0 = warp * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
@@ -181,7 +198,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         }
         __syncthreads();
 
-        // -- layer 2: s1 -> s2 -------------------------------------------------------------------
+        // -- layer 2: s1 -> s2 (while the next tile's input is on its way) -----------------------
+        if (more) fetch(tile + gridDim.x);
         {
             const unsigned s1a = smem_addr(s1);
             for (int mt0 = warp * MB2; mt0 < {{ MT2 }}; mt0 += WARPS * MB2) {
@@ -232,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 }
             }
         }
+        if (more) commit();  // layer 1, the only reader of the input tile, is done
         __syncthreads();
 
         // -- layer 3: s2 -> global (through DepthToSpace) ----------------------------------------

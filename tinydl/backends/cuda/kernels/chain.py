@@ -225,6 +225,7 @@ def conv_chain(b):
         KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
         MB1=mbs[0], MB2=mbs[1], MB3=mbs[2], TAP_UNROLL=unroll,
+        NPRE=math.ceil(hi * wi * c0 / threads),
         R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2, S1=s1, S2=s2,
         M1=m1, M2=m2, M3=m3, MT1=math.ceil(m1 / 16), MT2=math.ceil(m2 / 16),
         MT3=math.ceil(m3 / 16), WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
