@@ -78,9 +78,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     {{ yt }}* __restrict__ y)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    const uint2* B1 = (const uint2*)(smem + {{ OFF_B1 }});
-    const uint2* B2 = (const uint2*)(smem + {{ OFF_B2 }});
-    const uint2* B3 = (const uint2*)(smem + {{ OFF_B3 }});
+    const uint4* B1 = (const uint4*)(smem + {{ OFF_B1 }});
+    const uint4* B2 = (const uint4*)(smem + {{ OFF_B2 }});
+    const uint4* B3 = (const uint4*)(smem + {{ OFF_B3 }});
     const float* bias1 = (const float*)(smem + {{ OFF_BIAS1 }});
     const float* bias2 = (const float*)(smem + {{ OFF_BIAS2 }});
     const float* bias3 = (const float*)(smem + {{ OFF_BIAS3 }});
@@ -172,10 +172,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     }
                 }
 #pragma unroll
-                for (int n = 0; n < {{ NT1 }}; ++n) {
-                    const uint2 b = B1[(kc * {{ NT1 }} + n) * 32 + lane];
+                for (int n = 0; n < {{ NT1 // 2 }}; ++n) {
+                    const uint4 b = B1[(kc * {{ NT1 // 2 }} + n) * 32 + lane];
 #pragma unroll
-                    for (int m = 0; m < MB1; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                    for (int m = 0; m < MB1; ++m) {
+                        mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                        mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+                    }
                 }
             }
 #pragma unroll
@@ -224,12 +227,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                         for (int m = 0; m < MB2; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
                         const int kc = tap * {{ C1 // 16 }} + cc;
 #pragma unroll
-                        for (int n = 0; n < {{ NT2 }}; ++n) {
-                            const uint2 b = B2[(kc * {{ NT2 }} + n) * 32 + lane];
+                        for (int n = 0; n < {{ NT2 // 2 }}; ++n) {
+                            const uint4 b = B2[(kc * {{ NT2 // 2 }} + n) * 32 + lane];
 #pragma unroll
-                            for (int m = 0; m < MB2; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                            for (int m = 0; m < MB2; ++m) {
+                                mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                                mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+                            }
                         }
                     }
+                }
+                float bz[{{ NT2 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+                for (int n = 0; n < {{ NT2 }}; ++n) {
+                    bz[n][0] = bias2[n * 8 + 2 * t];
+                    bz[n][1] = bias2[n * 8 + 2 * t + 1];
                 }
 #pragma unroll
                 for (int m = 0; m < MB2; ++m) {
@@ -243,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
                         for (int n = 0; n < {{ NT2 }}; ++n) {
                             const int ch = n * 8 + 2 * t;
-                            const float r0 = acc[m][n][2 * h] + bias2[ch], r1 = acc[m][n][2 * h + 1] + bias2[ch + 1];
+                            const float r0 = acc[m][n][2 * h] + bz[n][0], r1 = acc[m][n][2 * h + 1] + bz[n][1];
                             *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? epilogue2(r0, r1) : 0u;
                         }
                     }
@@ -279,12 +291,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                         for (int m = 0; m < MB3; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
                         const int kc = tap * {{ C2 // 16 }} + cc;
 #pragma unroll
-                        for (int n = 0; n < {{ NT3 }}; ++n) {
-                            const uint2 b = B3[(kc * {{ NT3 }} + n) * 32 + lane];
+                        for (int n = 0; n < {{ NT3 // 2 }}; ++n) {
+                            const uint4 b = B3[(kc * {{ NT3 // 2 }} + n) * 32 + lane];
 #pragma unroll
-                            for (int m = 0; m < MB3; ++m) mma16816(acc[m][n], a[m], b.x, b.y);
+                            for (int m = 0; m < MB3; ++m) {
+                                mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                                mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+                            }
                         }
                     }
+                }
+                float bz[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+                for (int n = 0; n < {{ NT3 }}; ++n) {
+                    bz[n][0] = bias3[n * 8 + 2 * t];
+                    bz[n][1] = bias3[n * 8 + 2 * t + 1];
                 }
 #pragma unroll
                 for (int m = 0; m < MB3; ++m) {
@@ -300,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                             for (int e = 0; e < 2; ++e) {
                                 const int ch = n * 8 + 2 * t + e;
                                 if (ch >= {{ C3 }}) continue;
-                                float r = acc[m][n][2 * h + e] + bias3[ch];
+                                float r = acc[m][n][2 * h + e] + bz[n][e];
 {% for e in act3 %}
                                 r = {{ e }};
 {% endfor %}

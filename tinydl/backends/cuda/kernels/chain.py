@@ -133,11 +133,12 @@ def _shapes_ok(gs) -> bool:
 
 
 def _fragments(w: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """Weights [Cout][Cin][K][K] as mma.sync B fragments: [K chunk][N tile][lane][4] fp16, with
-    B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c."""
+    """Weights [Cout][Cin][K][K] as mma.sync B fragments: [K chunk][N tile pair][lane][2][4]
+    fp16 (one 16-byte load gives a lane both n8 tiles of a pair), with B[k][n] = w[n][c][dy][dx]
+    for k = (dy * K + dx) * Cin + c. N is padded to a multiple of 16 with zeros."""
     cout, cin, kh, kw = w.shape
     b = w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout)  # [k][n]
-    nk, nt = math.ceil(b.shape[0] / 16), math.ceil(cout / 8)
+    nk, nt = math.ceil(b.shape[0] / 16), 2 * math.ceil(cout / 16)
     full = np.zeros((nk * 16, nt * 8))
     full[: b.shape[0], :cout] = b
     lane = np.arange(32)
@@ -148,7 +149,8 @@ def _fragments(w: np.ndarray) -> tuple[np.ndarray, int, int]:
             cols = n * 8 + gq
             for j, dk in enumerate((0, 1, 8, 9)):
                 frag[kc, n, :, j] = full[kc * 16 + 2 * tq + dk, cols]
-    return frag.astype(np.float16), nk, nt
+    pairs = frag.reshape(nk, nt // 2, 2, 32, 4).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(pairs).astype(np.float16), nk, nt
 
 
 def _pad16(n: int) -> int:
@@ -174,7 +176,7 @@ def conv_chain(b):
         raw = frag.tobytes()
         parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
         pos += _pad16(len(raw))
-    nt3 = math.ceil(c3 / 8)
+    nt3 = 2 * math.ceil(c3 / 16)
     for key, link, count in (("1", b1, c1), ("2", b2, c2), ("3", b3, nt3 * 8)):
         _, bias = weights_and_bias(link, 0)
         vec = np.zeros(count, np.float32)
