@@ -135,211 +135,229 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         commit();
     }
 
-    for (int tile = blockIdx.x; tile < {{ TILES }}; tile += gridDim.x) {
-        const int img = tile / {{ TY * TX }};
-        const int ty = (tile / {{ TX }}) % {{ TY }}, tx = tile % {{ TX }};
-        const int y0 = ty * {{ TH }}, x0 = tx * {{ TW }};
-        const bool more = tile + (int)gridDim.x < {{ TILES }};
-        __syncthreads();  // this tile's input is in shared memory; the previous tile is done
-
-        // -- layer 1: input -> s1 ----------------------------------------------------------------
-        for (int mt0 = warp * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
-            float acc[MB1][{{ NT1 }}][4];
-            int base[MB1][2];
-#pragma unroll
-            for (int m = 0; m < MB1; ++m) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    int p = (mt0 + m) * 16 + g + 8 * h;
-                    p = p < {{ M1 }} ? p : {{ M1 - 1 }};
-                    base[m][h] = ((p / {{ W1 }}) * {{ WI }} + p % {{ W1 }}) * {{ C0 }};
-                }
-#pragma unroll
-                for (int n = 0; n < {{ NT1 }}; ++n)
-                    acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-            }
-#pragma unroll
-            for (int kc = 0; kc < {{ NK1 }}; ++kc) {
-                unsigned a[MB1][4];
-#pragma unroll
+    // Each layer as a function of the tile's origin. Layer 1 hands out its m16 tiles from the
+    // last warp down, so the warps with the most layer-3 work get the least layer-1 work when
+    // the two share a phase (below).
+    auto layer1 = [&](int y0, int x0) {
+            // -- layer 1: input -> s1 ----------------------------------------------------------------
+            for (int mt0 = (WARPS - 1 - warp) * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
+                float acc[MB1][{{ NT1 }}][4];
+                int base[MB1][2];
+    #pragma unroll
                 for (int m = 0; m < MB1; ++m) {
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int h = r & 1, j0 = (r >> 1) * 2;
-                        const unsigned lo = off1[kc][j0] >= 0 ? sin[base[m][h] + off1[kc][j0]] : 0u;
-                        const unsigned hi = off1[kc][j0 + 1] >= 0 ? sin[base[m][h] + off1[kc][j0 + 1]] : 0u;
-                        a[m][r] = lo | (hi << 16);
+    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        int p = (mt0 + m) * 16 + g + 8 * h;
+                        p = p < {{ M1 }} ? p : {{ M1 - 1 }};
+                        base[m][h] = ((p / {{ W1 }}) * {{ WI }} + p % {{ W1 }}) * {{ C0 }};
                     }
+    #pragma unroll
+                    for (int n = 0; n < {{ NT1 }}; ++n)
+                        acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
                 }
-#pragma unroll
-                for (int n = 0; n < {{ NT1 // 2 }}; ++n) {
-                    const uint4 b = B1[(kc * {{ NT1 // 2 }} + n) * 32 + lane];
-#pragma unroll
+    #pragma unroll
+                for (int kc = 0; kc < {{ NK1 }}; ++kc) {
+                    unsigned a[MB1][4];
+    #pragma unroll
                     for (int m = 0; m < MB1; ++m) {
-                        mma16816(acc[m][2 * n], a[m], b.x, b.y);
-                        mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+    #pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int h = r & 1, j0 = (r >> 1) * 2;
+                            const unsigned lo = off1[kc][j0] >= 0 ? sin[base[m][h] + off1[kc][j0]] : 0u;
+                            const unsigned hi = off1[kc][j0 + 1] >= 0 ? sin[base[m][h] + off1[kc][j0 + 1]] : 0u;
+                            a[m][r] = lo | (hi << 16);
+                        }
                     }
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < MB1; ++m) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int p = (mt0 + m) * 16 + g + 8 * h;
-                    if (mt0 + m >= {{ MT1 }} || p >= {{ M1 }}) continue;
-                    const int py = p / {{ W1 }}, px = p % {{ W1 }};
-                    const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
-                    const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                    for (int n = 0; n < {{ NT1 }}; ++n) {
-                        const int ch = n * 8 + 2 * t;
-                        const float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
-                        *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? epilogue1(r0, r1) : 0u;
-                    }
-                }
-            }
-        }
-        __syncthreads();
-
-        // -- layer 2: s1 -> s2 (while the next tile's input is on its way) -----------------------
-        if (more) fetch(tile + gridDim.x);
-        {
-            const unsigned s1a = smem_addr(s1);
-            for (int mt0 = warp * MB2; mt0 < {{ MT2 }}; mt0 += WARPS * MB2) {
-                float acc[MB2][{{ NT2 }}][4];
-                unsigned rowa[MB2];
-#pragma unroll
-                for (int m = 0; m < MB2; ++m) {
-                    int p = (mt0 + m) * 16 + (lane & 15);
-                    p = p < {{ M2 }} ? p : {{ M2 - 1 }};
-                    rowa[m] = s1a + 2u * (((p / {{ W2 }}) * {{ W1 }} + p % {{ W2 }}) * {{ S1 }} + (lane >> 4) * 8);
-#pragma unroll
-                    for (int n = 0; n < {{ NT2 }}; ++n)
-                        acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-                }
-#pragma unroll {{ TAP_UNROLL }}
-                for (int tap = 0; tap < {{ K2 * K2 }}; ++tap) {
-                    const unsigned toff = 2u * ((tap / {{ K2 }}) * {{ W1 }} + tap % {{ K2 }}) * {{ S1 }};
-#pragma unroll
-                    for (int cc = 0; cc < {{ C1 // 16 }}; ++cc) {
-                        unsigned a[MB2][4];
-#pragma unroll
-                        for (int m = 0; m < MB2; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
-                        const int kc = tap * {{ C1 // 16 }} + cc;
-#pragma unroll
-                        for (int n = 0; n < {{ NT2 // 2 }}; ++n) {
-                            const uint4 b = B2[(kc * {{ NT2 // 2 }} + n) * 32 + lane];
-#pragma unroll
-                            for (int m = 0; m < MB2; ++m) {
-                                mma16816(acc[m][2 * n], a[m], b.x, b.y);
-                                mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
-                            }
+    #pragma unroll
+                    for (int n = 0; n < {{ NT1 // 2 }}; ++n) {
+                        const uint4 b = B1[(kc * {{ NT1 // 2 }} + n) * 32 + lane];
+    #pragma unroll
+                        for (int m = 0; m < MB1; ++m) {
+                            mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                            mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
                         }
                     }
                 }
-                float bz[{{ NT2 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-                for (int n = 0; n < {{ NT2 }}; ++n) {
-                    bz[n][0] = bias2[n * 8 + 2 * t];
-                    bz[n][1] = bias2[n * 8 + 2 * t + 1];
-                }
-#pragma unroll
-                for (int m = 0; m < MB2; ++m) {
-#pragma unroll
+    #pragma unroll
+                for (int m = 0; m < MB1; ++m) {
+    #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int p = (mt0 + m) * 16 + g + 8 * h;
-                        if (mt0 + m >= {{ MT2 }} || p >= {{ M2 }}) continue;
-                        const int py = p / {{ W2 }}, px = p % {{ W2 }};
-                        const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+                        if (mt0 + m >= {{ MT1 }} || p >= {{ M1 }}) continue;
+                        const int py = p / {{ W1 }}, px = p % {{ W1 }};
+                        const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
                         const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                        for (int n = 0; n < {{ NT2 }}; ++n) {
+    #pragma unroll
+                        for (int n = 0; n < {{ NT1 }}; ++n) {
                             const int ch = n * 8 + 2 * t;
-                            const float r0 = acc[m][n][2 * h] + bz[n][0], r1 = acc[m][n][2 * h + 1] + bz[n][1];
-                            *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? epilogue2(r0, r1) : 0u;
+                            const float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
+                            *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? epilogue1(r0, r1) : 0u;
                         }
                     }
                 }
             }
-        }
-        if (more) commit();  // layer 1, the only reader of the input tile, is done
-        __syncthreads();
+    };
+    auto layer2 = [&](int y0, int x0) {
+            // -- layer 2: s1 -> s2 (while the next tile's input is on its way) -----------------------
+            {
+                const unsigned s1a = smem_addr(s1);
+                for (int mt0 = warp * MB2; mt0 < {{ MT2 }}; mt0 += WARPS * MB2) {
+                    float acc[MB2][{{ NT2 }}][4];
+                    unsigned rowa[MB2];
+    #pragma unroll
+                    for (int m = 0; m < MB2; ++m) {
+                        int p = (mt0 + m) * 16 + (lane & 15);
+                        p = p < {{ M2 }} ? p : {{ M2 - 1 }};
+                        rowa[m] = s1a + 2u * (((p / {{ W2 }}) * {{ W1 }} + p % {{ W2 }}) * {{ S1 }} + (lane >> 4) * 8);
+    #pragma unroll
+                        for (int n = 0; n < {{ NT2 }}; ++n)
+                            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+                    }
+    #pragma unroll {{ TAP_UNROLL }}
+                    for (int tap = 0; tap < {{ K2 * K2 }}; ++tap) {
+                        const unsigned toff = 2u * ((tap / {{ K2 }}) * {{ W1 }} + tap % {{ K2 }}) * {{ S1 }};
+    #pragma unroll
+                        for (int cc = 0; cc < {{ C1 // 16 }}; ++cc) {
+                            unsigned a[MB2][4];
+    #pragma unroll
+                            for (int m = 0; m < MB2; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                            const int kc = tap * {{ C1 // 16 }} + cc;
+    #pragma unroll
+                            for (int n = 0; n < {{ NT2 // 2 }}; ++n) {
+                                const uint4 b = B2[(kc * {{ NT2 // 2 }} + n) * 32 + lane];
+    #pragma unroll
+                                for (int m = 0; m < MB2; ++m) {
+                                    mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                                    mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+                                }
+                            }
+                        }
+                    }
+                    float bz[{{ NT2 }}][2];  // this lane's two channels of each n8 tile
+    #pragma unroll
+                    for (int n = 0; n < {{ NT2 }}; ++n) {
+                        bz[n][0] = bias2[n * 8 + 2 * t];
+                        bz[n][1] = bias2[n * 8 + 2 * t + 1];
+                    }
+    #pragma unroll
+                    for (int m = 0; m < MB2; ++m) {
+    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int p = (mt0 + m) * 16 + g + 8 * h;
+                            if (mt0 + m >= {{ MT2 }} || p >= {{ M2 }}) continue;
+                            const int py = p / {{ W2 }}, px = p % {{ W2 }};
+                            const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+                            const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+    #pragma unroll
+                            for (int n = 0; n < {{ NT2 }}; ++n) {
+                                const int ch = n * 8 + 2 * t;
+                                const float r0 = acc[m][n][2 * h] + bz[n][0], r1 = acc[m][n][2 * h + 1] + bz[n][1];
+                                *(unsigned*)(s2 + p * {{ S2 }} + ch) = in ? epilogue2(r0, r1) : 0u;
+                            }
+                        }
+                    }
+                }
+            }
 
-        // -- layer 3: s2 -> global (through DepthToSpace) ----------------------------------------
-        {
-            const unsigned s2a = smem_addr(s2);
-            {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-            for (int mt0 = warp * MB3; mt0 < {{ MT3 }}; mt0 += WARPS * MB3) {
-                float acc[MB3][{{ NT3 }}][4];
-                unsigned rowa[MB3];
-#pragma unroll
-                for (int m = 0; m < MB3; ++m) {
-                    int p = (mt0 + m) * 16 + (lane & 15);
-                    p = p < {{ M3 }} ? p : {{ M3 - 1 }};
-                    rowa[m] = s2a + 2u * (((p / {{ TW }}) * {{ W2 }} + p % {{ TW }}) * {{ S2 }} + (lane >> 4) * 8);
-#pragma unroll
-                    for (int n = 0; n < {{ NT3 }}; ++n)
-                        acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-                }
-#pragma unroll {{ TAP_UNROLL }}
-                for (int tap = 0; tap < {{ K3 * K3 }}; ++tap) {
-                    const unsigned toff = 2u * ((tap / {{ K3 }}) * {{ W2 }} + tap % {{ K3 }}) * {{ S2 }};
-#pragma unroll
-                    for (int cc = 0; cc < {{ C2 // 16 }}; ++cc) {
-                        unsigned a[MB3][4];
-#pragma unroll
-                        for (int m = 0; m < MB3; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
-                        const int kc = tap * {{ C2 // 16 }} + cc;
-#pragma unroll
-                        for (int n = 0; n < {{ NT3 // 2 }}; ++n) {
-                            const uint4 b = B3[(kc * {{ NT3 // 2 }} + n) * 32 + lane];
-#pragma unroll
-                            for (int m = 0; m < MB3; ++m) {
-                                mma16816(acc[m][2 * n], a[m], b.x, b.y);
-                                mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+    };
+    auto layer3 = [&](int img, int y0, int x0) {
+            // -- layer 3: s2 -> global (through DepthToSpace) ----------------------------------------
+            {
+                const unsigned s2a = smem_addr(s2);
+                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+                for (int mt0 = warp * MB3; mt0 < {{ MT3 }}; mt0 += WARPS * MB3) {
+                    float acc[MB3][{{ NT3 }}][4];
+                    unsigned rowa[MB3];
+    #pragma unroll
+                    for (int m = 0; m < MB3; ++m) {
+                        int p = (mt0 + m) * 16 + (lane & 15);
+                        p = p < {{ M3 }} ? p : {{ M3 - 1 }};
+                        rowa[m] = s2a + 2u * (((p / {{ TW }}) * {{ W2 }} + p % {{ TW }}) * {{ S2 }} + (lane >> 4) * 8);
+    #pragma unroll
+                        for (int n = 0; n < {{ NT3 }}; ++n)
+                            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+                    }
+    #pragma unroll {{ TAP_UNROLL }}
+                    for (int tap = 0; tap < {{ K3 * K3 }}; ++tap) {
+                        const unsigned toff = 2u * ((tap / {{ K3 }}) * {{ W2 }} + tap % {{ K3 }}) * {{ S2 }};
+    #pragma unroll
+                        for (int cc = 0; cc < {{ C2 // 16 }}; ++cc) {
+                            unsigned a[MB3][4];
+    #pragma unroll
+                            for (int m = 0; m < MB3; ++m) ldmatrix_x4(a[m], rowa[m] + toff + cc * 32);
+                            const int kc = tap * {{ C2 // 16 }} + cc;
+    #pragma unroll
+                            for (int n = 0; n < {{ NT3 // 2 }}; ++n) {
+                                const uint4 b = B3[(kc * {{ NT3 // 2 }} + n) * 32 + lane];
+    #pragma unroll
+                                for (int m = 0; m < MB3; ++m) {
+                                    mma16816(acc[m][2 * n], a[m], b.x, b.y);
+                                    mma16816(acc[m][2 * n + 1], a[m], b.z, b.w);
+                                }
                             }
                         }
                     }
-                }
-                float bz[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-                for (int n = 0; n < {{ NT3 }}; ++n) {
-                    bz[n][0] = bias3[n * 8 + 2 * t];
-                    bz[n][1] = bias3[n * 8 + 2 * t + 1];
-                }
-#pragma unroll
-                for (int m = 0; m < MB3; ++m) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int p = (mt0 + m) * 16 + g + 8 * h;
-                        if (mt0 + m >= {{ MT3 }} || p >= {{ M3 }}) continue;
-                        const int gy = y0 + p / {{ TW }}, gx = x0 + p % {{ TW }};
-                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
-#pragma unroll
-                        for (int n = 0; n < {{ NT3 }}; ++n) {
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int ch = n * 8 + 2 * t + e;
-                                if (ch >= {{ C3 }}) continue;
-                                float r = acc[m][n][2 * h + e] + bz[n][e];
-{% for e in act3 %}
-                                r = {{ e }};
-{% endfor %}
-{% if BS > 1 %}
-{% if dcr %}
-                                const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
-{% else %}
-                                const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
-{% endif %}
-                                yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
-{% else %}
-                                yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
-{% endif %}
+                    float bz[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+    #pragma unroll
+                    for (int n = 0; n < {{ NT3 }}; ++n) {
+                        bz[n][0] = bias3[n * 8 + 2 * t];
+                        bz[n][1] = bias3[n * 8 + 2 * t + 1];
+                    }
+    #pragma unroll
+                    for (int m = 0; m < MB3; ++m) {
+    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int p = (mt0 + m) * 16 + g + 8 * h;
+                            if (mt0 + m >= {{ MT3 }} || p >= {{ M3 }}) continue;
+                            const int gy = y0 + p / {{ TW }}, gx = x0 + p % {{ TW }};
+                            if (gy >= {{ H }} || gx >= {{ W }}) continue;
+    #pragma unroll
+                            for (int n = 0; n < {{ NT3 }}; ++n) {
+    #pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    const int ch = n * 8 + 2 * t + e;
+                                    if (ch >= {{ C3 }}) continue;
+                                    float r = acc[m][n][2 * h + e] + bz[n][e];
+    {% for e in act3 %}
+                                    r = {{ e }};
+    {% endfor %}
+    {% if BS > 1 %}
+    {% if dcr %}
+                                    const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
+    {% else %}
+                                    const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
+    {% endif %}
+                                    yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
+    {% else %}
+                                    yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
+    {% endif %}
+                                }
                             }
                         }
                     }
                 }
             }
-        }
+    };
+
+    // Software pipeline over this block's tiles, two barriers per tile:
+    //   [layer 2 of t, input of t+1 -> shared] | [layer 3 of t and layer 1 of t+1]
+    // Layer 3 reads s2 and layer 1 reads the input and writes s1, so they share a phase.
+    int tile = blockIdx.x;
+    if (tile < {{ TILES }}) {
+        __syncthreads();  // the weights and the first input tile are in shared memory
+        layer1(((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, (tile % {{ TX }}) * {{ TW }});
+    }
+    for (; tile < {{ TILES }}; tile += gridDim.x) {
+        const int img = tile / {{ TY * TX }};
+        const int y0 = ((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, x0 = (tile % {{ TX }}) * {{ TW }};
+        const int next = tile + (int)gridDim.x;
+        const bool more = next < {{ TILES }};
+        __syncthreads();  // s1 holds layer 1 of this tile; layer 3 of the last one is done
+        if (more) fetch(next);
+        layer2(y0, x0);
+        if (more) commit();  // layer 1 of this tile, the input's only reader, is done
+        __syncthreads();  // s2 holds layer 2; the next input is in shared memory; s1 is free
+        layer3(img, y0, x0);
+        if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
     }
 }
