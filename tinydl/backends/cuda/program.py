@@ -158,17 +158,17 @@ class _Graph:
         self.base = {n: self._refs(a) for n, a in roots.items()}
 
     @staticmethod
-    def _refs(a) -> tuple[int, int]:
-        # Views of an array share its MemoryPointer or make new ones over its memory; DLPack
-        # exports hold the array. Either way one of these counts goes up while someone holds it.
+    def _refs(a) -> tuple[int, int, int]:
+        # The array itself may be handed out; its views share its MemoryPointer or make new
+        # ones over its memory; DLPack exports hold the array. Whichever way the caller holds
+        # on to the output, one of these counts is up.
         ptr = a.data
-        return sys.getrefcount(ptr), sys.getrefcount(ptr.mem)
+        return sys.getrefcount(a), sys.getrefcount(ptr), sys.getrefcount(ptr.mem)
 
     def free(self) -> bool:
         """True when no array the caller holds still points into this graph's outputs."""
         for n, a in self.roots.items():
-            now, base = self._refs(a), self.base[n]
-            if now[0] > base[0] or now[1] > base[1]:
+            if any(x > y for x, y in zip(self._refs(a), self.base[n], strict=True)):
                 return False
         return True
 
@@ -293,6 +293,11 @@ class Plan:
                     if r in self.buffers:
                         free.append((self.buffers[r].size, self.buffers[r]))
         self.views = {r: self._view(slot, r) for r, slot in self.buffers.items()}
+        self.out_specs = []
+        for name in self.output_names:
+            info = self.infos.get(name) or self.infos.get(self.root(name))
+            shape = None if info is None else info.shape
+            self.out_specs.append((name, self.const_outputs.get(name), self.root(name), shape))
         self.scratch_bytes = sum({id(s): s.size for s in self.buffers.values()}.values())
 
     def _view(self, slot, name: str):
@@ -316,50 +321,61 @@ class Plan:
                 events[2 * k + 1].record()
 
     def run(self, feeds: dict[str, Any], host: Collection[str], timing: str | None, graphs: bool):
-        cp, ctx = self.cp, self.ctx
+        cp = self.cp
+        self.pending = None
+        with self.ctx.device:
+            stream = cp.cuda.get_current_stream()
+            if graphs and self.ran and timing != "ops" and self.steps:
+                # The steady state: replay a captured graph (kept short: this is per frame).
+                g = self._graph_for(feeds, stream)
+                if g is not None:
+                    events = self._events(1) if timing else None
+                    if events:
+                        events[0].record(stream)
+                    g.graph.launch(stream)
+                    if events:
+                        events[1].record(stream)
+                        self.pending = (events, ["total"])
+                    return self._results(g.roots, feeds, host, stream)
+            env = self._env(feeds)
+            outs = self._new_outputs()
+            env.update(outs)
+            events = self._events(len(self.steps) if timing == "ops" else 1) if timing else None
+            if timing == "total":
+                events[0].record(stream)
+            self._launch_all(env, events if timing == "ops" else None)
+            if timing == "total":
+                events[1].record(stream)
+            if events is not None:
+                labels = [s.label for s in self.steps] if timing == "ops" else ["total"]
+                self.pending = (events, labels)
+            self.ran = True
+            return self._results(outs, feeds, host, stream)
+
+    def _env(self, feeds) -> dict[str, Any]:
         env: dict[str, Any] = dict(self.views)
         for name in self.input_names:
             env[name] = feeds[name]
-        events = None
-        self.pending = None
-        with ctx.device:
-            stream = cp.cuda.get_current_stream()
-            if timing:
-                count = 2 * (len(self.steps) if timing == "ops" else 1)
-                events = [cp.cuda.Event() for _ in range(max(count, 2))]
-            use_graph = graphs and self.ran and timing != "ops" and self.steps
-            g = self._graph_for(feeds, env, stream) if use_graph else None
-            if g is not None:
-                env.update(g.roots)
-                if events:
-                    events[0].record(stream)
-                g.graph.launch(stream)
-                if events:
-                    events[1].record(stream)
+        return env
+
+    def _events(self, count: int) -> list:
+        return [self.cp.cuda.Event() for _ in range(2 * max(count, 1))]
+
+    def _results(self, outs, feeds, host, stream) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        for name, const, root, shape in self.out_specs:
+            if const is not None:
+                arr = const
             else:
-                env.update(self._new_outputs())
-                if timing == "total":
-                    events[0].record(stream)
-                self._launch_all(env, events if timing == "ops" else None)
-                if timing == "total":
-                    events[1].record(stream)
-            self.ran = True
-            results: dict[str, Any] = {}
-            for name in self.output_names:
-                if name in self.const_outputs:
-                    arr = self.const_outputs[name]
-                else:
-                    info = self.infos.get(name) or self.infos[self.root(name)]
-                    arr = env[self.root(name)].reshape(info.shape)
-                if name in host:
-                    arr = self.owner.to_host(arr, stream)
-                results[name] = arr
-        if events is not None:
-            labels = [s.label for s in self.steps] if timing == "ops" else ["total"]
-            self.pending = (events, labels)
+                arr = outs[root] if root in outs else feeds[root]
+                if arr.shape != shape:
+                    arr = arr.reshape(shape)
+            if name in host:
+                arr = self.owner.to_host(arr, stream)
+            results[name] = arr
         return results
 
-    def _graph_for(self, feeds, env, stream) -> _Graph | None:
+    def _graph_for(self, feeds, stream) -> _Graph | None:
         key = tuple(feeds[n].data.ptr for n in self.input_names)
         held = self.graphs.get(key, [])
         for g in held:
@@ -382,7 +398,7 @@ class Plan:
         capture = self.ctx.capture_stream
         # The capture stream must see the caller's earlier work on the inputs.
         capture.wait_event(stream.record())
-        genv = dict(env)
+        genv = self._env(feeds)
         genv.update(roots)
         with capture:
             capture.begin_capture()
