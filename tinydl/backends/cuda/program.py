@@ -407,6 +407,7 @@ class Plan:
             finally:
                 graph = capture.end_capture()
         graph.upload(stream)
+        del genv  # (it holds the output arrays: _Graph counts references to them)
         g = _Graph(graph, roots)
         self.graphs.setdefault(key, []).append(g)
         self.graphs.move_to_end(key)
