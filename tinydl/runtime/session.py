@@ -100,6 +100,16 @@ class Session:
             later = [(p.backend, i) for p in parts[k + 1 :] for n in p.nodes for i in n.inputs]
             self._crossing.append({i for b, i in later if b != part.backend} & set(part.outputs))
             self._staying.append({i for b, i in later if b == part.backend} & set(part.outputs))
+        # A one-partition session whose device outputs are asked for with device feeds takes
+        # a short path (a video pipeline's steady state); feed types already checked are
+        # remembered so that path does not re-check every dimension.
+        self._single = None
+        if len(self._kernels) == 1 and not self._constant_outputs:
+            part, kernel = self._kernels[0]
+            names = {v.name for v in graph.inputs}, {v.name for v in graph.outputs}
+            if set(part.inputs) == names[0] and names[1] <= set(part.outputs):
+                self._single = (part.backend, kernel, [v.name for v in graph.outputs])
+        self._checked: set[tuple] = set()
 
     def _report_fallbacks(self, strict: bool) -> None:
         fallbacks = self.placement.fallbacks()
@@ -139,6 +149,14 @@ class Session:
         produced them; a list of names returns only those outputs, on the host.
         """
         env = self._check_feeds(feeds)
+        if outputs == "device" and self._single is not None:
+            name, kernel, names = self._single
+            backend = self._backends[name]
+            if all(backend.is_device_tensor(v) for v in env.values()):
+                t = time.perf_counter()
+                out = kernel.run(env)
+                self._last_run, self._last_moved = [(name, time.perf_counter() - t)], []
+                return {n: out[n] for n in names}
         # Values by the memory they are in (HOST or a device backend's name), and the memory
         # each was fed or made in: its home.
         mem: dict[str, dict[str, Any]] = {HOST: {}}
@@ -240,12 +258,20 @@ class Session:
             )
         symbols: dict[str, tuple[int, str]] = {}
         env: dict[str, Any] = {}
+        for name in expected:
+            if name not in feeds:
+                break
+            value = feeds[name]
+            owner = next((b for b in self._backends.values() if b.is_device_tensor(value)), None)
+            env[name] = np.asarray(value) if owner is None else owner.adopt(value)
+        else:
+            key = tuple((n, v.shape, v.dtype) for n, v in env.items())
+            if key in self._checked:
+                return env
         for name, spec in expected.items():
             if name not in feeds:
                 raise InvalidInputError(f"missing input '{name}': expected {spec.describe()}")
-            value = feeds[name]
-            owner = next((b for b in self._backends.values() if b.is_device_tensor(value)), None)
-            value = np.asarray(value) if owner is None else owner.adopt(value)
+            value = env[name]
             dtype = _dtype_name(value.dtype)
             if spec.dtype is not None and dtype != spec.dtype:
                 raise InvalidShapeError(
@@ -273,6 +299,8 @@ class Session:
                                 f"{seen[0]} in input '{seen[1]}'"
                             )
             env[name] = value
+        if len(self._checked) < 64:
+            self._checked.add(tuple((n, v.shape, v.dtype) for n, v in env.items()))
         return env
 
     # -- reporting ------------------------------------------------------------------------------
