@@ -27,6 +27,7 @@ class CUDABackend(Backend):
 
     def __init__(self):
         self._reason: str | None = None
+        self._ndarray: type | None = None  # cupy.ndarray, once the device is known to work
         self._staging: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
@@ -46,7 +47,7 @@ class CUDABackend(Backend):
                 )
             else:
                 try:
-                    self._context()
+                    self._ndarray = self._context().cp.ndarray
                     self._reason = ""
                 except BackendUnavailableError as exc:
                     self._reason = str(exc)
@@ -128,6 +129,8 @@ class CUDABackend(Backend):
         return out
 
     def is_device_tensor(self, tensor: Any) -> bool:
+        if type(tensor) is self._ndarray:
+            return True
         if isinstance(tensor, np.ndarray) or not self.available():
             return False
         if type(tensor).__module__.startswith("cupy"):
@@ -145,6 +148,8 @@ class CUDABackend(Backend):
     def adopt(self, tensor: Any) -> Any:
         """A CuPy array over the same memory as a PyTorch/CuPy/DLPack CUDA tensor (no copy;
         a non-contiguous tensor is copied into a contiguous one)."""
+        if type(tensor) is self._ndarray and tensor.flags.c_contiguous:
+            return tensor
         ctx = self._context()
         cp = ctx.cp
         if not isinstance(tensor, cp.ndarray):
