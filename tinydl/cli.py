@@ -119,7 +119,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
             )
         if not out.parent.is_dir():
             raise InvalidInputError(f"{out}: folder {out.parent} does not exist")
-    if args.json:
+    if out is not None and out.suffix.lower() == ".onnx" and not args.json:
+        from tinydl.exporters.onnx import save as save_onnx
+
+        save_onnx(graph, out)
+        written = out.stat().st_size
+    elif args.json:
         text = graph_json_text(graph) + "\n"
         if out is None:
             sys.stdout.write(text)
@@ -747,12 +752,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "convert",
-        help="convert a model to .tdl (or its graph to JSON)",
+        help="convert a model to .tdl or .onnx (or its graph to JSON)",
         formatter_class=fmt,
         description="Load any supported model (.onnx, .tflite, .h5, .tdl) and write it as a .tdl "
-        "file: the weights in a safetensors container with the graph as JSON metadata. With "
-        "--json, write only the human-readable graph JSON.",
+        "file: the weights in a safetensors container with the graph as JSON metadata. An -o "
+        "path ending in .onnx writes ONNX (opset 18) instead, e.g. to run a TFLite or Keras "
+        "model in an ONNX tool. With --json, write only the human-readable graph JSON.",
         epilog="examples:\n  tinydl convert model.onnx -o model.tdl\n"
+        "  tinydl convert pose_landmark_full.tflite -o pose_landmark_full.onnx\n"
         "  tinydl convert model.onnx --json -o - | less",
     )
     p.add_argument("model", help=MODEL_HELP)

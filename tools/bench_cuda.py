@@ -4,7 +4,8 @@ ESPCN x3 (tinydl/models/espcn_x3.tdl: 1->64 5x5 tanh, 64->32 3x3 tanh, 32->9 3x3
 shuffle) at 640x360 -> 1920x1080 and 1280x720 -> 3840x2160, batch 1 and 8, fp16 and fp32:
 tinydl cuda vs PyTorch eager (cuDNN), PyTorch CUDA graph and
 torch.compile(mode="max-autotune-no-cudagraphs"). Then PP-OCRv4 det at 960x960 (from the
-rapidocr-onnxruntime package) vs PyTorch eager fp16 through onnx2torch.
+rapidocr-onnxruntime package) and BlazePose landmark (MediaPipe's TFLite model, exported to
+ONNX by tinydl) vs PyTorch eager fp16 through onnx2torch.
 
 Every run is GPU-resident (input and output in device memory). Two figures per peer:
 - latency: one run, then wait for it (CUDA events around the call; host overhead included);
@@ -263,6 +264,53 @@ def chain_sweep(torch, args) -> None:
     os.environ.pop("TINYDL_CUDA_CHAIN")
 
 
+def bench_pose(torch, args, results):
+    """BlazePose landmark (MediaPipe's TFLite model) vs PyTorch eager fp16: the model goes to
+    PyTorch as tinydl's own ONNX export of it (tinydl.exporters.onnx) through onnx2torch."""
+    import importlib.metadata
+
+    import tinydl as td
+    from tinydl.exporters.onnx import to_onnx
+
+    try:
+        from onnx2torch import convert
+
+        path = importlib.metadata.distribution("mediapipe").locate_file(
+            "mediapipe/modules/pose_landmark/pose_landmark_full.tflite"
+        )
+        graph = td.load(path)
+    except Exception as exc:  # noqa: BLE001 - any missing piece: say which and go on
+        print(f"\nBlazePose landmark skipped: {exc}")
+        return
+    model = convert(to_onnx(graph)).cuda().eval()
+    x32 = torch.rand(1, 256, 256, 3, device="cuda")
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        ref = model(x32)
+    torch.backends.cudnn.allow_tf32 = True
+    first = ref[0] if isinstance(ref, list | tuple) else ref
+    print("\nBlazePose landmark (full) 256x256, batch 1 (error of the landmarks)", flush=True)
+    rows = {}
+    name = graph.inputs[0].name
+    for precision in ("fp32", "fp16"):
+        sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+        out = sess.run({name: x32}, outputs="device")
+        err = rel(torch.from_dlpack(next(iter(out.values()))), first)
+        rows[f"tinydl cuda {precision}"] = (*timed(torch, runner(sess, name, x32), args.iters), err)
+    half = model.half()
+    xh = x32.half()
+    with torch.no_grad():
+        got = half(xh)
+        err = rel(got[0] if isinstance(got, list | tuple) else got, first)
+        rows["torch eager fp16"] = (*timed(torch, lambda: half(xh), args.iters), err)
+    report(rows, "tinydl cuda fp16", "  (ratios: tinydl fp16 over each)")
+    for peer, (lat, pipe, err) in rows.items():
+        results.append(
+            {"model": "blazepose_landmark_full", "size": "256x256", "batch": 1, "peer": peer,
+             "latency_ms": lat, "pipelined_ms": pipe, "rel_err": err}
+        )  # fmt: skip
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="360p,720p", help="ESPCN inputs: 360p, 720p (default both)")
@@ -271,7 +319,12 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=100, help="timed runs per figure (default 100)")
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="skip torch.compile (its autotuning takes minutes)")  # fmt: skip
-    ap.add_argument("--no-det", dest="det", action="store_false", help="skip PP-OCRv4 det")
+    ap.add_argument(
+        "--no-det",
+        dest="det",
+        action="store_false",
+        help="skip PP-OCRv4 det and BlazePose landmark",
+    )
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     ap.add_argument(
         "--chain-sweep",
@@ -305,6 +358,7 @@ def main(argv=None) -> int:
     bench_espcn(torch, args, results, name)
     if args.det:
         bench_det(torch, args, results)
+        bench_pose(torch, args, results)
     if args.json:
         args.json.write_text(json.dumps({"gpu": name, "results": results}, indent=1))
     return 0

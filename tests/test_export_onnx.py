@@ -1,0 +1,77 @@
+"""ir.Graph -> ONNX (tinydl.exporters.onnx, `tinydl convert -o X.onnx`): models imported from
+TFLite and ONNX write out and run in onnxruntime with tinydl's cpu results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_models import espcn_onnx
+
+import tinydl as td
+from tinydl.errors import UnsupportedOpError
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from tinydl.exporters.onnx import save, to_onnx  # noqa: E402
+
+
+def run_both(graph, rng):
+    feeds = {}
+    for v in graph.inputs:
+        shape = tuple(d if isinstance(d, int) else 8 for d in v.shape)
+        feeds[v.name] = rng.random(shape, dtype=np.float32)
+    want = td.compile(graph, backends=("cpu",)).run(feeds)
+    sess = ort.InferenceSession(
+        to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    got = sess.run(None, feeds)
+    return list(want.values()), got
+
+
+def test_espcn_round_trip(tmp_path, rng):
+    espcn_onnx(tmp_path / "e.onnx", 3, rng)
+    want, got = run_both(td.load(tmp_path / "e.onnx"), rng)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_ppocr_rec_round_trip(rapidocr_models, rng):
+    graph = td.load(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx")
+    graph.inputs[0].shape = (1, 3, 48, 160)
+    want, got = run_both(graph, rng)
+    for w, g in zip(want, got, strict=True):
+        assert np.abs(g - w).max() <= 1e-4 * np.abs(w).max()
+
+
+def test_blazepose_landmark_from_tflite(rng):
+    pytest.importorskip("tflite")
+    from test_tflite import mediapipe_model
+
+    graph = td.load(mediapipe_model("pose_landmark/pose_landmark_full.tflite"))
+    want, got = run_both(graph, rng)
+    assert len(want) == len(got) == 5
+    for w, g in zip(want, got, strict=True):
+        assert g.shape == w.shape
+        # The segmentation logits are sensitive (see test_tflite.py); the rest agree to 1e-5.
+        assert np.abs(g - w).max() <= 5e-4 * max(np.abs(w).max(), 1e-6)
+
+
+def test_fused_ops_are_refused(tmp_path, rng):
+    espcn_onnx(tmp_path / "e.onnx", 3, rng)
+    optimized = td.compile(td.load(tmp_path / "e.onnx"), backends=("cpu",)).graph
+    with pytest.raises(UnsupportedOpError, match="tinydl.FusedConv"):
+        to_onnx(optimized)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_save_and_cli(tmp_path, rng):
+    from tinydl.cli import main
+
+    espcn_onnx(tmp_path / "e.onnx", 2, rng)
+    graph = td.load(tmp_path / "e.onnx")
+    out = save(graph, tmp_path / "copy.onnx")
+    onnx.checker.check_model(str(out))
+    assert main(["convert", str(tmp_path / "e.onnx"), "-o", str(tmp_path / "cli.onnx")]) == 0
+    again = td.load(tmp_path / "cli.onnx")
+    assert [n.op for n in again.nodes] == [n.op for n in graph.nodes]

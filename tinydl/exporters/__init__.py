@@ -1,0 +1,1 @@
+"""Exporters: an ir.Graph written back out in another format (ONNX)."""
