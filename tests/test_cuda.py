@@ -244,3 +244,41 @@ def test_superres_frame_path_runs_whole_on_cuda(rng, precision, levels):
     assert set(up.session.placement.nodes.values()) == {"cuda"}, refused
     diff = np.abs(up(frames).astype(int) - cpu)
     assert diff.max() <= levels and diff.mean() < 0.05
+
+
+# -- residual adds in the conv epilogue ------------------------------------------------------------
+
+
+def residual_graph(rng, late: bool) -> Graph:
+    """x -> Conv -> Relu -> Add(., r) -> Relu, with r = x (computed before the conv) or, when
+    `late`, r = Sigmoid(x) placed after the conv in the node order."""
+    w = (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32)
+    b = (rng.standard_normal(8) * 0.1).astype(np.float32)
+    nodes = [
+        Node("Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"),
+        Node("Relu", ["c"], ["a"], name="relu1"),
+    ]
+    r = "x"
+    if late:
+        nodes.append(Node("Sigmoid", ["x"], ["s"], name="sig"))
+        r = "s"
+    nodes += [Node("Add", ["a", r], ["sum"], name="add"), Node("Relu", ["sum"], ["y"], name="relu2")]
+    return Graph(
+        inputs=[Value("x", "float32", (2, 8, 13, 21))],
+        outputs=[Value("y", "float32", None)],
+        nodes=nodes,
+        initializers={"w": w, "b": b},
+    ).validate()
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_residual_add_fused_into_conv(rng, late, precision):
+    graph = residual_graph(rng, late)
+    x = rng.standard_normal((2, 8, 13, 21)).astype(np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    got = sess.run({"x": x})["y"]
+    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess)).nodes]
+    assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)

@@ -211,7 +211,11 @@ class Plan:
                 continue
             live_nodes.append(node)
         body = Graph(list(graph.inputs), list(graph.outputs), live_nodes, graph.initializers)
-        self.nodes = fuse(body, keep, lambda v: types[v].shape, lambda n: n.op != "ConvTranspose")
+        shape_of = lambda v: types[v].shape  # noqa: E731
+        self.nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
+        from tinydl.backends.cuda.kernels.conv import fuse_residuals
+
+        self.nodes = fuse_residuals(self.nodes, keep, shape_of, graph)
         self.infos: dict[str, Info] = dict(inputs)
         self.alias: dict[str, str] = {}
         f16 = self.precision == "fp16"

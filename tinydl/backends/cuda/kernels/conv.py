@@ -18,6 +18,7 @@ import numpy as np
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
 from tinydl.backends.fusion import FUSED_ACTIVATIONS, epilogue, weights_and_bias
+from tinydl.ir.graph import Node
 from tinydl.ops.conv import (
     _kernel,
     _transpose_attrs,
@@ -91,6 +92,55 @@ def geometry(b):
     )  # fmt: skip
 
 
+def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[Node]:
+    """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
+    shape and is computed before the convolution runs, and the activation after the Add (if
+    one alone reads it) too: ResNet/MobileNet residual blocks become one kernel."""
+    from tinydl.backends.fusion import activation_of
+
+    producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+    out: list[Node] = []
+    dropped: set[int] = set()
+    for i, node in enumerate(nodes):
+        if id(node) in dropped:
+            continue
+        out.append(node)
+        if node.op not in ("Conv", FUSED) or "d2s" in node.meta or "residual" in node.meta:
+            continue
+        y = node.outputs[0]
+        us = users.get(y, [])
+        if y in keep or len(us) != 1 or us[0].op != "Add" or us[0].inputs[0] == us[0].inputs[1]:
+            continue
+        add = us[0]
+        other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+        shape = shape_of(y)
+        if shape_of(add.outputs[0]) != shape or shape_of(other) != shape:
+            continue
+        if other in graph.initializers or producer_at.get(other, -1) >= i:
+            continue
+        meta = {**node.meta, "residual": other, "post": []}
+        value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
+        dropped.add(id(add))
+        after = users.get(value, [])
+        if value not in keep and len(after) == 1 and after[0].inputs[0] == value:
+            act = activation_of(after[0], graph, shape)
+            if act is not None and act[0] != "PRelu":
+                meta["post"] = [act]
+                dropped.add(id(after[0]))
+                label.append(after[0].op)
+                value = after[0].outputs[0]
+        meta["label"] = "+".join(label)
+        out[-1] = Node(
+            node.op, list(node.inputs), [value], dict(node.attrs), name=node.name, meta=meta
+        )
+    return out
+
+
 def _block(mg: int) -> int:
     """Output channels per thread: 8 when the group has that many, else what it has."""
     return 8 if mg >= 8 else mg
@@ -119,6 +169,10 @@ def conv(b):
         b.upload("weights", wp, "float32"),
         b.upload("channels", np.concatenate(chan), "float32"),
     ]
+    residual = b.node.meta.get("residual")
+    if residual is not None:
+        args.append(residual)
+    res_index = f"(((size_t)n * {g['OC']} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
     d2s = b.node.meta.get("d2s")
     px = 4 if g["OW"] >= 16 else 1
     owg = math.ceil(g["OW"] / px)
@@ -140,7 +194,10 @@ def conv(b):
         yt=yo.ctype,
         xload=load(xi.ctype, f"xc[iy * {g['IW']} + ix]"),
         ystore=store(yo.ctype, "r"),
-        residual=False,
+        residual=residual is not None,
+        rt=b.info(residual).ctype if residual else "float",
+        rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
+        post=epilogue_code(b.node.meta.get("post", [])),
         has_slope=slope is not None,
         epilogue=epilogue_code(acts),
         d2s=d2s is not None,
