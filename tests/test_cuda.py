@@ -262,7 +262,8 @@ def residual_graph(rng, late: bool) -> Graph:
     if late:
         nodes.append(Node("Sigmoid", ["x"], ["s"], name="sig"))
         r = "s"
-    nodes += [Node("Add", ["a", r], ["sum"], name="add"), Node("Relu", ["sum"], ["y"], name="relu2")]
+    nodes.append(Node("Add", ["a", r], ["sum"], name="add"))
+    nodes.append(Node("Relu", ["sum"], ["y"], name="relu2"))
     return Graph(
         inputs=[Value("x", "float32", (2, 8, 13, 21))],
         outputs=[Value("y", "float32", None)],
