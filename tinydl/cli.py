@@ -756,8 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         description="Load any supported model (.onnx, .tflite, .h5, .tdl) and write it as a .tdl "
         "file: the weights in a safetensors container with the graph as JSON metadata. An -o "
-        "path ending in .onnx writes ONNX (opset 18) instead, e.g. to run a TFLite or Keras "
-        "model in an ONNX tool. With --json, write only the human-readable graph JSON.",
+        "path ending in .onnx writes ONNX instead (opset 13, or the lowest newer one the model "
+        "needs), e.g. to run a TFLite or Keras model in an ONNX tool. With --json, write only "
+        "the human-readable graph JSON.",
         epilog="examples:\n  tinydl convert model.onnx -o model.tdl\n"
         "  tinydl convert pose_landmark_full.tflite -o pose_landmark_full.onnx\n"
         "  tinydl convert model.onnx --json -o - | less",

@@ -1,5 +1,6 @@
 """ir.Graph -> ONNX. The IR's ops are ONNX ops in their newest form, so a graph as imported
-(from ONNX, TFLite or Keras .h5) writes out node for node at one opset; tinydl's own fused ops
+(from ONNX, TFLite or Keras .h5) writes out node for node at the lowest opset (13 or more) that
+expresses it; tinydl's own fused ops
 (after the optimizer) have no ONNX spelling and are refused.
 
     tinydl convert pose_landmark_full.tflite -o pose_landmark_full.onnx
@@ -14,22 +15,111 @@ import numpy as np
 
 from tinydl.errors import UnsupportedOpError
 from tinydl.ir.dtypes import ONNX_NAMES
-from tinydl.ir.graph import Graph, Value
+from tinydl.ir.graph import Graph, Node, Value
 
-# ReduceMean (and the other reductions) take `axes` as an input from opset 18, the IR's form.
-OPSET = 18
-# IR version 8 (ONNX 1.13+, opset 18's era): readable by every runtime that reads opset 18.
+# The lowest opset a graph is written at: Squeeze/Unsqueeze take `axes` as an input and Softmax
+# has its per-axis meaning from opset 13, the IR's forms. ReduceMean with `axes` as an input, or
+# Pad with an `axes` input, need opset 18.
+MIN_OPSET = 13
+# IR version 8 (ONNX 1.13+): readable by every runtime that reads the opsets written here.
 IR_VERSION = 8
-# Attributes the IR's schemas know but that ONNX added after OPSET (Cast's saturate came with
-# opset 19), with their defaults: left out when they hold the default.
-_NEWER = {("Cast", "saturate"): 1}
+# Attributes the IR's schemas know that ONNX added later: (opset, default). An attribute that
+# holds its default is left out; one that does not raises the opset.
+_NEWER = {
+    ("AveragePool", "dilations"): (19, None),
+    ("BatchNormalization", "training_mode"): (14, 0),
+    ("Cast", "saturate"): (19, 1),
+    ("ReduceMean", "noop_with_empty_axes"): (18, 0),
+    ("Reshape", "allowzero"): (14, 0),
+    ("Resize", "antialias"): (18, 0),
+    ("Resize", "axes"): (18, None),
+    ("Resize", "keep_aspect_ratio_policy"): (18, "stretch"),
+    ("Shape", "start"): (15, 0),
+    ("Shape", "end"): (15, None),
+}
+# Ops ONNX added after MIN_OPSET.
+_OP_SINCE = {"HardSwish": 14}
 
 
-def to_onnx(graph: Graph, opset: int = OPSET):
-    """An onnx.ModelProto of `graph` (checked with onnx.checker)."""
+def _resize_without_axes(graph: Graph, opset: int) -> Graph:
+    """Before opset 18 Resize has no `axes`: give its constant scales or sizes every axis
+    (scale 1, or the input's own size, on the others) so the node needs no newer opset."""
+    if opset >= 18 or not any(n.op == "Resize" and n.attrs.get("axes") for n in graph.nodes):
+        return graph
+    nodes, inits = [], dict(graph.initializers)
+    replaced: set[str] = set()
+    for node in graph.nodes:
+        axes = node.attrs.get("axes") if node.op == "Resize" else None
+        if axes:
+            new = _full_rank_resize(node, axes, graph, inits)
+            replaced.update(set(node.inputs) - set(new.inputs))
+            node = new
+        nodes.append(node)
+    used = {i for n in nodes for i in n.inputs} | {v.name for v in graph.outputs}
+    inits = {k: v for k, v in inits.items() if k in used or k not in replaced}
+    return Graph(list(graph.inputs), list(graph.outputs), nodes, inits, dict(graph.values),
+                 dict(graph.metadata), graph.name)  # fmt: skip
+
+
+def _full_rank_resize(node: Node, axes, graph: Graph, inits: dict) -> Node:
+    x = graph.values.get(node.inputs[0])
+    shape = None if x is None else x.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return node  # left for needed_opset to answer with 18
+    rank = len(shape)
+    axes = [a % rank for a in axes]
+    inputs = list(node.inputs) + [""] * (4 - len(node.inputs))
+    for i, fill in ((2, [1.0] * rank), (3, list(shape))):
+        part = inits.get(inputs[i]) if inputs[i] else None
+        if part is None:
+            continue
+        full = np.array(fill, dtype=part.dtype)
+        full[axes] = part
+        name = f"{inputs[i]}__full"
+        inits[name] = full
+        inputs[i] = name
+    attrs = {**node.attrs, "axes": None}
+    return Node(node.op, inputs, list(node.outputs), attrs, name=node.name, meta=dict(node.meta))
+
+
+def needed_opset(graph: Graph) -> int:
+    """The lowest opset that expresses every node of `graph` as it is."""
+    need = MIN_OPSET
+    for node in graph.nodes:
+        need = max(need, _OP_SINCE.get(node.op, 0))
+        if node.op == "ReduceMean" and len(node.inputs) > 1 and node.inputs[1]:
+            need = max(need, 18)
+        if node.op == "Pad" and len(node.inputs) > 3 and node.inputs[3]:
+            need = max(need, 18)
+        for key, value in node.attrs.items():
+            since, default = _NEWER.get((node.op, key), (0, None))
+            if since and value is not None and value != default:
+                if (node.op, key) == ("Resize", "axes") and _static_input(node, graph):
+                    continue  # written at any opset with full-rank scales or sizes
+                need = max(need, since)
+    return need
+
+
+def _static_input(node: Node, graph: Graph) -> bool:
+    x = graph.values.get(node.inputs[0])
+    consts = all(not i or i in graph.initializers for i in node.inputs[1:])
+    return (
+        consts
+        and x is not None
+        and x.shape is not None
+        and all(isinstance(d, int) for d in x.shape)
+    )
+
+
+def to_onnx(graph: Graph, opset: int | None = None):
+    """An onnx.ModelProto of `graph` (checked with onnx.checker), at `opset` or the lowest one
+    that expresses it (needed_opset)."""
     import onnx
     from onnx import helper, numpy_helper
 
+    opset = needed_opset(graph) if opset is None else opset
+
+    graph = _resize_without_axes(graph, opset)
     nodes = []
     for node in graph.nodes:
         if node.op.startswith("tinydl."):
@@ -39,7 +129,8 @@ def to_onnx(graph: Graph, opset: int = OPSET):
             )
         attrs = {}
         for key, value in node.attrs.items():
-            if value is None or _NEWER.get((node.op, key), object()) == value:
+            since, default = _NEWER.get((node.op, key), (0, None))
+            if value is None or (since > opset and value == default):
                 continue
             attrs[key] = list(value) if isinstance(value, tuple) else value
         nodes.append(helper.make_node(node.op, node.inputs, node.outputs, node.name, **attrs))
@@ -63,7 +154,7 @@ def to_onnx(graph: Graph, opset: int = OPSET):
     return model
 
 
-def save(graph: Graph, path: str | os.PathLike, opset: int = OPSET) -> Path:
+def save(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> Path:
     """Write `graph` as an ONNX file (through a temporary name, so a failure leaves none)."""
     import onnx
 
