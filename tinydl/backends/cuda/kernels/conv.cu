@@ -12,10 +12,13 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
 {% endif %}
     {{ yt }}* __restrict__ y)
 {
-    const unsigned p = blockIdx.x * {{ BLOCK }}u + threadIdx.x;
-    if (p >= {{ OH * OWG }}u) return;
+    // One thread per (channel block, pixel group): the pixels of a row are adjacent, so a
+    // warp mostly shares one channel block (its weights) and reads adjacent inputs.
+    const unsigned idx = blockIdx.x * {{ BLOCK }}u + threadIdx.x;
+    if (idx >= {{ G * NB * OH * OWG }}u) return;
+    const unsigned p = idx % {{ OH * OWG }}u;
     const unsigned oy = p / {{ OWG }}u, ox0 = (p % {{ OWG }}u) * {{ PX }}u;
-    const unsigned gb = blockIdx.y;            // group * NB + channel block
+    const unsigned gb = idx / {{ OH * OWG }}u;  // group * NB + channel block
     const unsigned g = gb / {{ NB }}u, ob = gb % {{ NB }}u;
     const unsigned n = blockIdx.z;
     float acc[{{ PX }}][{{ OCB }}];

@@ -141,6 +141,22 @@ def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[N
     return out
 
 
+def _work_split(g, group: int, mg: int, sms: int) -> tuple[int, int]:
+    """(pixels, output channels) per thread: 4 x 8 when the layer has work enough to fill the
+    GPU that way (about 1024 threads per SM), fewer when it is small, so that a 1x1 conv over
+    an 8x8 map with 480 channels still spreads over the SMs instead of 24 busy blocks."""
+    want = sms * 1024
+    px, ocb = (4 if g["OW"] >= 16 else 1), _block(mg)
+    while True:
+        threads = g["N"] * group * math.ceil(mg / ocb) * g["OH"] * math.ceil(g["OW"] / px)
+        if threads >= want or (px == 1 and ocb == 1):
+            return px, ocb
+        if px > 1:
+            px //= 2
+        else:
+            ocb = max(1, ocb // 2)
+
+
 def _block(mg: int) -> int:
     """Output channels per thread: 8 when the group has that many, else what it has."""
     return 8 if mg >= 8 else mg
@@ -155,7 +171,7 @@ def conv(b):
     w, bias = weights_and_bias(b, 0)
     oc, cg = g["OC"], g["C"] // group
     mg = oc // group
-    ocb = _block(mg)
+    px, ocb = _work_split(g, group, mg, b.ctx.sm_count)
     nb = math.ceil(mg / ocb)
     kh, kw = g["KH"], g["KW"]
     # [group][block][ci][ky][kx][ocb], zero-padded past the group's channels.
@@ -174,12 +190,11 @@ def conv(b):
         args.append(residual)
     res_index = f"(((size_t)n * {g['OC']} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
     d2s = b.node.meta.get("d2s")
-    px = 4 if g["OW"] >= 16 else 1
     owg = math.ceil(g["OW"] / px)
     b.launch(
         "conv.cu",
         [*args, b.outputs[0]],
-        (blocks(g["OH"] * owg, BLOCK), group * nb, g["N"]),
+        (blocks(group * nb * g["OH"] * owg, BLOCK), 1, g["N"]),
         BLOCK,
         **g,
         G=group,
