@@ -110,6 +110,7 @@ class Session:
             if set(part.inputs) == names[0] and names[1] <= set(part.outputs):
                 self._single = (part.backend, kernel, [v.name for v in graph.outputs])
         self._checked: set[tuple] = set()
+        self._expected = {v.name: v for v in graph.inputs}
 
     def _report_fallbacks(self, strict: bool) -> None:
         fallbacks = self.placement.fallbacks()
@@ -250,12 +251,13 @@ class Session:
             raise InvalidInputError(
                 f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
             )
-        expected = {v.name: v for v in self.graph.inputs}
-        unknown = [k for k in feeds if k not in expected]
-        if unknown:
-            raise InvalidInputError(
-                f"unknown input(s) {unknown}: the model's inputs are {list(expected)}"
-            )
+        expected = self._expected
+        if len(feeds) != len(expected) or any(k not in expected for k in feeds):
+            unknown = [k for k in feeds if k not in expected]
+            if unknown:
+                raise InvalidInputError(
+                    f"unknown input(s) {unknown}: the model's inputs are {list(expected)}"
+                )
         symbols: dict[str, tuple[int, str]] = {}
         env: dict[str, Any] = {}
         for name in expected:

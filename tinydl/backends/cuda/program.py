@@ -168,7 +168,9 @@ class _Graph:
     def free(self) -> bool:
         """True when no array the caller holds still points into this graph's outputs."""
         for n, a in self.roots.items():
-            if any(x > y for x, y in zip(self._refs(a), self.base[n], strict=True)):
+            x, y, z = self._refs(a)
+            bx, by, bz = self.base[n]
+            if x > bx or y > by or z > bz:
                 return False
         return True
 
@@ -211,7 +213,7 @@ class Plan:
                 continue
             live_nodes.append(node)
         body = Graph(list(graph.inputs), list(graph.outputs), live_nodes, graph.initializers)
-        shape_of = lambda v: types[v].shape  # noqa: E731
+        shape_of = lambda v: known[v].shape  # noqa: E731
         self.nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
         from tinydl.backends.cuda.kernels.conv import fuse_residuals
 
