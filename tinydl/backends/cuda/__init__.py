@@ -9,7 +9,6 @@ or __cuda_array_interface__ are accepted as inputs without a copy. See docs/cuda
 from __future__ import annotations
 
 import importlib.util
-import threading
 from typing import Any
 
 import numpy as np
@@ -28,8 +27,6 @@ class CUDABackend(Backend):
     def __init__(self):
         self._reason: str | None = None
         self._ndarray: type | None = None  # cupy.ndarray, once the device is known to work
-        self._staging: dict[tuple, tuple] = {}
-        self._lock = threading.Lock()
 
     # -- device --------------------------------------------------------------------------------
     def _context(self):
@@ -93,29 +90,17 @@ class CUDABackend(Backend):
 
     # -- tensors -------------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:
-        """Host -> device through a pinned staging buffer reused per shape and dtype."""
-        import cupyx
-
+        """Host -> device. A pageable array goes through the driver's own staged copy: copying
+        it into pinned memory first measured slower (1080p RGBA32F at 11.8 GB/s on an H200,
+        where the driver's path runs at about 18). Outputs come back through pinned memory."""
         ctx = self._context()
         cp = ctx.cp
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         if array.dtype.name not in DTYPES:
             raise TypeError(f"CUDA tensors hold {', '.join(DTYPES)}, got {array.dtype}")
-        key = (array.shape, array.dtype.name)
-        with ctx.device, self._lock:
-            stream = cp.cuda.get_current_stream()
-            staged = self._staging.get(key)
-            if staged is None:
-                staged = (cupyx.empty_pinned(array.shape, array.dtype), None)
-            host, event = staged
-            if event is not None:
-                event.synchronize()  # the last copy out of this buffer has finished
-            np.copyto(host, array)
+        with ctx.device:
             dev = cp.empty(array.shape, array.dtype)
-            dev.set(host, stream=stream)
-            self._staging[key] = (host, stream.record())
-            if len(self._staging) > 16:
-                self._staging.pop(next(iter(self._staging)))
+            dev.set(array)
         return dev
 
     def to_host(self, tensor: Any) -> np.ndarray:
