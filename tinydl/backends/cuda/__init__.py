@@ -92,7 +92,7 @@ class CUDABackend(Backend):
     def to_device(self, array: np.ndarray) -> Any:
         """Host -> device. A pageable array goes through the driver's own staged copy: copying
         it into pinned memory first measured slower (1080p RGBA32F at 11.8 GB/s on an H200,
-        where the driver's path runs at about 18). Outputs come back through pinned memory."""
+        against 17.9 through the driver). Outputs come back through pinned memory."""
         ctx = self._context()
         cp = ctx.cp
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
