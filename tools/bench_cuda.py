@@ -256,11 +256,18 @@ def chain_sweep(torch, args) -> None:
 
     graph = td.load(ROOT / "tinydl/models/espcn_x3.tdl")
     x = torch.rand(1, 1, 360, 640, device="cuda")
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        ref = espcn_torch(torch, graph)(x)
     for cfg in args.chain_sweep.split(";"):
         os.environ["TINYDL_CUDA_CHAIN"] = cfg
         sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+        err = rel(torch.from_dlpack(sess.run({"y": x}, outputs="device")["hr"]), ref)
+        if err > 1e-2:
+            print(f"  chain {cfg:14s} WRONG: error {err:.1e} against PyTorch fp32", flush=True)
+            continue
         _, pipe = timed(torch, runner(sess, "y", x), args.iters)
-        print(f"  chain {cfg:14s} {pipe * 1e3:7.1f} us pipelined", flush=True)
+        print(f"  chain {cfg:14s} {pipe * 1e3:7.1f} us pipelined  err {err:.1e}", flush=True)
     os.environ.pop("TINYDL_CUDA_CHAIN")
 
 
@@ -331,7 +338,8 @@ def main(argv=None) -> int:
         nargs="?",
         const="16,32,384,1;16,32,384,9;18,34,384,9;18,34,512,9",
         metavar="TH,TW,THREADS,UNROLL;...",
-        help="only time the fused ESPCN kernel at 360p fp16 for each tile configuration",
+        help="only check and time the fused ESPCN kernel at 360p fp16 for each tile "
+        "configuration (TINYDL_CUDA_CHAIN values)",
     )
     args = ap.parse_args(argv)
     args.sizes = args.sizes.split(",")
