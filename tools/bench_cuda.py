@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"360p": (360, 640), "720p": (720, 1280)}
 # name fragment -> (dense fp16 tensor TFLOP/s, fp32 TFLOP/s, memory TB/s), datasheet figures
@@ -74,8 +76,8 @@ def espcn_torch(torch, graph):
     with torch.no_grad():
         for i, conv in ((0, model[0]), (2, model[2]), (4, model[4])):
             k = i // 2 + 1
-            conv.weight.copy_(torch.from_numpy(init[f"conv{k}.weight"]))
-            conv.bias.copy_(torch.from_numpy(init[f"conv{k}.bias"]))
+            conv.weight.copy_(torch.from_numpy(np.array(init[f"conv{k}.weight"])))
+            conv.bias.copy_(torch.from_numpy(np.array(init[f"conv{k}.bias"])))
     return model.cuda().eval()
 
 
