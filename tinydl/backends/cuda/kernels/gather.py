@@ -1,9 +1,7 @@
-"""Data movement as table-driven gathers: Transpose, Slice, Pad, Concat, DepthToSpace.
-
-Every one of these maps an output coordinate to an input offset that is a sum of one term per
-output axis, so the host computes a small table per axis (with NumPy, using the op's own
-index rules) and one kernel serves them all. A negative entry marks padding. A copy between
-two storage types (fp16 intermediate to float32 output) converts on the way.
+"""Transpose, Slice, Pad, Concat and DepthToSpace as table-driven gathers: the tables come from
+tinydl/backends/gathers.py (shared with the other GPU backend); this module emits them with one
+kernel. A copy between two storage types (an fp16 intermediate to a float32 output) converts
+on the way.
 """
 
 from __future__ import annotations
@@ -20,10 +18,8 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
+from tinydl.backends.gathers import BUILDERS, CONSTANT_INPUTS
 from tinydl.backends.indexing import strides_of
-from tinydl.ops.base import normalize_axis
-from tinydl.ops.resize import _pad_widths
-from tinydl.ops.shape import _perm, _slice_params, _slice_range
 
 BLOCK = 256
 
@@ -81,92 +77,20 @@ def emit_gather(
     )
 
 
-@kernel("Transpose")
-def transpose(b):
-    shape = b.info(0).shape
-    perm = _perm(b.attrs["perm"], len(shape))
-    st = strides_of(shape)
-    out = b.out().shape
-    emit_gather(
-        b,
-        b.inputs[0],
-        b.outputs[0],
-        out,
-        [np.arange(out[d]) * st[perm[d]] for d in range(len(out))],
-    )
-
-
-@kernel("Slice", supports=constant_inputs)
-def slice_(b):
-    shape = b.info(0).shape
-    consts = [b.const(i) for i in range(1, 5)]
-    index = [np.arange(d) for d in shape]
-    for axis, start, end, step in _slice_params(len(shape), *consts):
-        index[axis] = index[axis][slice(*_slice_range(start, end, step, shape[axis]))]
-    st = strides_of(shape)
-    emit_gather(
-        b,
-        b.inputs[0],
-        b.outputs[0],
-        b.out().shape,
-        [idx * s for idx, s in zip(index, st, strict=True)],
-    )
-
-
-@kernel("Pad", supports=constant_inputs)
-def pad(b):
-    shape = b.info(0).shape
-    widths = _pad_widths(len(shape), b.const(1), b.const(3))
-    mode = b.attrs["mode"]
-    value = b.const(2)
-    fill = 0.0 if value is None or value.size == 0 else float(value.reshape(()))
-    st = strides_of(shape)
-    tables = []
-    for n, (lo, hi), s in zip(shape, widths, st, strict=True):
-        idx = np.arange(n)[max(-lo, 0) : n - max(-hi, 0)]
-        w = (max(lo, 0), max(hi, 0))
-        if mode == "constant":
-            src = np.pad(idx, w, constant_values=-1)
-        else:
-            src = np.pad(idx, w, mode=mode)
-        tables.append(np.where(src >= 0, src * s, -1))
-    emit_gather(b, b.inputs[0], b.outputs[0], b.out().shape, tables, pad=fill)
-
-
-@kernel("Concat")
-def concat(b):
-    out = b.out().shape
-    axis = normalize_axis(b.attrs["axis"], len(out))
-    ost = strides_of(out)
-    offset = 0
-    for k, name in enumerate(b.inputs):
-        shape = b.info(name).shape
-        st = strides_of(shape)
+def _gathers(b) -> None:
+    for g in BUILDERS[b.node.op](b):
         emit_gather(
             b,
-            name,
+            g.src,
             b.outputs[0],
-            shape,
-            [np.arange(d) * s for d, s in zip(shape, st, strict=True)],
-            base=offset * ost[axis],
-            ostrides=ost,
-            key=("tables", k),
+            g.dims,
+            g.tables,
+            base=g.base,
+            ostrides=g.ostrides,
+            pad=g.pad,
+            key=g.key,
         )
-        offset += shape[axis]
 
 
-@kernel("DepthToSpace")
-def depth_to_space(b):
-    n, c, h, w = b.info(0).shape
-    bs = b.attrs["blocksize"]
-    cc = c // (bs * bs)
-    sn, sc, sh, sw = strides_of((n, c, h, w))
-    dcr = b.attrs["mode"] == "DCR"
-    oy, ox = np.arange(h * bs), np.arange(w * bs)
-    tables = [
-        np.arange(n) * sn,
-        np.arange(cc) * (sc if dcr else bs * bs * sc),
-        (oy // bs) * sh + (oy % bs) * (bs * cc * sc if dcr else bs * sc),
-        (ox // bs) * sw + (ox % bs) * (cc * sc if dcr else sc),
-    ]
-    emit_gather(b, b.inputs[0], b.outputs[0], b.out().shape, tables)
+for _op in BUILDERS:
+    kernel(_op, supports=constant_inputs if _op in CONSTANT_INPUTS else None)(_gathers)
