@@ -293,3 +293,35 @@ def pad(x, pads, constant_value=None, axes=None, *, mode):
     if mode not in ("reflect", "edge", "wrap"):
         raise ValueError(f"mode must be constant, reflect, edge or wrap, got {mode!r}")
     return np.pad(x, widths, mode=mode)
+
+
+def axis_taps(n_in: int, n_out: int, scale: float, attrs: dict, roi) -> tuple:
+    """How a GPU kernel computes Resize along one axis: (indices [n_out, T], weights [n_out, T],
+    outside [n_out]), the T input positions each output position reads, their weights, and
+    whether it falls outside the crop (tf_crop_and_resize)."""
+    ctm = attrs["coordinate_transformation_mode"]
+    c = _source_coords(n_out, n_in, scale, ctm, roi)
+    outside = np.zeros(n_out, bool)
+    if ctm == "tf_crop_and_resize":
+        outside = (c < 0) | (c > n_in - 1)
+    mode = attrs["mode"]
+    if mode == "nearest":
+        idx = np.clip(_nearest(c, attrs["nearest_mode"]), 0, n_in - 1).astype(np.int64)
+        return idx[:, None], np.ones((n_out, 1)), outside
+    if mode == "linear":
+        c = np.clip(c, 0, n_in - 1)
+        i0 = np.floor(c).astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w = (c - i0).astype(np.float32)
+        return np.stack([i0, i1], 1), np.stack([1 - w, w], 1), outside
+    base = np.floor(c).astype(np.int64)
+    taps = [base + k for k in (-1, 0, 1, 2)]
+    weights = _cubic_weights(c - base, attrs["cubic_coeff_a"])
+    if attrs["exclude_outside"]:
+        weights = [
+            np.where((i >= 0) & (i < n_in), w, 0.0) for i, w in zip(taps, weights, strict=True)
+        ]
+        total = sum(weights)
+        weights = [w / total for w in weights]
+    idx = np.stack([np.clip(i, 0, n_in - 1) for i in taps], 1)
+    return idx, np.stack([w.astype(np.float32) for w in weights], 1), outside
