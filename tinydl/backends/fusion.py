@@ -206,3 +206,42 @@ def weights_and_bias(b, out_axis: int) -> tuple[np.ndarray, np.ndarray]:
             ).reshape(w.shape)
         bias = bias * k + shift
     return w, bias
+
+
+def as_2d(shape):
+    """A 1-D convolution's (N, C, W) shape as (N, C, 1, W)."""
+    return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+
+def conv_transpose_geometry(b) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A ConvTranspose node's weights ([C][M/group][kh][kw], BatchNormalization folded in, 1-D
+    as 2-D), bias, and 2-D window by the templates' constant names (N, C, IH, IW, OC, OH, OW,
+    KH, KW, SH, SW, DH, DW, PT, PL, G, CG, MG)."""
+    from tinydl.ops.conv import _kernel, _transpose_attrs, _transpose_geometry
+
+    xi, yo = b.info(0), b.out()
+    w, bias = weights_and_bias(b, 1)
+    group = b.attrs["group"]
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
+    geo = _transpose_geometry(
+        xi.shape[2:],
+        kernel_shape,
+        strides,
+        dilations,
+        pads,
+        output_padding,
+        b.attrs["output_shape"],
+        b.attrs["auto_pad"],
+    )
+    if len(kernel_shape) == 1:
+        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
+        geo = [(0, 0, 1), *geo]
+        w = w[:, :, None]
+    n, c, ih, iw = as_2d(xi.shape)
+    _, oc, oh, ow = as_2d(yo.shape)
+    return w, bias, dict(
+        N=n, C=c, IH=ih, IW=iw, OC=oc, OH=oh, OW=ow, KH=kernel_shape[0], KW=kernel_shape[1],
+        SH=strides[0], SW=strides[1], DH=dilations[0], DW=dilations[1],
+        PT=geo[0][0], PL=geo[1][0], G=group, CG=c // group, MG=w.shape[1],
+    )  # fmt: skip

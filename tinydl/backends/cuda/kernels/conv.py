@@ -17,12 +17,15 @@ import numpy as np
 
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
-from tinydl.backends.fusion import FUSED_ACTIVATIONS, epilogue, weights_and_bias
+from tinydl.backends.fusion import (
+    FUSED_ACTIVATIONS,
+    conv_transpose_geometry,
+    epilogue,
+    weights_and_bias,
+)
 from tinydl.ir.graph import Node
 from tinydl.ops.conv import (
     _kernel,
-    _transpose_attrs,
-    _transpose_geometry,
     window_attrs,
     window_geometry,
 )
@@ -225,28 +228,9 @@ def conv(b):
 def conv_transpose(b):
     b.label = label_of(b.node)
     xi, yo = b.info(0), b.out()
-    w, bias = weights_and_bias(b, 1)
-    group = b.attrs["group"]
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
-    geo = _transpose_geometry(
-        xi.shape[2:],
-        kernel_shape,
-        strides,
-        dilations,
-        pads,
-        output_padding,
-        b.attrs["output_shape"],
-        b.attrs["auto_pad"],
-    )
-    if len(kernel_shape) == 1:
-        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
-        geo = [(0, 0, 1), *geo]
-        w = w[:, :, None]
-    n, c, ih, iw = as_2d(xi.shape)
-    _, oc, oh, ow = as_2d(yo.shape)
-    cg, mg = c // group, w.shape[1]
-    kh, kw = kernel_shape
+    w, bias, g = conv_transpose_geometry(b)
+    group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
+    n, oh, ow, kh, kw = g["N"], g["OH"], g["OW"], g["KH"], g["KW"]
     ocb = _block(mg)
     nb = math.ceil(mg / ocb)
     # ConvTranspose weights are [C][M/group][kh][kw]: [group][block][ci][ky][kx][ocb].
@@ -265,12 +249,9 @@ def conv_transpose(b):
         ],
         (blocks(oh * ow, BLOCK), group * nb, n),
         BLOCK,
-        N=n, C=c, IH=ih, IW=iw, OC=oc, OH=oh, OW=ow, KH=kh, KW=kw,
-        SH=strides[0], SW=strides[1], DH=dilations[0], DW=dilations[1],
-        PT=geo[0][0], PL=geo[1][0],
-        G=group, CG=cg, MG=mg, OCB=ocb, NB=nb, BLOCK=BLOCK,
+        **g, OCB=ocb, NB=nb, BLOCK=BLOCK,
         xt=xi.ctype, yt=yo.ctype,
-        xload=load(xi.ctype, f"xc[iy * {iw} + ix]"),
+        xload=load(xi.ctype, f"xc[iy * {g['IW']} + ix]"),
         ystore=store(yo.ctype, "r"),
         has_slope=slope is not None,
         epilogue=epilogue_code(acts),

@@ -20,14 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
-from tinydl.backends.fusion import FUSED_ACTIVATIONS
+from tinydl.backends.fusion import FUSED_ACTIVATIONS, conv_transpose_geometry
 from tinydl.backends.fusion import epilogue as _epilogue
 from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
 from tinydl.backends.webgpu.kernels import activation_expr, kernel
 from tinydl.ops.conv import (
     _kernel,
-    _transpose_attrs,
-    _transpose_geometry,
     window_attrs,
     window_geometry,
 )
@@ -320,29 +318,10 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
 @kernel("ConvTranspose", supports=_supports)
 def conv_transpose(b):
     xi, yo = b.info(0), b.out()
-    w, bias = _weights_and_bias(b, 1)
-    group = b.attrs["group"]
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
-    geo = _transpose_geometry(
-        xi.shape[2:],
-        kernel_shape,
-        strides,
-        dilations,
-        pads,
-        output_padding,
-        b.attrs["output_shape"],
-        b.attrs["auto_pad"],
-    )
-    if len(kernel_shape) == 1:
-        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
-        geo = [(0, 0, 1), *geo]
-        w = w[:, :, None]
-    n, c, ih, iw = _as_2d(xi.shape)
-    _, oc, oh, ow = _as_2d(yo.shape)
-    cg, mg = c // group, w.shape[1]
+    w, bias, g = conv_transpose_geometry(b)
+    group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
     mg4 = math.ceil(mg / 4)
-    kh, kw = kernel_shape
+    kh, kw = g["KH"], g["KW"]
     # Weights as [g][ic][ky][kx][m4] vec4 of 4 output channels of the group.
     wp = np.zeros((group, cg, kh, kw, mg4 * 4))
     wp[..., :mg] = w.reshape(group, cg, mg, kh, kw).transpose(0, 1, 3, 4, 2)
@@ -354,15 +333,12 @@ def conv_transpose(b):
         chan[1, :, :mg] = np.asarray(slope).reshape(group, mg)
     cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
     wg = 64
-    grid = (math.ceil(oh * ow / wg), 1, n * group * mg4)
+    grid = (math.ceil(g["OH"] * g["OW"] / wg), 1, g["N"] * group * mg4)
     b.dispatch(
         "conv_transpose.wgsl",
         [b.inputs[0], wbuf, cbuf, b.outputs[0]],
         grid,
-        **_window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo),
-        G=group,
-        CG=cg,
-        MG=mg,
+        **g,
         MG4=mg4,
         WG=wg,
         st=xi.stype,
