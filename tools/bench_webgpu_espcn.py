@@ -166,8 +166,8 @@ def tinydl_one(backend, graph, precision, tag, x, ref, conv_configs):
 def candidates(layer: str, tag: str) -> list[str]:
     """conv_direct blockings to try per ESPCN layer: tx,ty,py,ocv,cc4[,f16]."""
     if layer == "conv0":  # 1 input channel: scalar input path, 64 output channels
-        shapes = [(16, 4), (32, 2), (64, 1)]
-        blocks = [(2, 4, 1), (2, 8, 1), (2, 16, 1), (4, 4, 1), (4, 8, 1)]
+        shapes = [(16, 4), (32, 2), (64, 1), (16, 8), (32, 4)]
+        blocks = [(1, 4, 1), (1, 8, 1), (1, 16, 1), (2, 4, 1), (2, 8, 1), (2, 16, 1), (4, 4, 1)]
     elif layer == "conv1":  # 64 -> 32
         shapes = [(16, 4), (32, 2), (64, 1), (16, 8), (32, 4)]
         blocks = [
