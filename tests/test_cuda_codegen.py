@@ -94,3 +94,23 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device):
     ((_, kernel),) = sess._kernels
     (plan,) = kernel.plans.values()
     assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
+
+
+def test_compile_error_names_the_kernel_and_shows_the_log():
+    from tinydl.backends.cuda.context import CompileError, compile_cubin
+
+    with pytest.raises(CompileError) as info:
+        compile_cubin('extern "C" __global__ void k() { undefined_name(); }', "sm_90", "Broken")
+    text = str(info.value)
+    assert "Broken" in text and "undefined_name" in text
+    assert "   1 extern" in text  # the numbered source follows the log
+
+
+def test_cubins_are_written_atomically(tmp_path):
+    from tinydl.backends.cuda.context import _atomic_write, compile_cubin
+
+    cubin = compile_cubin('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "sm_90")
+    path = tmp_path / "cache" / "k.cubin"
+    _atomic_write(path, cubin)
+    assert path.read_bytes() == cubin and cubin[:4] == b"\x7fELF"
+    assert [p.name for p in path.parent.iterdir()] == ["k.cubin"]
