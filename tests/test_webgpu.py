@@ -158,9 +158,11 @@ def test_one_queue_submit_per_run(rng, monkeypatch):
 
 
 def test_buffers_planned_by_liveness_and_reused(rng):
-    # A chain of 6 elementwise ops: intermediates alternate between two buffers.
+    # A chain of 6 transposes (elementwise ops would fuse into one dispatch): intermediates
+    # alternate between two buffers.
     nodes = [
-        Node("Relu" if i % 2 else "Tanh", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(6)
+        Node("Transpose", [f"v{i}"], [f"v{i + 1}"], {"perm": [1, 0]}, name=f"n{i}")
+        for i in range(6)
     ]
     graph = Graph([Value("v0", "float32", (64, 64))], [Value("v6", "float32", None)], nodes)
     sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
@@ -364,3 +366,40 @@ def test_fused_conv_matches_its_reference(rng, activation, group):
     want = td.compile(graph, backends=("cpu",), optimize="none").run({"x": x})["y"]
     got = td.compile(graph, backends=("webgpu",), strict=True, optimize="none").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- elementwise runs ------------------------------------------------------------------------------
+
+
+def test_elementwise_run_is_one_dispatch(rng):
+    """Mul -> Add -> HardSwish -> Sub(z, .) -> Sqrt(Relu(.)): one dispatch, NumPy's results;
+    a value read twice ends a run."""
+    scale = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
+    graph = Graph(
+        inputs=[Value("x", "float32", (2, 4, 5, 6)), Value("z", "float32", (2, 4, 5, 6))],
+        outputs=[Value("y", "float32", None), Value("w", "float32", None)],
+        nodes=[
+            Node("Mul", ["x", "scale"], ["a"], name="mul"),
+            Node("Add", ["a", "half"], ["b"], name="add"),
+            Node("HardSwish", ["b"], ["c"], name="hswish"),
+            Node("Sub", ["z", "c"], ["d"], name="sub"),
+            Node("Relu", ["d"], ["e"], name="relu"),
+            Node("Sqrt", ["e"], ["y"], name="sqrt"),
+            Node("Tanh", ["z"], ["t"], name="tanh"),
+            Node("Mul", ["t", "t"], ["w"], name="square"),
+        ],
+        initializers={"scale": scale, "half": np.array(0.5, np.float32)},
+    ).validate()
+    feeds = {
+        "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
+        "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
+    }
+    want = td.compile(graph, backends=("cpu",)).run(feeds)
+    for precision in ("fp32", "fp16"):
+        sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+        got = sess.run(feeds)
+        labels = [s.label for s in only_plan(kernel_of(sess)).steps]
+        assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
+        tol = 1e-5 if precision == "fp32" else 1e-2
+        for name in ("y", "w"):
+            assert rel_err(got[name], want[name]) <= tol, (precision, name)

@@ -245,3 +245,91 @@ def conv_transpose_geometry(b) -> tuple[np.ndarray, np.ndarray, dict]:
         SH=strides[0], SW=strides[1], DH=dilations[0], DW=dilations[1],
         PT=geo[0][0], PL=geo[1][0], G=group, CG=c // group, MG=w.shape[1],
     )  # fmt: skip
+
+
+CHAIN = "tinydl.ElementwiseChain"
+_BINARY = ("Add", "Sub", "Mul", "Div")
+_UNARY = ("Sqrt", "Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+
+
+def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> list[Node]:
+    """Runs of float elementwise ops, each the only reader of the one before, as one
+    `tinydl.ElementwiseChain` node placed where the run ends: inputs = [the run's input, then
+    every other operand], meta["steps"] = ("bin", op, input index, run value is left operand) |
+    ("sqrt",) | ("act", kind, params) per op. The backend computes the run per element in
+    registers; `types[value]` gives dtypes and shapes."""
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+
+    def floating(name: str) -> bool:
+        t = types.get(name)
+        return t is not None and t.dtype in ("float32", "float16")
+
+    def step(node: Node, value: str | None, inputs: list[str]):
+        """This node as a step of a run whose value so far is `value` (None: it starts one)."""
+        if not node.outputs or not floating(node.outputs[0]):
+            return None
+        if node.op in _BINARY:
+            a, b = node.inputs[:2]
+            if value is None:
+                inputs.append(a)
+                value = a
+            if (a == value) == (b == value):
+                return None  # the run's value on both sides (or neither)
+            other = b if a == value else a
+            inputs.append(other)
+            return ("bin", node.op, len(inputs) - 1, a == value)
+        if node.inputs[0] != value and value is not None:
+            return None
+        if value is None:
+            inputs.append(node.inputs[0])
+        if node.op == "Sqrt":
+            return ("sqrt",)
+        if node.op in _UNARY:
+            act = activation_of(node, graph, types[node.outputs[0]].shape)
+            return None if act is None else ("act", *act)
+        return None
+
+    out: list[Node] = []
+    taken: set[int] = set()
+    ends: dict[int, Node] = {}
+    for node in nodes:
+        if id(node) in taken or node.op not in (*_BINARY, *_UNARY):
+            continue
+        inputs: list[str] = []
+        first = step(node, None, inputs)
+        if first is None:
+            continue
+        run, steps, cur = [node], [first], node
+        while True:
+            value = cur.outputs[0]
+            nxt = users.get(value, [])
+            if value in keep or len(nxt) != 1 or nxt[0].op not in (*_BINARY, *_UNARY):
+                break
+            trial = list(inputs)
+            s = step(nxt[0], value, trial)
+            if s is None:
+                break
+            inputs, cur = trial, nxt[0]
+            run.append(cur)
+            steps.append(s)
+        if len(run) < 2:
+            continue
+        taken.update(id(n) for n in run)
+        ends[id(run[-1])] = Node(
+            CHAIN,
+            inputs,
+            [run[-1].outputs[0]],
+            {},
+            name=node.name,
+            meta={"steps": steps, "label": "+".join(n.op for n in run)},
+        )
+    for node in nodes:
+        if id(node) in ends:
+            out.append(ends[id(node)])
+        elif id(node) not in taken:
+            out.append(node)
+    return out

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends.base import CompileOptions, Kernel
-from tinydl.backends.fusion import fuse
+from tinydl.backends.fusion import fuse, fuse_elementwise
 from tinydl.backends.webgpu.context import Context
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels.conv import direct_ok
@@ -136,6 +136,7 @@ class Plan:
         types = concrete.values
         keep = set(self.output_names)
         self.nodes = fuse(graph, keep, lambda v: types[v].shape, direct_ok)
+        self.nodes = fuse_elementwise(self.nodes, keep, graph, types)
         self.infos: dict[str, Info] = dict(inputs)
         self.alias: dict[str, str] = {}
         f16 = self.precision == "fp16" and self.ctx.has_f16

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
+from tinydl.backends.fusion import CHAIN
 from tinydl.backends.webgpu.kernels import (
     ACTIVATIONS,
     activation_expr,
@@ -41,7 +42,8 @@ class Operand:
 
 def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = "") -> None:
     """Dispatch `expr` over a0, a1, ... (in `ctype`, vec4 or scalar) into value `out`; `expr`
-    is WGSL text, or a function of the vector width (4 or 1) that returns it."""
+    is WGSL text, or a function of the vector width (4 or 1) that returns it or a pair
+    (let statements [(name, WGSL)], final WGSL)."""
     info = b.plan.infos[out]
     out_shape = info.shape
     strides = [broadcast_strides(op.shape, out_shape) for op in operands]
@@ -85,6 +87,10 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
         params.append({"binding": k, "elem": elem, "load": load})
     ostype = info.stype
     units = total // vec
+    text = expr(vec) if callable(expr) else expr
+    lets: list = []
+    if isinstance(text, tuple):
+        lets, text = text
     g = grid(units, WG)
     b.dispatch(
         "elementwise.wgsl",
@@ -94,7 +100,8 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
         operands=params,
         out_binding=len(bindings),
         out_t=f"vec4<{ostype}>" if vec == 4 else ostype,
-        expr=expr(vec) if callable(expr) else expr,
+        expr=text,
+        lets=lets,
         vec=vec,
         dims=dims,
         total=units,
@@ -239,3 +246,31 @@ def batch_norm(b):
         Operand(per_channel, array=shift.astype(np.float32).reshape(per_channel)),
     ]
     emit(b, "a0 * a1 + a2", ops, b.outputs[0], "f32")
+
+
+@kernel(CHAIN)
+def elementwise_chain(b):
+    """A run of elementwise ops (tinydl/backends/fusion.py: fuse_elementwise) as one dispatch:
+    each step a `let` over the one before, every other operand read with its own broadcast."""
+    ops = [operand(b, i, "f32") for i in range(len(b.inputs))]
+    for op in ops:
+        if op.array is not None:
+            op.array = op.array.astype(np.float32)
+
+    def code(vec: int):
+        lets, v = [], "a0"
+        for k, step in enumerate(b.node.meta["steps"]):
+            if step[0] == "bin":
+                _, name, arg, left = step
+                other = f"a{arg}"
+                text = BINARY[name].format(v, other) if left else BINARY[name].format(other, v)
+            elif step[0] == "sqrt":
+                text = f"sqrt({v})"
+            else:
+                _, kind, params = step
+                text = activation_expr(kind, v, params, vec)
+            lets.append((f"t{k}", text))
+            v = f"t{k}"
+        return lets, v
+
+    emit(b, code, ops, b.outputs[0], "f32")

@@ -23,5 +23,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% for op in operands %}
     let a{{ loop.index0 }} = {{ op.load }};
 {% endfor %}
+{% for name, value in lets %}
+    let {{ name }} = {{ value }};
+{% endfor %}
     out[i] = {{ out_t }}({{ expr }});
 }
