@@ -111,3 +111,26 @@ BUILDERS = {
 }
 # Ops whose inputs after the first must be constants (baked into the tables).
 CONSTANT_INPUTS = ("Slice", "Pad")
+
+
+def register(kernel, constant_inputs, emit_gather) -> None:
+    """Register the gather ops with a backend: its `kernel` decorator, its constant-inputs
+    support check, and its `emit_gather(b, src, dst, dims, tables, *, base, ostrides, pad,
+    key)`."""
+
+    def build(b) -> None:
+        for g in BUILDERS[b.node.op](b):
+            emit_gather(
+                b,
+                g.src,
+                b.outputs[0],
+                g.dims,
+                g.tables,
+                base=g.base,
+                ostrides=g.ostrides,
+                pad=g.pad,
+                key=g.key,
+            )
+
+    for op in BUILDERS:
+        kernel(op, supports=constant_inputs if op in CONSTANT_INPUTS else None)(build)

@@ -18,7 +18,7 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
-from tinydl.backends.gathers import BUILDERS, CONSTANT_INPUTS
+from tinydl.backends.gathers import register
 from tinydl.backends.indexing import strides_of
 
 BLOCK = 256
@@ -77,20 +77,4 @@ def emit_gather(
     )
 
 
-def _gathers(b) -> None:
-    for g in BUILDERS[b.node.op](b):
-        emit_gather(
-            b,
-            g.src,
-            b.outputs[0],
-            g.dims,
-            g.tables,
-            base=g.base,
-            ostrides=g.ostrides,
-            pad=g.pad,
-            key=g.key,
-        )
-
-
-for _op in BUILDERS:
-    kernel(_op, supports=constant_inputs if _op in CONSTANT_INPUTS else None)(_gathers)
+register(kernel, constant_inputs, emit_gather)
