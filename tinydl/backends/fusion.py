@@ -333,3 +333,29 @@ def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> 
         elif id(node) not in taken:
             out.append(node)
     return out
+
+
+def bn_supports(node: Node, graph: Graph):
+    """A GPU backend's answer for BatchNormalization: inference form with constant statistics."""
+    from tinydl.backends.base import Support
+
+    if any(n not in graph.initializers for n in node.inputs[1:5]):
+        return Support(False, "BatchNormalization with non-constant statistics is not implemented")
+    if len([o for o in node.outputs if o]) > 1:
+        return Support(False, "BatchNormalization training outputs are not implemented")
+    return Support(True)
+
+
+def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """BatchNormalization as y = x * k + shift per channel: (the broadcast shape (C, 1, ...),
+    k, shift), float32, computed in float64."""
+    scale, bias, mean, var = (b.const(i).astype(np.float64) for i in range(1, 5))
+    k = scale / np.sqrt(var + b.attrs["epsilon"])
+    shift = bias - mean * k
+    shape = b.info(0).shape
+    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    return (
+        per_channel,
+        k.astype(np.float32).reshape(per_channel),
+        shift.astype(np.float32).reshape(per_channel),
+    )

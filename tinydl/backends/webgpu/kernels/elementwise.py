@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
-from tinydl.backends.fusion import CHAIN
+from tinydl.backends.fusion import CHAIN, bn_affine, bn_supports
 from tinydl.backends.webgpu.kernels import (
     ACTIVATIONS,
     activation_expr,
@@ -225,25 +225,13 @@ def cast(b):
         emit(b, "a0", [operand(b, 0, ct)], b.outputs[0], ct)
 
 
-def _bn_supports(node, graph) -> Support:
-    if any(n not in graph.initializers for n in node.inputs[1:5]):
-        return Support(False, "BatchNormalization with non-constant statistics is not implemented")
-    if len([o for o in node.outputs if o]) > 1:
-        return Support(False, "BatchNormalization training outputs are not implemented")
-    return Support(True)
-
-
-@kernel("BatchNormalization", supports=_bn_supports)
+@kernel("BatchNormalization", supports=bn_supports)
 def batch_norm(b):
-    scale, bias, mean, var = (b.const(i).astype(np.float64) for i in range(1, 5))
-    k = scale / np.sqrt(var + b.attrs["epsilon"])
-    shift = bias - mean * k
-    shape = b.info(0).shape
-    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    per_channel, k, shift = bn_affine(b)
     ops = [
         operand(b, 0, "f32"),
-        Operand(per_channel, array=k.astype(np.float32).reshape(per_channel)),
-        Operand(per_channel, array=shift.astype(np.float32).reshape(per_channel)),
+        Operand(per_channel, array=k),
+        Operand(per_channel, array=shift),
     ]
     emit(b, "a0 * a1 + a2", ops, b.outputs[0], "f32")
 
