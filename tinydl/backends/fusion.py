@@ -359,3 +359,26 @@ def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
         k.astype(np.float32).reshape(per_channel),
         shift.astype(np.float32).reshape(per_channel),
     )
+
+
+def conv_supports(node: Node, graph: Graph):
+    """A GPU backend's answer for Conv / ConvTranspose / FusedConv: 1-D or 2-D, constant
+    weights, bias and slope, and a FusedConv activation the epilogues know."""
+    from tinydl.backends.base import Support
+
+    w = graph.initializers.get(node.inputs[1])
+    v = graph.value(node.inputs[0])
+    if w is not None:
+        rank = w.ndim - 2
+    else:
+        rank = None if v is None or v.shape is None else len(v.shape) - 2
+    if rank not in (1, 2):
+        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
+    for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if name and name not in graph.initializers:
+            return Support(False, f"{node.op} with {what} computed at run time is not implemented")
+    activation = node.attrs.get("activation") if node.op == "tinydl.FusedConv" else None
+    if activation is not None and activation not in (*FUSED_ACTIVATIONS, "none", "prelu"):
+        return Support(False, f"FusedConv activation {activation} not implemented")
+    return Support(True)

@@ -15,10 +15,10 @@ import math
 
 import numpy as np
 
-from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
 from tinydl.backends.fusion import (
-    FUSED_ACTIVATIONS,
+    as_2d,
+    conv_supports,
     conv_transpose_geometry,
     epilogue,
     weights_and_bias,
@@ -32,31 +32,6 @@ from tinydl.ops.conv import (
 
 FUSED = "tinydl.FusedConv"
 BLOCK = 128
-
-
-def spatial_rank(node, graph) -> int | None:
-    w = graph.initializers.get(node.inputs[1])
-    if w is not None:
-        return w.ndim - 2
-    v = graph.value(node.inputs[0])
-    return None if v is None or v.shape is None else len(v.shape) - 2
-
-
-def _supports(node, graph) -> Support:
-    rank = spatial_rank(node, graph)
-    if rank not in (1, 2):
-        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
-    for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        if name and name not in graph.initializers:
-            return Support(False, f"{node.op} with {what} computed at run time is not implemented")
-    if node.op == FUSED and node.attrs["activation"] not in (*FUSED_ACTIVATIONS, "none", "prelu"):
-        return Support(False, f"FusedConv activation {node.attrs['activation']} not implemented")
-    return Support(True)
-
-
-def as_2d(shape):
-    return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
 
 
 def label_of(node) -> str:
@@ -165,7 +140,7 @@ def _block(mg: int) -> int:
     return 8 if mg >= 8 else mg
 
 
-@kernel("Conv", FUSED, supports=_supports)
+@kernel("Conv", FUSED, supports=conv_supports)
 def conv(b):
     b.label = label_of(b.node)
     xi, yo = b.info(0), b.out()
@@ -224,7 +199,7 @@ def conv(b):
     )
 
 
-@kernel("ConvTranspose", supports=_supports)
+@kernel("ConvTranspose", supports=conv_supports)
 def conv_transpose(b):
     b.label = label_of(b.node)
     xi, yo = b.info(0), b.out()

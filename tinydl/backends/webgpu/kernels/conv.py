@@ -19,8 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinydl.backends.base import Support
-from tinydl.backends.fusion import FUSED_ACTIVATIONS, conv_transpose_geometry
+from tinydl.backends.fusion import (
+    as_2d,
+    conv_supports,
+    conv_transpose_geometry,
+)
 from tinydl.backends.fusion import epilogue as _epilogue
 from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
 from tinydl.backends.webgpu.kernels import activation_expr, kernel
@@ -55,27 +58,6 @@ class DirectConfig:
         return cls(int(tx), int(ty), int(py), int(ocv), int(cc4), *(ct or ["f32"]))
 
 
-def _spatial_rank(node, graph) -> int | None:
-    w = graph.initializers.get(node.inputs[1])
-    if w is not None:
-        return w.ndim - 2
-    v = graph.value(node.inputs[0])
-    return None if v is None or v.shape is None else len(v.shape) - 2
-
-
-def _supports(node, graph) -> Support:
-    rank = _spatial_rank(node, graph)
-    if rank not in (1, 2):
-        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
-    for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        if name and name not in graph.initializers:
-            return Support(False, f"{node.op} with {what} computed at run time is not implemented")
-    if node.op == FUSED and node.attrs["activation"] not in (*FUSED_ACTIVATIONS, "none", "prelu"):
-        return Support(False, f"FusedConv activation {node.attrs['activation']} not implemented")
-    return Support(True)
-
-
 def direct_ok(node) -> bool:
     return node.op in ("Conv", FUSED) and node.attrs.get("group", 1) == 1
 
@@ -93,10 +75,6 @@ def _epilogue_code(acts, vec: int) -> list[str]:
     return out
 
 
-def _as_2d(shape):
-    return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
-
-
 def _label(node) -> str:
     """Conv+Tanh+DepthToSpace: the ops a fused node stands for."""
     parts = ["Conv"]
@@ -105,7 +83,7 @@ def _label(node) -> str:
     return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
 
 
-@kernel("Conv", FUSED, supports=_supports, nhwc4=_nhwc4)
+@kernel("Conv", FUSED, supports=conv_supports, nhwc4=_nhwc4)
 def conv(b):
     b.label = _label(b.node)
     xi, yo = b.info(0), b.out()
@@ -117,9 +95,9 @@ def conv(b):
         kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
         geo = [(0, 0, 1), *geo]
         w = w[:, :, None]
-    n, c, ih, iw = _as_2d(xi.shape)
+    n, c, ih, iw = as_2d(xi.shape)
     oc = w.shape[0]
-    _, _, oh, ow = _as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
+    _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
     acts, slope = _epilogue(b, oc)
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
     if b.attrs["group"] == 1:
@@ -316,7 +294,7 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
     )
 
 
-@kernel("ConvTranspose", supports=_supports)
+@kernel("ConvTranspose", supports=conv_supports)
 def conv_transpose(b):
     xi, yo = b.info(0), b.out()
     w, bias, g = conv_transpose_geometry(b)
