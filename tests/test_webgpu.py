@@ -78,7 +78,7 @@ def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
-    """conv+tanh, conv+tanh, conv+pixel shuffle: three kernels, nhwc4 intermediates."""
+    """conv+tanh, conv+tanh, conv+pixel shuffle: three kernels, nc4hw4 intermediates."""
     graph = espcn(tmp_path, rng)
     y = rng.random((1, 1, 36, 64), dtype=np.float32)
     want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
@@ -86,7 +86,7 @@ def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
     got = sess.run({"y": y})["out"]
     plan = only_plan(kernel_of(sess))
     assert len(plan.steps) == 3
-    assert [plan.infos[n].layout for n in plan.infos if n not in ("y", "out")] == ["nhwc4"] * 2
+    assert [plan.infos[n].layout for n in plan.infos if n not in ("y", "out")] == ["nc4hw4"] * 2
     tol = 1e-5 if precision == "fp32" else 1e-2
     assert rel_err(got, want) <= tol
 
@@ -366,6 +366,75 @@ def test_fused_conv_matches_its_reference(rng, activation, group):
     want = td.compile(graph, backends=("cpu",), optimize="none").run({"x": x})["y"]
     got = td.compile(graph, backends=("webgpu",), strict=True, optimize="none").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- Winograd F(2x2, 3x3) (opt-in) ----------------------------------------------------------------
+
+
+def _conv3x3_graph(rng, c, oc, shape, pads, act, first: bool, d2s: bool) -> Graph:
+    """[a 5x5 conv from one channel, so the 3x3 conv reads nc4hw4 ->] Conv 3x3 [-> act]
+    [-> DepthToSpace 2]."""
+    inits = {
+        "w": (rng.standard_normal((oc, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32),
+        "b": rng.standard_normal(oc).astype(np.float32),
+    }
+    nodes, x = [], "x"
+    if first:
+        inits["w0"] = (rng.standard_normal((c, 1, 5, 5)) / 5).astype(np.float32)
+        inits["b0"] = rng.standard_normal(c).astype(np.float32)
+        nodes += [
+            Node("Conv", ["x", "w0", "b0"], ["h"], {"pads": [2] * 4}, name="c0"),
+            Node("Tanh", ["h"], ["t"], name="t0"),
+        ]
+        x = "t"
+    nodes.append(Node("Conv", [x, "w", "b"], ["z"], {"pads": pads}, name="c1"))
+    out = "z"
+    if act:
+        nodes.append(Node(act, [out], ["za"], name="a1"))
+        out = "za"
+    if d2s:
+        nodes.append(Node("DepthToSpace", [out], ["d"], {"blocksize": 2}, name="ps"))
+        out = "d"
+    return Graph(
+        [Value("x", "float32", shape)], [Value(out, "float32", None)], nodes, inits
+    ).validate()
+
+
+@pytest.mark.parametrize(
+    ("c", "oc", "hw", "pads", "act", "first", "d2s", "blocking"),
+    [
+        (16, 16, (9, 13), [1, 1, 1, 1], None, False, False, "1"),
+        (20, 24, (10, 17), [1, 1, 1, 1], "Tanh", False, False, "1"),
+        (20, 9, (11, 7), [0, 0, 0, 0], "Relu", False, False, "4,2,4,12,4,1"),
+        (8, 40, (5, 6), [1, 0, 2, 1], "Sigmoid", False, False, "2,2,8,16,4,2"),
+        (64, 32, (12, 20), [1, 1, 1, 1], "Tanh", True, False, "1"),
+        (32, 12, (12, 21), [1, 1, 1, 1], None, True, True, "8,4,8,12,4,3"),
+    ],
+)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_winograd_matches_numpy(
+    rng, monkeypatch, c, oc, hw, pads, act, first, d2s, blocking, precision
+):
+    """Winograd F(2x2, 3x3): NCHW and nc4hw4 inputs, odd sizes, uneven pads, channel counts
+    that are not multiples of the blocking, a fused pixel shuffle; NumPy's results."""
+    from tinydl.backends.webgpu.kernels import conv
+
+    if precision == "fp16" and not get_context().has_f16:
+        pytest.skip("the adapter lacks shader-f16")
+    shape = (1, 1 if first else c, *hw)
+    graph = _conv3x3_graph(rng, c, oc, shape, pads, act, first, d2s)
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = td.compile(graph, backends=("cpu",)).run({"x": x})
+    used = []
+    real = conv._winograd
+    monkeypatch.setattr(conv, "_winograd", lambda b, *a: used.append(b.node.name) or real(b, *a))
+    monkeypatch.setenv("TINYDL_WEBGPU_WINOGRAD", blocking)
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    (got,) = sess.run({"x": x}).values()
+    (want,) = want.values()
+    assert used == ["c1"]
+    tol = 1e-5 if precision == "fp32" else 1e-2
+    assert rel_err(got, want) <= tol
 
 
 # -- elementwise runs ------------------------------------------------------------------------------

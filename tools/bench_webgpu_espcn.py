@@ -181,7 +181,7 @@ def candidates(layer: str, tag: str) -> list[str]:
             (8, 2, 1),
         ]
     else:  # 32 -> 9: 3 vec4 of output channels
-        shapes = [(16, 4), (32, 2), (64, 1)]
+        shapes = [(16, 4), (32, 2), (64, 1), (16, 8), (32, 4)]
         blocks = [(py, 3, cc) for py in (2, 4, 8) for cc in (1, 2)]
     suffix = ",f16" if tag == "fp16acc" else ""
     return [f"{tx},{ty},{py},{ocv},{cc}{suffix}" for tx, ty in shapes for py, ocv, cc in blocks]

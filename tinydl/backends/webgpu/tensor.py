@@ -1,8 +1,9 @@
 """GPU tensors: a buffer, a shape, a dtype and a layout.
 
-Layouts: "nchw" is plain row-major in the logical axis order (any rank); "nhwc4" stores a 4-D
-N,C,H,W tensor as N,H,W,ceil(C/4)*4 with channels padded to a multiple of 4, so that a kernel
-reads four channels as one vec4 (the thesis's RGBA texture planes, in a buffer).
+Layouts: "nchw" is plain row-major in the logical axis order (any rank); "nc4hw4" (packed-4)
+stores a 4-D N,C,H,W tensor as N,ceil(C/4),H,W,4: planes of four channels, padded, so that a
+kernel reads four channels as one vec4 and neighbouring pixels are neighbouring vec4 (the
+thesis's RGBA texture planes, in a buffer; ncnn's pack4).
 
 `reshape` is a zero-copy view. Views share one Storage; the buffer goes back to the context's
 pool only when the last tensor on it is dropped, and queue order makes that safe while GPU work
@@ -52,10 +53,10 @@ class Storage:
 
 
 def padded_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """The stored shape: N,H,W,C4*4 for nhwc4, the shape itself for nchw."""
-    if layout == "nhwc4":
+    """The stored shape: N,ceil(C/4),H,W,4 for nc4hw4, the shape itself for nchw."""
+    if layout == "nc4hw4":
         n, c, h, w = shape
-        return (n, h, w, (c + 3) // 4 * 4)
+        return (n, (c + 3) // 4, h, w, 4)
     return tuple(shape)
 
 
@@ -115,8 +116,10 @@ class GPUTensor:
 def from_storage(raw: np.ndarray, t: GPUTensor) -> np.ndarray:
     """Host array of logical shape and dtype from the raw bytes of a tensor's storage."""
     data = raw.view(STORAGE_TYPES[t.stype]).reshape(padded_shape(t.shape, t.layout))
-    if t.layout == "nhwc4":
-        data = np.ascontiguousarray(data[..., : t.shape[1]].transpose(0, 3, 1, 2))
+    if t.layout == "nc4hw4":
+        n, c4, h, w, _ = data.shape
+        data = data.transpose(0, 1, 4, 2, 3).reshape(n, c4 * 4, h, w)[:, : t.shape[1]]
+        data = np.ascontiguousarray(data)
     return data.astype(t.dtype, copy=False)
 
 

@@ -27,22 +27,22 @@ class KernelDef:
     op: str
     build: Callable
     supports: Callable[[Node, Graph], Support] | None = None
-    # nhwc4(node, plan): True when the node's kernel can read input 0 and write output 0 in
-    # the nhwc4 layout.
-    nhwc4: Callable | None = None
+    # packed4(node, plan): True when the node's kernel can read input 0 and write output 0 in
+    # the nc4hw4 (packed-4) layout.
+    packed4: Callable | None = None
 
 
 REGISTRY: dict[str, KernelDef] = {}
 
 
-def kernel(*ops: str, supports=None, nhwc4=None):
+def kernel(*ops: str, supports=None, packed4=None):
     """Register the decorated builder for `ops` (ONNX spelling)."""
 
     def deco(fn):
         for op in ops:
             if op in REGISTRY:
                 raise RuntimeError(f"webgpu kernel for {op} registered twice")
-            REGISTRY[op] = KernelDef(op, fn, supports, nhwc4)
+            REGISTRY[op] = KernelDef(op, fn, supports, packed4)
         return fn
 
     return deco

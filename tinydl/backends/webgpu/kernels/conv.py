@@ -1,10 +1,12 @@
 """Conv, ConvTranspose and tinydl.FusedConv, with fused epilogues.
 
-Three kernels:
+Four kernels:
 - conv_direct.wgsl (group 1): register-blocked direct convolution. Inputs and weights pass
   through workgroup memory a chunk of input channels at a time; each thread accumulates PY
-  pixels x OCV vec4 of output channels. Reads NCHW or nhwc4, writes NCHW, nhwc4, or NCHW
+  pixels x OCV vec4 of output channels. Reads NCHW or nc4hw4, writes NCHW, nc4hw4, or NCHW
   through a fused DepthToSpace. Weights are packed once as 4x4 blocks in the order read.
+- conv_winograd.wgsl (opt-in, 3x3 stride 1): Winograd F(2x2, 3x3) with the input and output
+  transforms in the kernel; the same layouts and epilogues.
 - conv_grouped.wgsl (group > 1, depthwise included): 4 pixels per thread, NCHW.
 - conv_transpose.wgsl: a gather over the taps that land on each output pixel, 4 channels per
   thread.
@@ -35,6 +37,7 @@ from tinydl.ops.conv import (
 
 FUSED = "tinydl.FusedConv"
 ACCUMULATE_ENV = "TINYDL_WEBGPU_ACCUMULATE"
+WINOGRAD_ENV = "TINYDL_WEBGPU_WINOGRAD"
 # Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
 # weight mode: every thread of a workgroup reads the same weight at once).
 UNIFORM_WEIGHT_BYTES = 16 << 10
@@ -62,7 +65,7 @@ def direct_ok(node) -> bool:
     return node.op in ("Conv", FUSED) and node.attrs.get("group", 1) == 1
 
 
-def _nhwc4(node, plan) -> bool:
+def _packed4(node, plan) -> bool:
     return direct_ok(node) and len(plan.infos[node.inputs[0]].shape) == 4
 
 
@@ -83,7 +86,7 @@ def _label(node) -> str:
     return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
 
 
-@kernel("Conv", FUSED, supports=conv_supports, nhwc4=_nhwc4)
+@kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
 def conv(b):
     b.label = _label(b.node)
     xi, yo = b.info(0), b.out()
@@ -100,7 +103,9 @@ def conv(b):
     _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
     acts, slope = _epilogue(b, oc)
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
-    if b.attrs["group"] == 1:
+    if b.attrs["group"] == 1 and _winograd_config(b, geom) is not None:
+        _winograd(b, w, bias, slope, acts, geom)
+    elif b.attrs["group"] == 1:
         _direct(b, w, bias, slope, acts, geom)
     else:
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
@@ -155,17 +160,18 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
 
 
 def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
-    """Blockings measured best on an H200 for ESPCN's layers (tools/bench_webgpu_espcn.py
-    --sweep): 128 threads of 2 rows x 4 vec4 of channels, one vec4 of input channels per
-    barrier; for one input channel, 128 threads of one row x 8 vec4 of channels (0.097 ms for
-    ESPCN's first layer at 360p against 0.145 with 2 rows x 4 vec4); 4 rows when there are
-    few output channels. Small images get a narrower tile."""
+    """Blockings measured best on an H200 for ESPCN's layers at 360p with nc4hw4
+    intermediates (tools/bench_webgpu_espcn.py --sweep): 32x4 threads of 2 rows x 4 vec4 of
+    channels, one vec4 of input channels per barrier (0.273 ms for 64->32 3x3); for one
+    input channel, 16x8 threads of one row x 4 vec4 (0.047 ms for 1->64 5x5); 16x8 threads
+    of 2 rows when there are few output channels (0.051 ms for 32->9 3x3). Small images get
+    a narrower tile."""
     if scalar_in:
-        cfg = DirectConfig(tx=16, ty=8, py=1, ocv=8, cc4=1)
+        cfg = DirectConfig(tx=16, ty=8, py=1, ocv=4, cc4=1)
     elif oc4 < 4:
-        cfg = DirectConfig(tx=16, ty=4, py=4, ocv=oc4, cc4=1)
+        cfg = DirectConfig(tx=16, ty=8, py=2, ocv=oc4, cc4=1)
     else:
-        cfg = DirectConfig(tx=16, ty=8, py=2, ocv=4, cc4=1)
+        cfg = DirectConfig(tx=32, ty=4, py=2, ocv=4, cc4=1)
     while cfg.tx > 4 and cfg.tx >= 2 * g["OW"]:
         cfg.tx //= 2
         cfg.ty *= 2
@@ -256,6 +262,148 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         ot=yo.stype,
         wt=wt,
         ct=cfg.ct,
+        has_slope=slope is not None,
+        epilogue=_epilogue_code(acts, 4),
+        BS=bs,
+        CO=oc // (bs * bs),
+        dcr=bool(d2s) and d2s[1] == "DCR",
+    )
+
+
+@dataclass
+class WinogradConfig:
+    """Blocking of conv_winograd: TTX x TTY tiles of 2x2 pixels and OCB output channels per
+    workgroup, CK input channels per chunk; each of the 16 x S threads owns one transform
+    point, RT tiles and RO vec4 of output channels."""
+
+    ttx: int = 8
+    tty: int = 4
+    ck: int = 8
+    ocb: int = 32
+    rt: int = 8
+    ro: int = 2
+
+    @classmethod
+    def parse(cls, text: str) -> WinogradConfig:
+        return cls(*(int(t) for t in text.split(",")))
+
+
+def winograd_geometry_ok(g) -> bool:
+    """3x3, stride 1, dilation 1: the convolutions F(2x2, 3x3) computes."""
+    return (g["KH"], g["KW"], g["SH"], g["SW"], g["DH"], g["DW"]) == (3, 3, 1, 1, 1, 1)
+
+
+def _winograd_config(b, g) -> WinogradConfig | None:
+    """The Winograd blocking for this conv, or None for the direct kernel. Opt-in: on an
+    H200 it is slower than the direct kernel for ESPCN's 64->32 3x3 layer (0.42 against 0.27
+    ms: it moves the 16x larger transformed weights through workgroup memory for 128 pixels
+    per workgroup), so it is for sweeps on GPUs with less arithmetic per byte.
+    CompileOptions.extra["winograd"] (a value, or a dict by node name with "*" for the rest)
+    or TINYDL_WEBGPU_WINOGRAD: "1" for every 3x3 stride-1 conv, a blocking
+    "ttx,tty,ck,ocb,rt,ro", or "0"."""
+    if not winograd_geometry_ok(g):
+        return None
+    choice = b.plan.owner.extra.get("winograd", os.environ.get(WINOGRAD_ENV, ""))
+    if isinstance(choice, dict):  # by node name, "*" for the others
+        choice = choice.get(b.node.name, choice.get("*", ""))
+    if isinstance(choice, WinogradConfig):
+        cfg = WinogradConfig(**vars(choice))
+    elif choice in (False, "0", "off"):
+        return None
+    elif choice in (True, "1", "on"):
+        cfg = WinogradConfig()
+    elif choice:
+        cfg = WinogradConfig.parse(choice)
+    else:
+        return None
+    # Fit the blocking to the channels and to the workgroup memory.
+    cfg.ocb = min(cfg.ocb, 4 * math.ceil(g["OC"] / 4))
+    cfg.ro = max(1, min(cfg.ro, cfg.ocb // 4))
+    cfg.ocb = 4 * cfg.ro * math.ceil(cfg.ocb / (4 * cfg.ro))
+    cfg.ck = max(4, min(cfg.ck, 4 * math.ceil(g["C"] / 4)))
+    limit = b.ctx.max_workgroup_storage
+    while _winograd_bytes(cfg) > limit and cfg.ck > 4:
+        cfg.ck //= 2
+    threads = 16 * (cfg.ttx * cfg.tty // cfg.rt) * (cfg.ocb // (4 * cfg.ro))
+    if (
+        _winograd_bytes(cfg) > limit
+        or threads > b.ctx.limits["max-compute-invocations-per-workgroup"]
+    ):
+        return None
+    if cfg.rt % 4 or (cfg.ttx * cfg.tty) % cfg.rt or cfg.ck % 4:
+        raise ValueError(f"{b.label}: bad Winograd blocking {cfg}")
+    return cfg
+
+
+def _winograd_bytes(cfg: WinogradConfig) -> int:
+    tt = cfg.ttx * cfg.tty
+    patch = cfg.ck * (2 * cfg.tty + 2) * (2 * cfg.ttx + 2)
+    return 4 * (patch + 16 * cfg.ck * tt + 16 * cfg.ck * cfg.ocb)
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """U = G g Gt for each (output, input) channel pair of 3x3 weights: [OC, C, 4, 4]."""
+    gm = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    return np.einsum("ik,ockl,jl->ocij", gm, w.astype(np.float64), gm)
+
+
+def _winograd(b, w, bias, slope, acts, g) -> None:
+    xi, yo = b.info(0), b.out()
+    cfg = _winograd_config(b, g)
+    oc, c = g["OC"], g["C"]
+    oc4, c4 = math.ceil(oc / 4), math.ceil(c / 4)
+    tt = cfg.ttx * cfg.tty
+    nocb = math.ceil(oc / cfg.ocb)
+    nchunk = math.ceil(c / cfg.ck)
+    nob = cfg.ocb // (4 * cfg.ro)
+    s = (tt // cfg.rt) * nob
+    # M passes through vs in RO x NH passes: RT/NH tiles of each thread per pass.
+    nh = next(h for h in range(1, cfg.rt + 1) if cfg.rt % h == 0 and nob * 4 <= cfg.ck * h)
+    # U packed as [ocb][chunk][point][ic in chunk][oc in block].
+    up = np.zeros((nocb * cfg.ocb, nchunk * cfg.ck, 16))
+    up[:oc, :c] = winograd_weights(w).reshape(oc, c, 16)
+    up = up.reshape(nocb, cfg.ocb, nchunk, cfg.ck, 16).transpose(0, 2, 4, 3, 1)
+    key = ("winograd", cfg.ck, cfg.ocb)
+    ubuf = b.upload(key, up.reshape(-1, 4).astype(np.float32), "f32")
+    chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
+    chan[0, :oc] = bias
+    if slope is not None:
+        chan[1, :oc] = slope
+    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
+    d2s = b.node.meta.get("d2s")
+    bs = d2s[0] if d2s else 1
+    grid = (
+        math.ceil(g["OW"] / (2 * cfg.ttx)),
+        math.ceil(g["OH"] / (2 * cfg.tty)),
+        g["N"] * nocb,
+    )
+    b.dispatch(
+        "conv_winograd.wgsl",
+        [b.inputs[0], ubuf, cbuf, b.outputs[0]],
+        grid,
+        **g,
+        C4=c4,
+        OC4=oc4,
+        NOCB=nocb,
+        NCHUNK=nchunk,
+        TTX=cfg.ttx,
+        TTY=cfg.tty,
+        TT=tt,
+        CK=cfg.ck,
+        OCB=cfg.ocb,
+        RT=cfg.rt,
+        RO=cfg.ro,
+        NOB=nob,
+        NTB=tt // cfg.rt,
+        S=s,
+        NH=nh,
+        THREADS=16 * s,
+        PH=2 * cfg.tty + 2,
+        PW=2 * cfg.ttx + 2,
+        in_layout=xi.layout,
+        out_mode="d2s" if d2s else yo.layout,
+        st=xi.stype,
+        ot=yo.stype,
         has_slope=slope is not None,
         epilogue=_epilogue_code(acts, 4),
         BS=bs,

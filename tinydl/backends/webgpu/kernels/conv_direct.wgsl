@@ -1,4 +1,5 @@
 {{ header }}
+{% from "conv_store.wgsl" import store with context %}
 // {{ label }}: direct convolution, register-blocked.
 // Input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} ({{ in_layout }}), output {{ N }}x{{ OC }}x{{ OH }}x{{ OW }} ({{ out_mode }}),
 // kernel {{ KH }}x{{ KW }}, stride {{ SH }}x{{ SW }}, dilation {{ DH }}x{{ DW }}, pad {{ PT }},{{ PL }}.
@@ -7,10 +8,10 @@
 // channels go through workgroup memory {{ 4 * CC4 }} at a time, with the weights of the chunk.
 {% set cvec = "vec4<" ~ ct ~ ">" %}
 {% if scalar_in %}{% set tin_t = ct %}{% else %}{% set tin_t = cvec %}{% endif %}
-@group(0) @binding(0) var<storage, read> x: array<{{ "vec4<" ~ st ~ ">" if in_layout == "nhwc4" else st }}>;
+@group(0) @binding(0) var<storage, read> x: array<{{ "vec4<" ~ st ~ ">" if in_layout == "nc4hw4" else st }}>;
 @group(0) @binding(1) var<storage, read> w: array<vec4<{{ wt }}>>;
 @group(0) @binding(2) var<storage, read> chan: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nhwc4" else ot }}>;
+@group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nc4hw4" else ot }}>;
 
 const TIH: u32 = {{ TIH }}u;
 const TIW: u32 = {{ TIW }}u;
@@ -36,25 +37,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     for (var ch = 0u; ch < {{ NCHUNK }}u; ch++) {
         workgroupBarrier();
         for (var e = li; e < TILE_IN; e += {{ TX * TY }}u) {
-{% if in_layout == "nhwc4" %}
-            let cl = e % {{ CC4 }}u;
-            let col = (e / {{ CC4 }}u) % TIW;
-            let row = e / {{ CC4 * TIW }}u;
-{% else %}
             let col = e % TIW;
             let row = (e / TIW) % TIH;
             let cl = e / {{ TIW * TIH }}u;
-{% endif %}
             let iy = iy0 + i32(row);
             let ix = ix0 + i32(col);
             let c4 = ch * {{ CC4 }}u + cl;
             var v = {{ tin_t }}(0.0);
             if (iy >= 0 && iy < {{ IH }} && ix >= 0 && ix < {{ IW }} && c4 < {{ C4 }}u) {
-                let pix = (n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix);
 {% if scalar_in %}
-                v = {{ ct }}(x[pix]);
-{% elif in_layout == "nhwc4" %}
-                v = {{ cvec }}(x[pix * {{ C4 }}u + c4]);
+                v = {{ ct }}(x[(n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);
+{% elif in_layout == "nc4hw4" %}
+                v = {{ cvec }}(x[((n * {{ C4 }}u + c4) * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);
 {% else %}
                 let base = (n * {{ C }}u + c4 * 4u) * {{ IH * IW }}u + u32(iy) * {{ IW }}u + u32(ix);
 {% for j in range(4) %}
@@ -118,36 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% for e in epilogue %}
             r = {{ e }};
 {% endfor %}
-            if (ox < {{ OW }}u && oy < {{ OH }}u && oc4 < {{ OC4 }}u) {
-{% if out_mode == "nhwc4" %}
-                y[((n * {{ OH }}u + oy) * {{ OW }}u + ox) * {{ OC4 }}u + oc4] = vec4<{{ ot }}>(r);
-{% elif out_mode == "nchw" %}
-{% for j in range(4) %}
-                if (oc4 * 4u + {{ j }}u < {{ OC }}u) {
-                    y[((n * {{ OC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ot }}(r[{{ j }}]);
-                }
-{% endfor %}
-{% else %}
-{% for j in range(4) %}
-                {
-                    let c = oc4 * 4u + {{ j }}u;
-                    if (c < {{ OC }}u) {
-{% if dcr %}
-                        let by = c / {{ BS * CO }}u;
-                        let bx = (c / {{ CO }}u) % {{ BS }}u;
-                        let co = c % {{ CO }}u;
-{% else %}
-                        let co = c / {{ BS * BS }}u;
-                        let by = (c / {{ BS }}u) % {{ BS }}u;
-                        let bx = c % {{ BS }}u;
-{% endif %}
-                        y[((n * {{ CO }}u + co) * {{ OH * BS }}u + oy * {{ BS }}u + by) * {{ OW * BS }}u + ox * {{ BS }}u + bx] = {{ ot }}(r[{{ j }}]);
-                    }
-                }
-{% endfor %}
-{% endif %}
-            }
-        }
+{{ store("r", "ox", "oy", "oc4") }}        }
 {% endfor %}
     }
 {% endfor %}
