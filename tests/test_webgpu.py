@@ -135,7 +135,7 @@ def test_device_tensors_in_and_out(rng):
     np.testing.assert_allclose(sess.run({"x": fed})["y"], reference(x), rtol=1e-6)
 
 
-def test_one_queue_submit_per_run(rng, monkeypatch):
+def test_one_compute_submission_per_run(rng, monkeypatch):
     ctx = get_context()
     sess = td.compile(small_graph(), backends=("webgpu",), strict=True)
     x = rng.standard_normal((2, 8)).astype(np.float32)
@@ -154,7 +154,12 @@ def test_one_queue_submit_per_run(rng, monkeypatch):
     monkeypatch.setattr(ctx, "queue", Counting())
     y = sess.run({"x": x})["y"]
     np.testing.assert_allclose(y, reference(x), rtol=1e-6)
-    assert submits == [1], "compute and the read-back of the output share one submission"
+    # All the compute in one submission, then the read-back copies in one more.
+    assert submits == [1, 1], "one submission for the compute, one for the read-back"
+    submits.clear()
+    out = sess.run({"x": x}, outputs="device")["y"]
+    assert submits == [1], "device outputs: the compute's submission only"
+    np.testing.assert_allclose(out.numpy(), reference(x), rtol=1e-6)
 
 
 def test_buffers_planned_by_liveness_and_reused(rng):

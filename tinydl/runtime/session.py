@@ -189,8 +189,8 @@ class Session:
                     moved.append(self._move(name, here, mem, home))
                 args[name] = mem[here][name]
             t = time.perf_counter()
-            # A kernel with run_host reads the outputs bound for the host back in the same
-            # submission as its compute (one queue submit per run on a GPU backend).
+            # A kernel with run_host reads the outputs bound for the host back itself, right
+            # after its compute (no separate transfer step, no extra wait).
             host = (self._crossing[k] | (wanted & set(part.outputs))) - self._staying[k]
             run_host = getattr(kernel, "run_host", None)
             out = run_host(args, host) if host and run_host else kernel.run(args)

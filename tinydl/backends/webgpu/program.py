@@ -270,6 +270,13 @@ class Plan:
                 cp.end()
             staging = {}
             u = ctx.wgpu.BufferUsage
+            if host:
+                # The compute goes first, on its own; the read-back copies follow in a second
+                # submission. On an H200 (Vulkan) the 8.3 MB output of ESPCN x3 then comes
+                # back 0.2 ms sooner than when the copy ends the compute's command buffer
+                # (two command buffers in one submission do not help).
+                ctx.queue.submit([encoder.finish()])
+                encoder = ctx.device.create_command_encoder()
             for name in host:
                 info = self.infos[name]
                 buf = ctx.acquire(info.nbytes, u.MAP_READ | u.COPY_DST)

@@ -296,8 +296,8 @@ def winograd_geometry_ok(g) -> bool:
 def _winograd_config(b, g) -> WinogradConfig | None:
     """The Winograd blocking for this conv, or None for the direct kernel. Opt-in: on an
     H200 it is slower than the direct kernel for ESPCN's 64->32 3x3 layer (0.42 against 0.27
-    ms: it moves the 16x larger transformed weights through workgroup memory for 128 pixels
-    per workgroup), so it is for sweeps on GPUs with less arithmetic per byte.
+    ms: the transformed weights, 16/9 of the weights, pass through workgroup memory for only
+    128 pixels per workgroup), so it is for sweeps on other GPUs.
     CompileOptions.extra["winograd"] (a value, or a dict by node name with "*" for the rest)
     or TINYDL_WEBGPU_WINOGRAD: "1" for every 3x3 stride-1 conv, a blocking
     "ttx,tty,ck,ocb,rt,ro", or "0"."""
