@@ -283,3 +283,28 @@ def test_residual_add_fused_into_conv(rng, late, precision):
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess)).nodes]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+def test_each_input_shape_gets_its_own_tables(rng):
+    """Resize taps and gather offsets depend on the input shape: a session fed several shapes
+    (a plan each) matches the cpu backend at every one, in any order."""
+    graph = Graph(
+        [Value("x", "float32", (1, 3, "h", "w"))],
+        [Value("y", "float32", None)],
+        [
+            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+        ],
+        {
+            "scales": np.array([1, 1, 2, 3], np.float32),
+            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        },
+    ).validate()
+    cpu = td.compile(graph, backends=("cpu",))
+    gpu = td.compile(graph, backends=("cuda",), strict=True)
+    for h, w in ((5, 7), (9, 4), (6, 6), (5, 7)):
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(
+            gpu.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
+        )

@@ -114,3 +114,33 @@ def test_cubins_are_written_atomically(tmp_path):
     _atomic_write(path, cubin)
     assert path.read_bytes() == cubin and cubin[:4] == b"\x7fELF"
     assert [p.name for p in path.parent.iterdir()] == ["k.cubin"]
+
+
+def test_tables_are_uploaded_per_input_shape(fake_device):
+    """Resize's tap tables depend on the input shape: a plan for a second shape gets its own
+    (a table cached by node name alone once served every later shape the first one's)."""
+    import numpy as np
+
+    import tinydl as td
+    from tinydl.backends.cuda.program import Info
+    from tinydl.ir.graph import Graph, Node, Value
+
+    graph = Graph(
+        [Value("x", "float32", (1, 3, "h", "w"))],
+        [Value("y", "float32", None)],
+        [Node("Resize", ["x", "", "scales"], ["y"], {"mode": "cubic"}, name="resize")],
+        {"scales": np.array([1, 1, 2, 3], np.float32)},
+    ).validate()
+    sess = td.compile(graph, backends=("cuda",), strict=True)
+    ((_, kernel),) = sess._kernels
+
+    def tables():
+        return {k: v for k, v in kernel._constants.items() if k[0] == "resize"}
+
+    kernel._plan({"x": Info((1, 3, 5, 7), "float32", "float32")})
+    first = tables()
+    kernel._plan({"x": Info((1, 3, 9, 4), "float32", "float32")})
+    second = tables()
+    assert first and len(second) == 2 * len(first)
+    kernel._plan({"x": Info((1, 3, 5, 7), "float32", "float32")})
+    assert len(tables()) == len(second)

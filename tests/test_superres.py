@@ -243,6 +243,18 @@ def test_webgpu_frame_graph_matches_cpu():
     assert diff.max() <= 1 and (diff > 0).mean() < 0.01
 
 
+def test_webgpu_frame_graph_matches_cpu_at_every_size():
+    """One upscaler, frames of several sizes in turn (a plan per size): each matches the cpu
+    backend (a Resize tap table cached from the first size once broke every later size)."""
+    webgpu_or_skip()
+    cpu, gpu = Upscaler(3, backend="cpu"), Upscaler(3, backend="webgpu")
+    image = skimage_image("chelsea.png")
+    for h, w in ((36, 44), (48, 64), (30, 52), (36, 44)):
+        frame = image[:h, :w]
+        diff = np.abs(gpu(frame).astype(int) - cpu(frame).astype(int))
+        assert diff.max() <= 1, f"{h}x{w}: differs from cpu by up to {diff.max()} levels"
+
+
 def test_webgpu_runs_the_whole_frame_path():
     """Upload u8, everything on the device, download u8: no node may fall back to the cpu."""
     webgpu_or_skip()

@@ -99,6 +99,32 @@ def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
     assert len(kernel_of(sess).plans) == 2
 
 
+def test_each_input_shape_gets_its_own_tables(rng):
+    """Resize taps and gather offsets depend on the input shape: a session fed several shapes
+    (a plan each) matches the cpu backend at every one, in any order."""
+    graph = Graph(
+        [Value("x", "float32", (1, 3, "h", "w"))],
+        [Value("y", "float32", None)],
+        [
+            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+        ],
+        {
+            "scales": np.array([1, 1, 2, 3], np.float32),
+            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        },
+    ).validate()
+    cpu = td.compile(graph, backends=("cpu",))
+    gpu = td.compile(graph, backends=("webgpu",), strict=True)
+    for h, w in ((5, 7), (9, 4), (6, 6), (5, 7)):
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(
+            gpu.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
+        )
+    assert len(kernel_of(gpu).plans) == 3
+
+
 # -- device tensors, submits, buffers ------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,15 @@ class Support:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+def content_key(array: np.ndarray) -> tuple:
+    """A cache key for an array's content (shape, dtype, BLAKE2 digest of the bytes). A GPU
+    kernel caches its uploaded constants across plans (one plan per set of input shapes) by
+    node, role and this, so a table made for one input shape (Resize taps, gather offsets) is
+    never reused for another, while weights are uploaded once."""
+    a = np.ascontiguousarray(array)
+    return (a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).data, digest_size=16).digest())
 
 
 @dataclass(frozen=True)

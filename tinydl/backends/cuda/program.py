@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import CompileOptions, Kernel
+from tinydl.backends.base import CompileOptions, Kernel, content_key
 from tinydl.backends.cuda.context import Context
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.fusion import fuse
@@ -448,6 +448,7 @@ class CUDAKernel(Kernel):
             self._plan(static)
 
     def constant(self, key, array: np.ndarray):
+        key = (*key, content_key(array))
         arr = self._constants.get(key)
         if arr is None:
             t0 = time.perf_counter()

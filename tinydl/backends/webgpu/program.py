@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import CompileOptions, Kernel
+from tinydl.backends.base import CompileOptions, Kernel, content_key
 from tinydl.backends.fusion import fuse, fuse_elementwise
 from tinydl.backends.webgpu.context import Context
 from tinydl.backends.webgpu.kernels import REGISTRY, render
@@ -351,10 +351,11 @@ class WebGPUKernel(Kernel):
             self._plan(static)
 
     def constant(self, key, array: np.ndarray, stype: str, uniform: bool = False) -> Storage:
+        t0 = time.perf_counter()
+        data = to_storage(array, stype)
+        key = (*key, content_key(data))
         st = self._constants.get(key)
         if st is None:
-            t0 = time.perf_counter()
-            data = to_storage(array, stype)
             u = self.ctx.wgpu.BufferUsage
             usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
             st = Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
