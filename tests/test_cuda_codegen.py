@@ -119,19 +119,12 @@ def test_cubins_are_written_atomically(tmp_path):
 def test_tables_are_uploaded_per_input_shape(fake_device):
     """Resize's tap tables depend on the input shape: a plan for a second shape gets its own
     (a table cached by node name alone once served every later shape the first one's)."""
-    import numpy as np
+    from test_models import shape_tables_graph
 
     import tinydl as td
     from tinydl.backends.cuda.program import Info
-    from tinydl.ir.graph import Graph, Node, Value
 
-    graph = Graph(
-        [Value("x", "float32", (1, 3, "h", "w"))],
-        [Value("y", "float32", None)],
-        [Node("Resize", ["x", "", "scales"], ["y"], {"mode": "cubic"}, name="resize")],
-        {"scales": np.array([1, 1, 2, 3], np.float32)},
-    ).validate()
-    sess = td.compile(graph, backends=("cuda",), strict=True)
+    sess = td.compile(shape_tables_graph(), backends=("cuda",), strict=True)
     ((_, kernel),) = sess._kernels
 
     def tables():

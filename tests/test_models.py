@@ -72,6 +72,38 @@ def test_ppocr_cls_matches_onnxruntime(rapidocr_models, rng):
     compare_with_ort(rapidocr_models / "ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": x})
 
 
+def shape_tables_graph():
+    """Resize (cubic) -> Transpose -> Pad (reflect) over symbolic H, W: every op's tables
+    (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    return Graph(
+        [Value("x", "float32", (1, 3, "h", "w"))],
+        [Value("y", "float32", None)],
+        [
+            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+        ],
+        {
+            "scales": np.array([1, 1, 2, 3], np.float32),
+            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        },
+    ).validate()
+
+
+def check_every_shape(graph, backend: str, rng) -> None:
+    """`graph` on `backend` matches the cpu backend for several input shapes in turn (a plan
+    each, one shape again)."""
+    cpu = td.compile(graph, backends=("cpu",))
+    dev = td.compile(graph, backends=(backend,), strict=True)
+    for h, w in ((5, 7), (9, 4), (6, 6), (5, 7)):
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(
+            dev.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
+        )
+
+
 def espcn_onnx(path, scale: int, rng) -> None:
     """ESPCN (Shi et al. 2016): 5x5->64 tanh, 3x3->32 tanh, 3x3->r^2, pixel shuffle."""
     chans = [(1, 64, 5), (64, 32, 3), (32, scale * scale, 3)]

@@ -12,7 +12,14 @@ import textwrap
 
 import numpy as np
 import pytest
-from test_models import espcn_onnx, ocr_input, page_image, rel_err
+from test_models import (
+    check_every_shape,
+    espcn_onnx,
+    ocr_input,
+    page_image,
+    rel_err,
+    shape_tables_graph,
+)
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -102,27 +109,7 @@ def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
 def test_each_input_shape_gets_its_own_tables(rng):
     """Resize taps and gather offsets depend on the input shape: a session fed several shapes
     (a plan each) matches the cpu backend at every one, in any order."""
-    graph = Graph(
-        [Value("x", "float32", (1, 3, "h", "w"))],
-        [Value("y", "float32", None)],
-        [
-            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
-            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
-            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
-        ],
-        {
-            "scales": np.array([1, 1, 2, 3], np.float32),
-            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
-        },
-    ).validate()
-    cpu = td.compile(graph, backends=("cpu",))
-    gpu = td.compile(graph, backends=("webgpu",), strict=True)
-    for h, w in ((5, 7), (9, 4), (6, 6), (5, 7)):
-        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
-        np.testing.assert_allclose(
-            gpu.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
-        )
-    assert len(kernel_of(gpu).plans) == 3
+    check_every_shape(shape_tables_graph(), "webgpu", rng)
 
 
 # -- device tensors, submits, buffers ------------------------------------------------------------

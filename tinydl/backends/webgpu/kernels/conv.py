@@ -111,6 +111,30 @@ def conv(b):
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
 
 
+def _store_params(b, bias, slope, acts, oc: int):
+    """The per-channel buffer (bias, then a PRelu slope) and the template parameters of the
+    epilogue and of conv_store.wgsl's store (output layout or fused DepthToSpace) for
+    conv_direct and conv_winograd."""
+    oc4 = math.ceil(oc / 4)
+    chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
+    chan[0, :oc] = bias
+    if slope is not None:
+        chan[1, :oc] = slope
+    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
+    d2s = b.node.meta.get("d2s")
+    bs = d2s[0] if d2s else 1
+    yo = b.out()
+    return cbuf, dict(
+        out_mode="d2s" if d2s else yo.layout,
+        ot=yo.stype,
+        has_slope=slope is not None,
+        epilogue=_epilogue_code(acts, 4),
+        BS=bs,
+        CO=oc // (bs * bs),
+        dcr=bool(d2s) and d2s[1] == "DCR",
+    )
+
+
 def _window_constants(x_shape, y_shape, kernel_shape, strides, dilations, geo) -> dict:
     """The 2-D window geometry every convolution template takes, by its WGSL constant names."""
     n, c, ih, iw = x_shape
@@ -196,7 +220,7 @@ def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool) -> int:
 
 
 def _direct(b, w, bias, slope, acts, g) -> None:
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
     scalar_in = g["C"] == 1
     cfg = _pick(b, g, scalar_in)
     if cfg.ct == "f16" and not b.ctx.has_f16:
@@ -223,18 +247,11 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     # The packing depends on the blocking, so the blocking is part of the upload's key.
     key = ("weights", cfg.ocv, cfg.cc4)
     wbuf = b.upload(key, wp.reshape(-1, 4).astype(np.float32), wt)
-    chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
-    chan[0, :oc] = bias
-    if slope is not None:
-        chan[1, :oc] = slope
-    cbuf = b.upload(("channels", cfg.ocv), chan.reshape(-1, 4).astype(np.float32), "f32")
-    d2s = b.node.meta.get("d2s")
-    out_mode = "d2s" if d2s else yo.layout
+    cbuf, store = _store_params(b, bias, slope, acts, oc)
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
     grid = (math.ceil(g["OW"] / tw), math.ceil(g["OH"] / th), g["N"] * nocb)
-    bs = d2s[0] if d2s else 1
     b.dispatch(
         "conv_direct.wgsl",
         [b.inputs[0], wbuf, cbuf, b.outputs[0]],
@@ -257,16 +274,10 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         rows=rows,
         scalar_in=scalar_in,
         in_layout=xi.layout,
-        out_mode=out_mode,
         st=xi.stype,
-        ot=yo.stype,
         wt=wt,
         ct=cfg.ct,
-        has_slope=slope is not None,
-        epilogue=_epilogue_code(acts, 4),
-        BS=bs,
-        CO=oc // (bs * bs),
-        dcr=bool(d2s) and d2s[1] == "DCR",
+        **store,
     )
 
 
@@ -348,7 +359,7 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
 
 
 def _winograd(b, w, bias, slope, acts, g) -> None:
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
     cfg = _winograd_config(b, g)
     oc, c = g["OC"], g["C"]
     oc4, c4 = math.ceil(oc / 4), math.ceil(c / 4)
@@ -365,13 +376,7 @@ def _winograd(b, w, bias, slope, acts, g) -> None:
     up = up.reshape(nocb, cfg.ocb, nchunk, cfg.ck, 16).transpose(0, 2, 4, 3, 1)
     key = ("winograd", cfg.ck, cfg.ocb)
     ubuf = b.upload(key, up.reshape(-1, 4).astype(np.float32), "f32")
-    chan = np.zeros((2 if slope is not None else 1, oc4 * 4))
-    chan[0, :oc] = bias
-    if slope is not None:
-        chan[1, :oc] = slope
-    cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
-    d2s = b.node.meta.get("d2s")
-    bs = d2s[0] if d2s else 1
+    cbuf, store = _store_params(b, bias, slope, acts, oc)
     grid = (
         math.ceil(g["OW"] / (2 * cfg.ttx)),
         math.ceil(g["OH"] / (2 * cfg.tty)),
@@ -401,14 +406,8 @@ def _winograd(b, w, bias, slope, acts, g) -> None:
         PH=2 * cfg.tty + 2,
         PW=2 * cfg.ttx + 2,
         in_layout=xi.layout,
-        out_mode="d2s" if d2s else yo.layout,
         st=xi.stype,
-        ot=yo.stype,
-        has_slope=slope is not None,
-        epilogue=_epilogue_code(acts, 4),
-        BS=bs,
-        CO=oc // (bs * bs),
-        dcr=bool(d2s) and d2s[1] == "DCR",
+        **store,
     )
 
 
