@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import os
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from tinydl.backends.webgpu.tensor import (
 )
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
+
+ELEMENTWISE_ENV = "TINYDL_WEBGPU_ELEMENTWISE"
 
 
 @functools.cache
@@ -136,7 +139,11 @@ class Plan:
         types = concrete.values
         keep = set(self.output_names)
         self.nodes = fuse(graph, keep, lambda v: types[v].shape, direct_ok)
-        self.nodes = fuse_elementwise(self.nodes, keep, graph, types)
+        # TINYDL_WEBGPU_ELEMENTWISE=off (or extra["fuse_elementwise"] = False): one dispatch
+        # per elementwise op, for comparisons.
+        fuse_runs = owner.extra.get("fuse_elementwise", os.environ.get(ELEMENTWISE_ENV) != "off")
+        if fuse_runs:
+            self.nodes = fuse_elementwise(self.nodes, keep, graph, types)
         self.infos: dict[str, Info] = dict(inputs)
         self.alias: dict[str, str] = {}
         f16 = self.precision == "fp16" and self.ctx.has_f16
