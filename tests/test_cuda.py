@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from test_models import (
     check_every_shape,
-    espcn_onnx,
+    espcn,
+    kernel_of,
     ocr_input,
+    only_plan,
     page_image,
     rel_err,
     shape_tables_graph,
@@ -31,23 +33,6 @@ import cupy as cp  # noqa: E402
 
 from tinydl.backends.cuda.kernels.chain import OP as CHAIN  # noqa: E402
 
-
-def espcn(tmp_path, rng, scale=3):
-    path = tmp_path / "espcn.onnx"
-    espcn_onnx(path, scale, rng)
-    return td.load(path)
-
-
-def kernel_of(sess):
-    ((_, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == "cuda"]
-    return kernel
-
-
-def only_plan(kernel):
-    (plan,) = kernel.plans.values()
-    return plan
-
-
 # -- the fused chain -----------------------------------------------------------------------------
 
 
@@ -59,7 +44,7 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
     want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
     sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
     got = sess.run({"y": y})["out"]
-    plan = only_plan(kernel_of(sess))
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.op for n in plan.nodes] == [CHAIN]
     assert len(plan.steps) == 1
     assert got.shape == want.shape
@@ -71,9 +56,9 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     y = rng.random((1, 1, 45, 70), dtype=np.float32)
     fused = td.compile(graph, backends=("cuda",), precision="fp16").run({"y": y})["out"]
     sess = td.compile(graph, backends=("cuda",), precision="fp16")
-    kernel_of(sess).extra["chain_fusion"] = False  # symbolic shapes: nothing planned yet
+    kernel_of(sess, "cuda").extra["chain_fusion"] = False  # symbolic shapes: nothing planned yet
     unfused = sess.run({"y": y})["out"]
-    assert len(only_plan(kernel_of(sess)).steps) == 3
+    assert len(only_plan(kernel_of(sess, "cuda")).steps) == 3
     assert rel_err(fused, unfused) <= 1e-2
 
 
@@ -90,7 +75,7 @@ def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
     for h, w in ((8, 12), (10, 7), (8, 12)):
         y = rng.random((1, 1, h, w), dtype=np.float32)
         assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
-    assert len(kernel_of(sess).plans) == 2
+    assert len(kernel_of(sess, "cuda").plans) == 2
 
 
 # -- real models ---------------------------------------------------------------------------------
@@ -176,7 +161,7 @@ def test_graph_replay_keeps_held_outputs(rng):
         held.append(sess.run({"x": feed}, outputs="device")["y"])
     for x, y in zip(xs, held, strict=True):
         np.testing.assert_allclose(y.get(), reference(x.get()), rtol=1e-6)
-    plan = only_plan(kernel_of(sess))
+    plan = only_plan(kernel_of(sess, "cuda"))
     # First run eager, then one graph per held output set.
     assert sum(len(g) for g in plan.graphs.values()) == 3
     held.clear()
@@ -287,7 +272,7 @@ def test_residual_add_fused_into_conv(rng, late, precision):
     want = td.compile(graph, backends=("cpu",)).run({"x": x})["y"]
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
     got = sess.run({"x": x})["y"]
-    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess)).nodes]
+    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 

@@ -78,6 +78,24 @@ def test_ppocr_cls_matches_onnxruntime(rapidocr_models, rng):
     compare_with_ort(rapidocr_models / "ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": x})
 
 
+def espcn(tmp_path, rng, scale=3):
+    """ESPCN with random weights, written as ONNX and loaded."""
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, scale, rng)
+    return td.load(path)
+
+
+def kernel_of(sess, backend: str):
+    """The one compiled partition of `backend` in a session."""
+    ((_, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == backend]
+    return kernel
+
+
+def only_plan(kernel):
+    (plan,) = kernel.plans.values()
+    return plan
+
+
 def shape_tables_graph():
     """Resize (cubic) -> Transpose -> Pad (reflect) over symbolic H, W: every op's tables
     (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from test_models import (
     check_every_shape,
-    espcn_onnx,
+    espcn,
+    kernel_of,
     ocr_input,
+    only_plan,
     page_image,
     rel_err,
     shape_tables_graph,
@@ -32,23 +34,6 @@ if not BACKEND.available():
 
 from tinydl.backends.webgpu.context import _choose_adapter, get_context  # noqa: E402
 from tinydl.backends.webgpu.tensor import GPUTensor  # noqa: E402
-
-
-def espcn(tmp_path, rng, scale=3):
-    path = tmp_path / "espcn.onnx"
-    espcn_onnx(path, scale, rng)
-    return td.load(path)
-
-
-def kernel_of(sess):
-    ((part, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == "webgpu"]
-    return kernel
-
-
-def only_plan(kernel):
-    (plan,) = kernel.plans.values()
-    return plan
-
 
 # -- real models ---------------------------------------------------------------------------------
 
@@ -91,7 +76,7 @@ def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
     want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
     sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
     got = sess.run({"y": y})["out"]
-    plan = only_plan(kernel_of(sess))
+    plan = only_plan(kernel_of(sess, "webgpu"))
     assert len(plan.steps) == 3
     assert [plan.infos[n].layout for n in plan.infos if n not in ("y", "out")] == ["nc4hw4"] * 2
     tol = 1e-5 if precision == "fp32" else 1e-2
@@ -103,7 +88,7 @@ def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
     for h, w in ((8, 12), (10, 7), (8, 12)):
         y = rng.random((1, 1, h, w), dtype=np.float32)
         assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
-    assert len(kernel_of(sess).plans) == 2
+    assert len(kernel_of(sess, "webgpu").plans) == 2
 
 
 def test_each_input_shape_gets_its_own_tables(rng):
@@ -186,7 +171,7 @@ def test_buffers_planned_by_liveness_and_reused(rng):
     sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
     x = rng.standard_normal((64, 64)).astype(np.float32)
     sess.run({"v0": x})
-    plan = only_plan(kernel_of(sess))
+    plan = only_plan(kernel_of(sess, "webgpu"))
     buffers = {id(s.buffer) for s in plan.storage.values()}
     assert len(plan.storage) == 5 and len(buffers) == 2
     before = {k: s.serial for k, s in plan.storage.items()}
@@ -485,7 +470,7 @@ def test_elementwise_run_is_one_dispatch(rng):
     for precision in ("fp32", "fp16"):
         sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
         got = sess.run(feeds)
-        labels = [s.label for s in only_plan(kernel_of(sess)).steps]
+        labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
         assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
         tol = 1e-5 if precision == "fp32" else 1e-2
         for name in ("y", "w"):
