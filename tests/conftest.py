@@ -25,3 +25,15 @@ def rapidocr_models() -> Path:
     """The PP-OCR ONNX models shipped inside the rapidocr-onnxruntime package."""
     rapidocr = pytest.importorskip("rapidocr_onnxruntime", reason="pip install 'tinydl[test]'")
     return Path(rapidocr.__file__).parent / "models"
+
+
+@pytest.fixture(scope="session")
+def ppocr_det(rapidocr_models):
+    """PP-OCRv4 det, a real page at 384x192, and onnxruntime's probability map for it."""
+    import onnxruntime as ort
+    from test_models import ocr_input, page_image
+
+    path = rapidocr_models / "ch_PP-OCRv4_det_infer.onnx"
+    x = ocr_input(page_image(), 384, 192)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    return path, x, ref[0]

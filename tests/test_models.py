@@ -96,6 +96,16 @@ def only_plan(kernel):
     return plan
 
 
+def check_det_on(backend: str, ppocr_det) -> None:
+    """PP-OCRv4 det wholly on `backend` (no fallback) within 1e-4 of onnxruntime."""
+    path, x, ref = ppocr_det
+    sess = td.compile(td.load(path), backends=(backend,), strict=True)
+    (prob,) = sess.run({"x": x}).values()
+    assert prob.shape == ref.shape == (1, 1, 192, 384)
+    assert rel_err(prob, ref) <= 1e-4
+    assert set(sess.placement.nodes.values()) == {backend}
+
+
 def shape_tables_graph():
     """Resize (cubic) -> Transpose -> Pad (reflect) over symbolic H, W: every op's tables
     (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""

@@ -13,12 +13,11 @@ import textwrap
 import numpy as np
 import pytest
 from test_models import (
+    check_det_on,
     check_every_shape,
     espcn,
     kernel_of,
-    ocr_input,
     only_plan,
-    page_image,
     rel_err,
     shape_tables_graph,
 )
@@ -38,23 +37,8 @@ from tinydl.backends.webgpu.tensor import GPUTensor  # noqa: E402
 # -- real models ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ppocr_det(rapidocr_models):
-    import onnxruntime as ort
-
-    path = rapidocr_models / "ch_PP-OCRv4_det_infer.onnx"
-    x = ocr_input(page_image(), 384, 192)
-    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    return path, x, ref[0]
-
-
 def test_ppocrv4_det_matches_onnxruntime(ppocr_det):
-    path, x, ref = ppocr_det
-    sess = td.compile(td.load(path), backends=("webgpu",), strict=True)
-    (prob,) = sess.run({"x": x}).values()
-    assert prob.shape == ref.shape == (1, 1, 192, 384)
-    assert rel_err(prob, ref) <= 1e-4
-    assert set(sess.placement.nodes.values()) == {"webgpu"}
+    check_det_on("webgpu", ppocr_det)
 
 
 def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
