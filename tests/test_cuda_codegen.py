@@ -77,7 +77,7 @@ def test_ppocr_models_compile_whole(fake_device, rapidocr_models, name, precisio
 
     graph = _fixed(td.load(rapidocr_models / name), REAL[name])
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    ((_, kernel),) = sess._kernels
+    ((*_, kernel),) = sess.partitions
     (plan,) = kernel.plans.values()
     assert plan.steps
 
@@ -91,7 +91,7 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device):
     path = importlib.resources.files("tinydl") / "models" / "espcn_x3.tdl"
     graph = _fixed(td.load(path), (2, 1, 37, 53))
     sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
-    ((_, kernel),) = sess._kernels
+    ((*_, kernel),) = sess.partitions
     (plan,) = kernel.plans.values()
     assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
 
@@ -125,7 +125,7 @@ def test_tables_are_uploaded_per_input_shape(fake_device):
     from tinydl.backends.cuda.program import Info
 
     sess = td.compile(shape_tables_graph(), backends=("cuda",), strict=True)
-    ((_, kernel),) = sess._kernels
+    ((*_, kernel),) = sess.partitions
 
     def tables():
         return {k: v for k, v in kernel._constants.items() if k[0] == "resize"}

@@ -87,7 +87,7 @@ def espcn(tmp_path, rng, scale=3):
 
 def kernel_of(sess, backend: str):
     """The one compiled partition of `backend` in a session."""
-    ((_, kernel),) = [(p, k) for p, k in sess._kernels if p.backend == backend]
+    (kernel,) = [c.kernel for c in sess.partitions if c.backend == backend]
     return kernel
 
 

@@ -161,3 +161,16 @@ def test_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_partitions_are_public():
+    """sess.partitions lists the compiled partitions in run order with their kernels."""
+    import tinydl as td
+    from tinydl.models import load_espcn
+
+    sess = td.compile(load_espcn(3), backends=("cpu",))
+    (part,) = sess.partitions
+    assert part.backend == "cpu"
+    assert [n.op for n in part.partition.nodes] == [n.op for n in sess.graph.nodes]
+    assert set(part.partition.outputs) == {v.name for v in sess.graph.outputs}
+    assert hasattr(part.kernel, "run")

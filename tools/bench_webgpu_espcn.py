@@ -88,7 +88,7 @@ def wall_median(fn, warm=10, runs=50) -> float:
 
 
 def webgpu_kernel(sess):
-    ((_, kernel),) = sess._kernels
+    ((*_, kernel),) = sess.partitions
     return kernel
 
 
@@ -254,7 +254,7 @@ for label in ("cold", "warm_pipeline_cache"):
     t_compile = time.perf_counter()
     sess.run({{"x": x}})
     t_run = time.perf_counter()
-    ((_, k),) = sess._kernels
+    ((*_, k),) = sess.partitions
     from tinydl.backends.webgpu.context import get_context
     out[label] = dict(
         total_s=t_run - t, load_s=t_load - t, compile_s=t_compile - t_load,

@@ -8,12 +8,20 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
-from tinydl.backends.partition import HOST, Placement, Transfer, location, partition
+from tinydl.backends.base import Kernel
+from tinydl.backends.partition import (
+    HOST,
+    Partition,
+    Placement,
+    Transfer,
+    location,
+    partition,
+)
 from tinydl.errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -24,6 +32,15 @@ from tinydl.ir.graph import Graph, Node, Value
 from tinydl.passes import PassManager
 
 PRECISIONS = ("fp32", "fp16")
+
+
+class CompiledPartition(NamedTuple):
+    """One partition of a Session: the backend that runs it, the partition (nodes, inputs,
+    outputs) and the compiled kernel."""
+
+    backend: str
+    partition: Partition
+    kernel: Kernel
 
 
 class Session:
@@ -131,6 +148,12 @@ class Session:
             "see Session.placement for the reasons, or pass strict=True to make this an error",
             stacklevel=3,
         )
+
+    @property
+    def partitions(self) -> list[CompiledPartition]:
+        """The compiled partitions in run order: each one's backend, nodes, boundary values and
+        the backend's compiled kernel (its `profile()` and, on GPU backends, its plans)."""
+        return [CompiledPartition(p.backend, p, k) for p, k in self._kernels]
 
     @property
     def inputs(self) -> list[Value]:
