@@ -174,3 +174,15 @@ def test_partitions_are_public():
     assert [n.op for n in part.partition.nodes] == [n.op for n in sess.graph.nodes]
     assert set(part.partition.outputs) == {v.name for v in sess.graph.outputs}
     assert hasattr(part.kernel, "run")
+
+
+def test_environment_options_are_read_into_backend_options():
+    from tinydl.backends.base import environment_options
+
+    env = {"TINYDL_CUDA_CHAIN": "off", "TINYDL_WEBGPU_WINOGRAD": "1", "HOME": "/"}
+    assert environment_options("cuda", env) == {"chain_fusion": False}
+    assert environment_options("webgpu", env) == {"winograd": "1"}
+    assert environment_options("cuda", {"TINYDL_CUDA_CHAIN": "16,32,256"}) == {
+        "chain_tile": "16,32,256"
+    }
+    assert environment_options("cpu", env) == {}

@@ -156,9 +156,9 @@ def test_buffers_planned_by_liveness_and_reused(rng):
     x = rng.standard_normal((64, 64)).astype(np.float32)
     sess.run({"v0": x})
     plan = only_plan(kernel_of(sess, "webgpu"))
-    buffers = {id(s.buffer) for s in plan.storage.values()}
-    assert len(plan.storage) == 5 and len(buffers) == 2
-    before = {k: s.serial for k, s in plan.storage.items()}
+    buffers = {id(s.buffer) for s in plan.buffers.values()}
+    assert len(plan.buffers) == 5 and len(buffers) == 2
+    before = {k: s.serial for k, s in plan.buffers.items()}
     ctx = get_context()
     out = sess.run({"v0": x}, outputs="device")["v6"]
     del out
@@ -168,7 +168,7 @@ def test_buffers_planned_by_liveness_and_reused(rng):
         out = sess.run({"v0": x}, outputs="device")["v6"]
         del out
     assert ctx.stats["buffers"] == created
-    assert {k: s.serial for k, s in plan.storage.items()} == before
+    assert {k: s.serial for k, s in plan.buffers.items()} == before
 
 
 # -- profiling and init costs --------------------------------------------------------------------
@@ -459,3 +459,24 @@ def test_elementwise_run_is_one_dispatch(rng):
         tol = 1e-5 if precision == "fp32" else 1e-2
         for name in ("y", "w"):
             assert rel_err(got[name], want[name]) <= tol, (precision, name)
+
+
+def test_backend_options_reach_the_kernel_builders(rng, monkeypatch):
+    """backend_options (and the environment variable that sets the same option, read once at
+    compile) turn the elementwise-run fusion off: one dispatch per op instead of one per run."""
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+
+    def dispatches(**kw):
+        sess = td.compile(small_graph(), backends=("webgpu",), strict=True, **kw)
+        np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x), rtol=1e-6)
+        ((*_, kernel),) = sess.partitions
+        (plan,) = kernel.plans.values()
+        return len(plan.steps)
+
+    fused = dispatches()
+    apart = dispatches(backend_options={"webgpu": {"fuse_elementwise": False}})
+    assert apart > fused
+    monkeypatch.setenv("TINYDL_WEBGPU_ELEMENTWISE", "off")
+    assert dispatches() == apart
+    with pytest.raises(ValueError, match="not among the backends"):
+        td.compile(small_graph(), backends=("webgpu",), backend_options={"cuda": {}})

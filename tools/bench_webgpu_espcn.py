@@ -107,12 +107,20 @@ def tinydl_one(backend, graph, precision, tag, x, ref, conv_configs):
     import tinydl as td
 
     tag = f"tinydl_webgpu_{tag}"
-    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
-    kernel = webgpu_kernel(sess)
+    opts = {}
     if conv_configs or tag.endswith("acc"):
-        kernel.extra["conv_configs"] = conv_configs or {}
-        kernel.extra["accumulate"] = "f16" if tag.endswith("acc") else "f32"
-        kernel.plans.clear()
+        opts = {
+            "conv_configs": conv_configs or {},
+            "accumulate": "f16" if tag.endswith("acc") else "f32",
+        }
+    sess = td.compile(
+        graph,
+        backends=("webgpu",),
+        precision=precision,
+        strict=True,
+        backend_options={"webgpu": opts},
+    )
+    kernel = webgpu_kernel(sess)
     y = sess.run({"x": x})["y"]
     log(f"{tag}_maxerr", max_err(y[0], ref))
     log(f"{tag}_nodes", [f"{n.name}:{n.op}" for n in sess.graph.nodes])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +36,46 @@ def content_key(array: np.ndarray) -> tuple:
 
 @dataclass(frozen=True)
 class CompileOptions:
+    """What a backend compiles with: the precision and its backend options (`extra`).
+
+    Backend options come from `tinydl.compile(..., backend_options={"webgpu": {...}})`, over
+    the environment variables of ENVIRONMENT (read once, when a session compiles). Kernel
+    builders read them through `Build.option`, never from the environment. Keys:
+    - every backend: "timing" ("ops" or "total": GPU timestamps per op or per run; set by
+      `profile=True`).
+    - webgpu: "fuse_elementwise" (bool, default True), "conv_configs" ({node name or "*":
+      "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
+      "winograd" ("1", "0" or a blocking; or {node name or "*": ...}).
+    - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
+      "chain_tile" ("TH,TW,THREADS[,UNROLL]").
+    """
+
     precision: str = "fp32"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Environment variables that set backend options (for sweeps and comparisons from a shell):
+# variable -> (backend, value -> options).
+ENVIRONMENT: dict[str, tuple[str, Any]] = {
+    "TINYDL_WEBGPU_ELEMENTWISE": ("webgpu", lambda v: {"fuse_elementwise": v != "off"}),
+    "TINYDL_WEBGPU_CONV": ("webgpu", lambda v: {"conv_configs": {"*": v}}),
+    "TINYDL_WEBGPU_ACCUMULATE": ("webgpu", lambda v: {"accumulate": v}),
+    "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),
+    "TINYDL_CUDA_CHAIN": (
+        "cuda",
+        lambda v: {"chain_fusion": False} if v == "off" else {"chain_tile": v},
+    ),
+}
+
+
+def environment_options(backend: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The backend options that ENVIRONMENT's variables set for `backend`."""
+    environ = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    for var, (name, parse) in ENVIRONMENT.items():
+        if name == backend and environ.get(var):
+            options.update(parse(environ[var]))
+    return options
 
 
 class Kernel(ABC):
@@ -44,6 +84,15 @@ class Kernel(ABC):
     @abstractmethod
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Map input value names to backend tensors; return output names to backend tensors."""
+
+    def run_host(self, inputs: dict[str, Any], host: Collection[str]) -> dict[str, Any]:
+        """Run; the outputs named in `host` come back as NumPy arrays. A GPU kernel reads them
+        back right after its compute; this default runs and leaves them as they are."""
+        return self.run(inputs)
+
+    def profile(self) -> dict[str, Any]:
+        """Init-cost phases ("init") and per-op device times of the last timed run ("ops")."""
+        return {"init": {}, "ops": None}
 
 
 class Backend(ABC):

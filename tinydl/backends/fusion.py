@@ -132,6 +132,54 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
     return [out.get(i, n) for i, n in enumerate(nodes) if id(n) not in dropped]
 
 
+def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[Node]:
+    """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
+    shape and is computed before the convolution runs, and the activation after the Add (if
+    one alone reads it) too: ResNet/MobileNet residual blocks become one kernel."""
+    producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+    out: list[Node] = []
+    dropped: set[int] = set()
+    for i, node in enumerate(nodes):
+        if id(node) in dropped:
+            continue
+        out.append(node)
+        conv = node.op in ("Conv", "tinydl.FusedConv")
+        if not conv or "d2s" in node.meta or "residual" in node.meta:
+            continue
+        y = node.outputs[0]
+        us = users.get(y, [])
+        if y in keep or len(us) != 1 or us[0].op != "Add" or us[0].inputs[0] == us[0].inputs[1]:
+            continue
+        add = us[0]
+        other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+        shape = shape_of(y)
+        if shape_of(add.outputs[0]) != shape or shape_of(other) != shape:
+            continue
+        if other in graph.initializers or producer_at.get(other, -1) >= i:
+            continue
+        meta = {**node.meta, "residual": other, "post": []}
+        value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
+        dropped.add(id(add))
+        after = users.get(value, [])
+        if value not in keep and len(after) == 1 and after[0].inputs[0] == value:
+            act = activation_of(after[0], graph, shape)
+            if act is not None and act[0] != "PRelu":
+                meta["post"] = [act]
+                dropped.add(id(after[0]))
+                label.append(after[0].op)
+                value = after[0].outputs[0]
+        meta["label"] = "+".join(label)
+        out[-1] = Node(
+            node.op, list(node.inputs), [value], dict(node.attrs), name=node.name, meta=meta
+        )
+    return out
+
+
 def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | None:
     """x -> Sigmoid -> Mul(x, sigmoid(x)): the Mul, when `value`'s two users are that pattern."""
     if len(users) != 2:

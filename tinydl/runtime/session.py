@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
-from tinydl.backends.base import Kernel
+from tinydl.backends.base import Kernel, environment_options
 from tinydl.backends.partition import (
     HOST,
     Partition,
@@ -59,6 +59,7 @@ class Session:
         profile: bool = False,
         optimize: str = "all",
         min_partition_size: int = 1,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -85,10 +86,30 @@ class Session:
         self.placement: Placement = partition(graph, chosen, min_partition_size)
         self._report_fallbacks(strict)
         t1 = time.perf_counter()
-        # profile=True asks backends for per-op device times on every run (GPU timestamps).
-        options = CompileOptions(precision=precision, extra={"timing": "ops"} if profile else {})
+        # Backend options: the environment's (read once, here), then the caller's; profile=True
+        # asks backends for per-op device times on every run (GPU timestamps).
+        given = dict(backend_options or {})
+        unknown = set(given) - set(self._backends)
+        if unknown:
+            raise ValueError(
+                f"backend_options names {sorted(unknown)}, not among the backends {self.backends}"
+            )
+        options = {
+            name: CompileOptions(
+                precision=precision,
+                extra={
+                    **environment_options(name),
+                    **given.get(name, {}),
+                    **({"timing": "ops"} if profile else {}),
+                },
+            )
+            for name in self._backends
+        }
         self._kernels = [
-            (part, self._backends[part.backend].compile(part.subgraph(graph), options))
+            (
+                part,
+                self._backends[part.backend].compile(part.subgraph(graph), options[part.backend]),
+            )
             for part in self.placement.partitions
         ]
         self._constant_outputs = {
@@ -372,12 +393,15 @@ def compile(
     profile: bool = False,
     optimize: str = "all",
     min_partition_size: int = 1,
+    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order.
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
     optimize: the graph optimizer's level, "all" (default), "basic" or "none" (tinydl.passes).
     min_partition_size: a backend other than the last takes no partition of fewer nodes.
+    backend_options: per backend name, options for its compiler, e.g.
+    {"webgpu": {"fuse_elementwise": False}} (the keys: tinydl.backends.base.CompileOptions).
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
@@ -391,6 +415,7 @@ def compile(
         profile=profile,
         optimize=optimize,
         min_partition_size=min_partition_size,
+        backend_options=backend_options,
     )
 
 

@@ -1,10 +1,8 @@
-"""Compiled partitions: a Plan per set of input shapes, replayed as a CUDA graph.
+"""CUDA plans (backends/planned.py makes them), replayed as CUDA graphs.
 
-Making a plan: infer every shape from the inputs' concrete shapes (values that become known
-constants, such as a Shape of a fixed input, are computed here once), fuse conv epilogues and
-small-conv chains, choose each value's storage type, let each node's kernel builder emit its
-launches, then give each intermediate a buffer by liveness (values whose lives do not overlap
-share one).
+What is CUDA's own: values that become known constants once shapes are (a Shape of a fixed
+input) are computed when the plan is made; conv epilogues take residual Adds and small-conv
+chains become one kernel (kernels/chain.py); buffers are CuPy arrays; steps are launches.
 
 Running: the first run of a plan launches its kernels one by one on the caller's current CuPy
 stream. Later runs replay a CUDA graph captured from the same launches. A graph bakes in the
@@ -18,45 +16,32 @@ waits for the GPU unless outputs go to the host.
 from __future__ import annotations
 
 import collections
-import math
 import sys
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import CompileOptions, Kernel, content_key
-from tinydl.backends.cuda.context import Context
+from tinydl.backends import planned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
-from tinydl.backends.fusion import fuse
-from tinydl.ir.graph import Graph, Node, Value
-from tinydl.ops.base import infer_graph
+from tinydl.backends.fusion import fuse, fuse_residuals
 
 MAX_GRAPHS = 8
 ALIGN = 256
 
 
 @dataclass
-class Info:
-    """A value's concrete type in a plan: logical dtype and the dtype it is stored in."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    sdtype: str
+class Info(planned.Info):
+    """A value's concrete type in a plan; `stype` is the NumPy name of the stored dtype."""
 
     @property
     def ctype(self) -> str:
-        return CTYPES[self.sdtype]
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+        return CTYPES[self.stype]
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.sdtype).itemsize
+        return self.size * np.dtype(self.stype).itemsize
 
 
 @dataclass
@@ -69,40 +54,7 @@ class Launch:
     label: str
 
 
-class Build:
-    """What a kernel builder sees of one node: types, constants, and ways to emit work."""
-
-    def __init__(self, plan: Plan, node: Node):
-        self.plan, self.node, self.ctx = plan, node, plan.ctx
-        self.attrs = node.attrs
-        self.inputs, self.outputs = node.inputs, node.outputs
-        self.label = node.meta.get("label", node.op)
-
-    @property
-    def precision(self) -> str:
-        return self.plan.precision
-
-    def has(self, i: int) -> bool:
-        return i < len(self.inputs) and bool(self.inputs[i])
-
-    def info(self, name_or_index) -> Info:
-        name = self.inputs[name_or_index] if isinstance(name_or_index, int) else name_or_index
-        info = self.plan.infos.get(name)
-        if info is None:
-            value = self.plan.const(name)
-            if value is None:
-                raise KeyError(f"{self.label}: no type for value '{name}'")
-            info = Info(tuple(value.shape), value.dtype.name, value.dtype.name)
-        return info
-
-    def out(self, i: int = 0) -> Info:
-        return self.plan.infos[self.outputs[i]]
-
-    def const(self, i: int) -> np.ndarray | None:
-        if not self.has(i):
-            return None
-        return self.plan.const(self.inputs[i])
-
+class Build(planned.Build):
     def launch(
         self,
         template: str,
@@ -145,10 +97,6 @@ class Build:
         array = np.ascontiguousarray(array if dtype is None else np.asarray(array).astype(dtype))
         return self.plan.owner.constant((self.node.name, key, array.dtype.name), array)
 
-    def alias(self, out: str, src: str) -> None:
-        """`out` is a view of `src` with another shape (zero-copy)."""
-        self.plan.alias[out] = self.plan.alias.get(src, src)
-
 
 class _Graph:
     """A captured CUDA graph and the output buffers it writes."""
@@ -175,129 +123,49 @@ class _Graph:
         return True
 
 
-class Plan:
-    """One partition specialized to concrete input types."""
+class Plan(planned.Plan):
+    build_class = Build
+    registry = REGISTRY
+    fold_constants = True
 
     def __init__(self, owner: CUDAKernel, inputs: dict[str, Info]):
-        t0 = time.perf_counter()
-        compile0 = owner.ctx.stats["compile_s"]
-        self.owner, self.ctx, self.cp = owner, owner.ctx, owner.ctx.cp
-        self.precision = owner.precision
-        graph = owner.graph
-        self.graph = graph
-        self.input_names = [v.name for v in graph.inputs]
-        self.output_names = [v.name for v in graph.outputs]
-        concrete = Graph(
-            inputs=[Value(n, inputs[n].dtype, inputs[n].shape) for n in self.input_names],
-            outputs=[Value(v.name) for v in graph.outputs],
-            nodes=graph.nodes,
-            initializers=graph.initializers,
-        )
-        known = infer_graph(concrete)
-        types = concrete.values
-        keep = set(self.output_names)
-        # Values that are known constants once the input shapes are (Shape and what follows).
-        self.consts: dict[str, np.ndarray] = {}
-        live_nodes = []
-        for node in graph.nodes:
-            outs = [known[o] for o in node.outputs if o]
-            if node.op == "Constant":
-                from tinydl.ops import schema_of
+        self.cp = owner.ctx.cp
+        super().__init__(owner, inputs)
+        self.graphs: collections.OrderedDict = collections.OrderedDict()
+        self.ran = False
 
-                self.consts[node.outputs[0]] = np.asarray(schema_of("Constant").run(node, [])[0])
-                continue
-            if outs and all(t.value is not None for t in outs):
-                for o in node.outputs:
-                    if o:
-                        self.consts[o] = np.asarray(known[o].value)
-                continue
-            live_nodes.append(node)
-        body = Graph(list(graph.inputs), list(graph.outputs), live_nodes, graph.initializers)
-        shape_of = lambda v: known[v].shape  # noqa: E731
-        self.nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
-        from tinydl.backends.cuda.kernels.conv import fuse_residuals
+    def rewrite(self, body, keep, shape_of, types):
+        nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
+        return fuse_residuals(nodes, keep, shape_of, body)
 
-        self.nodes = fuse_residuals(self.nodes, keep, shape_of, graph)
-        self.infos: dict[str, Info] = dict(inputs)
-        self.alias: dict[str, str] = {}
-        f16 = self.precision == "fp16"
-        for node in self.nodes:
-            for name in node.outputs:
-                if not name:
-                    continue
-                t = types[name]
-                if t.dtype not in CTYPES or t.shape is None:
-                    raise ValueError(f"{node.name}: cannot place {name} ({t.dtype}, {t.shape})")
-                if not all(isinstance(d, int) for d in t.shape):
-                    raise ValueError(f"{node.name}: {name} has a symbolic shape {t.shape}")
-                sd = "float16" if f16 and t.dtype == "float32" and name not in keep else t.dtype
-                self.infos[name] = Info(tuple(t.shape), t.dtype, sd)
-        for name, value in self.consts.items():
-            self.infos[name] = Info(tuple(value.shape), value.dtype.name, value.dtype.name)
+    @classmethod
+    def holds(cls, dtype: str) -> bool:
+        return dtype in CTYPES
+
+    def value_info(self, shape, dtype, is_output) -> Info:
+        f16 = self.precision == "fp16" and dtype == "float32" and not is_output
+        return Info(shape, dtype, "float16" if f16 else dtype)
+
+    def const_info(self, value) -> Info:
+        return Info(tuple(value.shape), value.dtype.name, value.dtype.name)
+
+    def arrange(self, keep, types) -> None:
         from tinydl.backends.cuda.kernels.chain import fuse_chains
 
         self.nodes = fuse_chains(self, self.nodes, keep, types)
-        self.steps: list[Launch] = []
-        for node in self.nodes:
-            REGISTRY[node.op].build(Build(self, node))
-        self._allocate()
-        self.graphs: collections.OrderedDict = collections.OrderedDict()
-        self.ran = False
-        self.init = {
-            "plan_s": time.perf_counter() - t0,
-            "compile_s": owner.ctx.stats["compile_s"] - compile0,
-        }
 
-    def const(self, name: str) -> np.ndarray | None:
-        if name in self.consts:
-            return self.consts[name]
-        return self.graph.initializers.get(name)
+    def nbytes(self, info: Info) -> int:
+        return info.nbytes
 
-    # -- buffers -------------------------------------------------------------------------------
-    def root(self, name: str) -> str:
-        return self.alias.get(name, name)
+    def new_buffer(self, nbytes: int):
+        with self.ctx.device:
+            return self.cp.empty((nbytes + ALIGN - 1) // ALIGN * ALIGN, self.cp.uint8)
+
+    def buffer_size(self, buffer) -> int:
+        return buffer.size
 
     def _allocate(self) -> None:
-        cp = self.cp
-        inputs, outputs = set(self.input_names), set(self.output_names)
-        self.const_outputs = {}
-        for o in outputs:
-            r = self.root(o)
-            if r in self.consts or (r in self.graph.initializers and r not in inputs):
-                value = self.const(r)
-                self.const_outputs[o] = self.owner.constant(("output", o), value)
-        roots_out = {self.root(o) for o in outputs} - inputs - set(self.const_outputs)
-        roots_out = {r for r in roots_out if r in self.infos and r not in self.consts}
-        self.output_roots = sorted(roots_out)
-        last: dict[str, int] = {}
-        first: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            for a in step.args:
-                if isinstance(a, str):
-                    r = self.root(a)
-                    first.setdefault(r, i)
-                    last[r] = i
-        self.buffers: dict[str, Any] = {}
-        free: list[tuple[int, Any]] = []
-        ending: dict[int, list[str]] = {}
-        for r, i in last.items():
-            ending.setdefault(i, []).append(r)
-        with self.ctx.device:
-            for i, _ in enumerate(self.steps):
-                for r, f in first.items():
-                    if f != i or r in inputs or r in roots_out or r in self.buffers:
-                        continue
-                    need = max(1, self.infos[r].nbytes)
-                    fit = [k for k, (size, _) in enumerate(free) if size >= need]
-                    if fit:
-                        k = min(fit, key=lambda k: free[k][0])
-                        _, slot = free.pop(k)
-                    else:
-                        slot = cp.empty((need + ALIGN - 1) // ALIGN * ALIGN, cp.uint8)
-                    self.buffers[r] = slot
-                for r in ending.get(i, []):
-                    if r in self.buffers:
-                        free.append((self.buffers[r].size, self.buffers[r]))
+        super()._allocate()
         self.views = {r: self._view(slot, r) for r, slot in self.buffers.items()}
         self.out_specs = []
         for name in self.output_names:
@@ -308,11 +176,11 @@ class Plan:
 
     def _view(self, slot, name: str):
         info = self.infos[name]
-        return self.cp.ndarray(info.shape, info.sdtype, memptr=slot.data)
+        return self.cp.ndarray(info.shape, info.stype, memptr=slot.data)
 
     def _new_outputs(self) -> dict[str, Any]:
         cp = self.cp
-        return {r: cp.empty(self.infos[r].shape, self.infos[r].sdtype) for r in self.output_roots}
+        return {r: cp.empty(self.infos[r].shape, self.infos[r].stype) for r in self.output_roots}
 
     # -- running -------------------------------------------------------------------------------
     def _args(self, step: Launch, env: dict[str, Any]) -> tuple:
@@ -420,78 +288,29 @@ class Plan:
         return g
 
 
-class CUDAKernel(Kernel):
-    """A partition compiled for CUDA; plans are made per input types (eagerly when static)."""
+class CUDAKernel(planned.PlannedKernel):
+    """A partition compiled for CUDA."""
 
-    def __init__(self, ctx: Context, graph: Graph, options: CompileOptions):
-        self.ctx, self.graph = ctx, graph
-        self.precision = options.precision
-        self.extra = dict(options.extra)
-        self.timing: str | None = self.extra.get("timing")
-        self.use_graphs: bool = bool(self.extra.get("cuda_graphs", True))
-        self.plans: dict[tuple, Plan] = {}
-        self._by_feed: dict[tuple, Plan] = {}  # the same plans, by the feeds' (shape, dtype)
-        self._constants: dict[tuple, Any] = {}
-        self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
-        self._pending: list[tuple] = []
-        self._timings: list[tuple[str, float]] | None = None
-        self.timing_history: collections.deque = collections.deque(maxlen=1000)
-        self._staging: dict[tuple, tuple] = {}
-        static = {}
-        for v in graph.inputs:
-            if v.shape is None or not all(isinstance(d, int) for d in v.shape):
-                break
-            if v.dtype not in CTYPES:
-                break
-            static[v.name] = Info(tuple(v.shape), v.dtype, v.dtype)
-        else:
-            self._plan(static)
+    plan_class = Plan
 
-    def constant(self, key, array: np.ndarray):
-        key = (*key, content_key(array))
-        arr = self._constants.get(key)
-        if arr is None:
-            t0 = time.perf_counter()
-            with self.ctx.device:
-                arr = self.ctx.cp.asarray(np.ascontiguousarray(array))
-            self._constants[key] = arr
-            self.init["weights_s"] += time.perf_counter() - t0
-        return arr
+    def __init__(self, ctx, graph, options):
+        self.use_graphs: bool = bool(dict(options.extra).get("cuda_graphs", True))
+        super().__init__(ctx, graph, options)
 
-    def _plan(self, infos: dict[str, Info]) -> Plan:
-        key = tuple((n, i.shape, i.dtype) for n, i in sorted(infos.items()))
-        plan = self.plans.get(key)
-        if plan is None:
-            w0 = self.init["weights_s"]
-            plan = Plan(self, infos)
-            self.plans[key] = plan
-            self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
-            self.init["compile_s"] += plan.init["compile_s"]
-        return plan
+    def input_info(self, shape, dtype) -> Info:
+        return Info(shape, dtype, dtype)
 
-    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        return self.run_host(inputs, ())
+    def feed_info(self, name: str, t) -> Info:
+        dtype = t.dtype.name
+        return Info(tuple(t.shape), dtype, dtype)
 
-    def run_host(self, inputs: dict[str, Any], host: Collection[str]) -> dict[str, Any]:
+    def upload(self, data: np.ndarray):
+        with self.ctx.device:
+            return self.ctx.cp.asarray(np.ascontiguousarray(data))
+
+    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> dict:
         """Run; the outputs named in `host` come back as NumPy arrays (through pinned memory)."""
-        key = tuple((name, t.shape, t.dtype) for name, t in inputs.items())
-        plan = self._by_feed.get(key)
-        if plan is None:
-            infos = {}
-            for name, t in inputs.items():
-                dtype = t.dtype.name
-                infos[name] = Info(tuple(t.shape), dtype, dtype)
-            plan = self._by_feed[key] = self._plan(infos)
-        first = "first_run_s" not in self.init
-        t0 = time.perf_counter()
-        out = plan.run(inputs, host, self.timing, self.use_graphs)
-        if first:
-            if not host:
-                self.ctx.sync()
-            self.init["first_run_s"] = time.perf_counter() - t0
-        if plan.pending is not None:
-            self._pending.append(plan.pending)
-        return out
+        return plan.run(inputs, host, self.timing, self.use_graphs)
 
     def to_host(self, arr, stream) -> np.ndarray:
         """Copy a device array to a NumPy array in pinned memory (waits for the copy)."""
@@ -501,22 +320,13 @@ class CUDAKernel(Kernel):
         arr.get(stream=stream, out=out)
         return out
 
-    @property
-    def timings(self) -> list[tuple[str, float]] | None:
-        """(op label, GPU seconds) of the last timed run; waits for runs still in flight."""
-        cp = self.ctx.cp
-        while self._pending:
-            events, labels = self._pending.pop(0)
-            events[-1].synchronize()
-            secs = [
-                cp.cuda.get_elapsed_time(events[2 * k], events[2 * k + 1]) * 1e-3
-                for k in range(len(labels))
-            ]
-            self._timings = list(zip(labels, secs, strict=True))
-            self.timing_history.append(self._timings)
-        return self._timings
+    def read_timing(self, pending: tuple) -> list[float]:
+        events, labels = pending
+        events[-1].synchronize()
+        get = self.ctx.cp.cuda.get_elapsed_time
+        return [get(events[2 * k], events[2 * k + 1]) * 1e-3 for k in range(len(labels))]
 
     def profile(self) -> dict[str, Any]:
-        init = dict(self.init)
-        init["graphs"] = sum(len(g) for p in self.plans.values() for g in p.graphs.values())
-        return {"init": init, "ops": self.timings}
+        prof = super().profile()
+        prof["init"]["graphs"] = sum(len(g) for p in self.plans.values() for g in p.graphs.values())
+        return prof

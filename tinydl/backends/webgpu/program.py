@@ -1,27 +1,23 @@
-"""Compiled partitions: a Plan per set of input shapes, run with one encoder and one submit.
+"""WebGPU plans (backends/planned.py makes them): one encoder and one submit per run.
 
-Making a plan: infer every shape from the inputs' concrete shapes, fuse conv chains, choose each
-value's layout and storage type, let each node's kernel builder emit its dispatches, then give
-each intermediate a buffer by liveness (values whose lives do not overlap share one). Buffers,
-pipelines and bind groups are made once and reused by every run with those shapes.
+What is WebGPU's own: storage types and the packed-4 layout of values between direct
+convolutions, buffers as Storage, dispatches recorded into one compute pass (per-op timestamp
+passes when profiling), and host outputs read back in a submission right after the compute.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
-import os
-import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import CompileOptions, Kernel, content_key
+from tinydl.backends import planned
 from tinydl.backends.fusion import fuse, fuse_elementwise
-from tinydl.backends.webgpu.context import Context
+from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels.conv import direct_ok
 from tinydl.backends.webgpu.tensor import (
@@ -33,10 +29,6 @@ from tinydl.backends.webgpu.tensor import (
     padded_shape,
     to_storage,
 )
-from tinydl.ir.graph import Graph, Node, Value
-from tinydl.ops.base import infer_graph
-
-ELEMENTWISE_ENV = "TINYDL_WEBGPU_ELEMENTWISE"
 
 
 @functools.cache
@@ -46,56 +38,15 @@ def _header(f16: bool) -> str:
 
 
 @dataclass
-class Info:
-    """A value's concrete type in a plan."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    stype: str
-    layout: str = "nchw"
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(padded_shape(self.shape, self.layout)) * STORAGE_TYPES[self.stype].itemsize
-
-
-@dataclass
 class Dispatch:
     pipeline: Any
-    bindings: list  # value names (str) or Storage
+    args: list  # value names (str) or Storage
     grid: tuple[int, int, int]
     label: str
     bind_groups: dict = field(default_factory=dict)
 
 
-class Build:
-    """What a kernel builder sees of one node: types, constants, and ways to emit work."""
-
-    def __init__(self, plan: Plan, node: Node):
-        self.plan, self.node, self.ctx = plan, node, plan.ctx
-        self.attrs = node.attrs
-        self.inputs, self.outputs = node.inputs, node.outputs
-        self.label = node.meta.get("label", node.op)
-
-    @property
-    def precision(self) -> str:
-        return self.plan.precision
-
-    def has(self, i: int) -> bool:
-        return i < len(self.inputs) and bool(self.inputs[i])
-
-    def info(self, name_or_index) -> Info:
-        name = self.inputs[name_or_index] if isinstance(name_or_index, int) else name_or_index
-        return self.plan.infos[name]
-
-    def out(self, i: int = 0) -> Info:
-        return self.plan.infos[self.outputs[i]]
-
-    def const(self, i: int) -> np.ndarray | None:
-        if not self.has(i):
-            return None
-        return self.plan.graph.initializers.get(self.inputs[i])
-
+class Build(planned.Build):
     def dispatch(self, template: str, bindings: list, grid, label: str = "", **params) -> None:
         label = label or self.label
         source = render(template, header=_header(self.ctx.has_f16), label=label, **params)
@@ -110,75 +61,62 @@ class Build:
         """Upload a constant (packed weights, tables) once per compiled kernel; `uniform` puts
         it in a uniform buffer (constant memory) instead of a storage buffer."""
         return self.plan.owner.constant(
-            (self.node.name, key, stype, uniform), array, stype, uniform
+            (self.node.name, key, stype, uniform), to_storage(array, stype), uniform=uniform
         )
 
-    def alias(self, out: str, src: str) -> None:
-        """`out` is a view of `src` with another shape (zero-copy)."""
-        self.plan.alias[out] = self.plan.alias.get(src, src)
 
+class Plan(planned.Plan):
+    build_class = Build
+    registry = REGISTRY
 
-class Plan:
-    """One partition specialized to concrete input types."""
+    def rewrite(self, body, keep, shape_of, types):
+        nodes = fuse(body, keep, shape_of, direct_ok)
+        # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per
+        # elementwise op, for comparisons.
+        if self.owner.extra.get("fuse_elementwise", True):
+            nodes = fuse_elementwise(nodes, keep, body, types)
+        return nodes
 
-    def __init__(self, owner: WebGPUKernel, inputs: dict[str, Info]):
-        t0 = time.perf_counter()
-        compile0 = owner.ctx.stats["compile_s"]
-        self.owner, self.ctx, self.precision = owner, owner.ctx, owner.precision
-        graph = owner.graph
-        self.graph = graph
-        self.input_names = [v.name for v in graph.inputs]
-        self.output_names = [v.name for v in graph.outputs]
-        concrete = Graph(
-            inputs=[Value(n, inputs[n].dtype, inputs[n].shape) for n in self.input_names],
-            outputs=[Value(v.name) for v in graph.outputs],
-            nodes=graph.nodes,
-            initializers=graph.initializers,
-        )
-        infer_graph(concrete)
-        types = concrete.values
-        keep = set(self.output_names)
-        self.nodes = fuse(graph, keep, lambda v: types[v].shape, direct_ok)
-        # TINYDL_WEBGPU_ELEMENTWISE=off (or extra["fuse_elementwise"] = False): one dispatch
-        # per elementwise op, for comparisons.
-        fuse_runs = owner.extra.get("fuse_elementwise", os.environ.get(ELEMENTWISE_ENV) != "off")
-        if fuse_runs:
-            self.nodes = fuse_elementwise(self.nodes, keep, graph, types)
-        self.infos: dict[str, Info] = dict(inputs)
-        self.alias: dict[str, str] = {}
+    @classmethod
+    def holds(cls, dtype: str) -> bool:
+        return dtype in LOGICAL
+
+    def value_info(self, shape, dtype, is_output) -> Info:
         f16 = self.precision == "fp16" and self.ctx.has_f16
-        for node in self.nodes:
-            for name in node.outputs:
-                if not name:
-                    continue
-                t = types[name]
-                if (
-                    t.dtype not in LOGICAL
-                    or t.shape is None
-                    or not all(isinstance(d, int) for d in t.shape)
-                ):
-                    raise ValueError(f"{node.name}: cannot place {name} ({t.dtype}, {t.shape})")
-                stype = (
-                    "f16" if f16 and t.dtype == "float32" and name not in keep else LOGICAL[t.dtype]
-                )
-                self.infos[name] = Info(tuple(t.shape), t.dtype, stype)
-        self._choose_layouts(keep)
-        self.steps: list[Dispatch] = []
-        for node in self.nodes:
-            REGISTRY[node.op].build(Build(self, node))
-        self._allocate()
-        self.init = {
-            "plan_s": time.perf_counter() - t0,
-            "compile_s": owner.ctx.stats["compile_s"] - compile0,
-        }
+        return Info(
+            shape, dtype, "f16" if f16 and dtype == "float32" and not is_output else LOGICAL[dtype]
+        )
+
+    def const_info(self, value) -> Info:
+        return Info(tuple(value.shape), value.dtype.name, LOGICAL[value.dtype.name])
+
+    def nbytes(self, info: Info) -> int:
+        return math.prod(padded_shape(info.shape, info.layout)) * STORAGE_TYPES[info.stype].itemsize
+
+    def _allocate(self) -> None:
+        # Every value must fit one storage binding (a tensor over the limit is refused, named).
+        for step in self.steps:
+            for a in step.args:
+                if isinstance(a, str) and self.root(a) not in self.input_names:
+                    info = self.infos[self.root(a)]
+                    self.ctx.check_size(self.nbytes(info), f"value '{self.root(a)}' {info.shape}")
+        super()._allocate()
+
+    def new_buffer(self, nbytes: int) -> Storage:
+        return Storage(
+            self.ctx, self.ctx.create_buffer(max(256, (nbytes + 255) // 256 * 256)), pooled=False
+        )
+
+    def buffer_size(self, buffer: Storage) -> int:
+        return buffer.buffer.size
 
     # -- layouts -------------------------------------------------------------------------------
-    def _choose_layouts(self, keep: set[str]) -> None:
+    def arrange(self, keep, types) -> None:
         """nc4hw4 (packed-4) for a value made and used only by kernels that take it (direct
         convs): neighbouring pixels' vec4 of channels are neighbours in memory, so a tile's
         loads and stores are contiguous (ESPCN's first layer: 0.11 -> 0.055 ms on an H200
         against N,H,W,C4 channel-last vec4)."""
-        users: dict[str, list[Node]] = {}
+        users: dict[str, list[tuple]] = {}
         for node in self.nodes:
             for i, name in enumerate(node.inputs):
                 if name:
@@ -197,55 +135,14 @@ class Plan:
             ):
                 self.infos[name].layout = "nc4hw4"
 
-    # -- buffers -------------------------------------------------------------------------------
-    def root(self, name: str) -> str:
-        return self.alias.get(name, name)
-
-    def _allocate(self) -> None:
-        inputs, outputs = set(self.input_names), set(self.output_names)
-        roots_out = {self.root(o) for o in outputs} - inputs
-        self.output_roots = sorted(roots_out)
-        last: dict[str, int] = {}
-        first: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            for b in step.bindings:
-                if isinstance(b, str):
-                    r = self.root(b)
-                    first.setdefault(r, i)
-                    last[r] = i
-        self.storage: dict[str, Storage] = {}
-        free: list[tuple[int, Any]] = []
-        ending: dict[int, list[str]] = {}
-        for r, i in last.items():
-            ending.setdefault(i, []).append(r)
-        for i, _ in enumerate(self.steps):
-            for r, f in first.items():
-                if f != i or r in inputs or r in roots_out or r in self.storage:
-                    continue
-                need = self.infos[r].nbytes
-                self.ctx.check_size(need, f"value '{r}' {self.infos[r].shape}")
-                fit = [k for k, (size, _) in enumerate(free) if size >= need]
-                if fit:
-                    k = min(fit, key=lambda k: free[k][0])
-                    _, st = free.pop(k)
-                else:
-                    size = max(256, (need + 255) // 256 * 256)
-                    st = Storage(self.ctx, self.ctx.create_buffer(size), pooled=False)
-                self.storage[r] = st
-            for r in ending.get(i, []):
-                if r in self.storage:
-                    free.append((self.storage[r].buffer.size, self.storage[r]))
-        for r in roots_out:
-            self.ctx.check_size(self.infos[r].nbytes, f"output '{r}' {self.infos[r].shape}")
-
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: dict[str, GPUTensor], host: Collection[str], timing: str | None):
         ctx = self.ctx
-        env: dict[str, Storage] = dict(self.storage)
+        env: dict[str, Storage] = dict(self.buffers)
         for name in self.input_names:
             env[name] = feeds[name].storage
         for r in self.output_roots:
-            env[r] = Storage(ctx, ctx.acquire(self.infos[r].nbytes))
+            env[r] = Storage(ctx, ctx.acquire(self.nbytes(self.infos[r])))
         with ctx.guard("running a model"):
             encoder = ctx.device.create_command_encoder()
             queries = None
@@ -286,9 +183,10 @@ class Plan:
                 encoder = ctx.device.create_command_encoder()
             for name in host:
                 info = self.infos[name]
-                buf = ctx.acquire(info.nbytes, u.MAP_READ | u.COPY_DST)
+                nbytes = self.nbytes(info)
+                buf = ctx.acquire(nbytes, u.MAP_READ | u.COPY_DST)
                 encoder.copy_buffer_to_buffer(
-                    env[self.root(name)].buffer, 0, buf, 0, (info.nbytes + 3) // 4 * 4
+                    env[self.root(name)].buffer, 0, buf, 0, (nbytes + 3) // 4 * 4
                 )
                 staging[name] = buf
             if queries is not None:
@@ -303,7 +201,7 @@ class Plan:
             info = self.infos[name]
             t = GPUTensor(env[self.root(name)], info.shape, info.dtype, info.stype, info.layout)
             if name in staging:
-                results[name] = from_storage(ctx.map_read(staging[name], info.nbytes), t)
+                results[name] = from_storage(ctx.map_read(staging[name], self.nbytes(info)), t)
             else:
                 results[name] = t
         # Timestamps are read later (WebGPUKernel.timings), so timing does not add a wait.
@@ -314,7 +212,7 @@ class Plan:
         return results
 
     def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
-        stores = [env[self.root(b)] if isinstance(b, str) else b for b in step.bindings]
+        stores = [env[self.root(b)] if isinstance(b, str) else b for b in step.args]
         key = tuple(s.serial for s in stores)
         bind_group = step.bind_groups.get(key)
         if bind_group is None:
@@ -332,87 +230,29 @@ class Plan:
         cp.dispatch_workgroups(*step.grid)
 
 
-class WebGPUKernel(Kernel):
-    """A partition compiled for WebGPU; plans are made per input types (eagerly when static)."""
+class WebGPUKernel(planned.PlannedKernel):
+    """A partition compiled for WebGPU."""
 
-    def __init__(self, ctx: Context, graph: Graph, options: CompileOptions):
-        self.ctx, self.graph = ctx, graph
-        self.precision = options.precision
-        self.extra = dict(options.extra)
-        self.timing: str | None = self.extra.get("timing")
-        self.plans: dict[tuple, Plan] = {}
-        self._constants: dict[tuple, Storage] = {}
-        self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
-        self._pending: list[tuple] = []
-        self._timings: list[tuple[str, float]] | None = None
-        # Per-op (or total) GPU seconds of recent timed runs, oldest first.
-        self.timing_history: collections.deque = collections.deque(maxlen=1000)
-        static = {}
-        for v in graph.inputs:
-            if v.shape is None or not all(isinstance(d, int) for d in v.shape):
-                break
-            if v.dtype not in LOGICAL:
-                break
-            static[v.name] = Info(tuple(v.shape), v.dtype, LOGICAL[v.dtype])
-        else:
-            self._plan(static)
+    plan_class = Plan
 
-    def constant(self, key, array: np.ndarray, stype: str, uniform: bool = False) -> Storage:
-        t0 = time.perf_counter()
-        data = to_storage(array, stype)
-        key = (*key, content_key(data))
-        st = self._constants.get(key)
-        if st is None:
-            u = self.ctx.wgpu.BufferUsage
-            usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
-            st = Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
-            self._constants[key] = st
-            self.init["weights_s"] += time.perf_counter() - t0
-        return st
+    def input_info(self, shape, dtype) -> Info:
+        return Info(shape, dtype, LOGICAL[dtype])
 
-    def _plan(self, infos: dict[str, Info]) -> Plan:
-        key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))
-        plan = self.plans.get(key)
-        if plan is None:
-            w0 = self.init["weights_s"]
-            plan = Plan(self, infos)
-            self.plans[key] = plan
-            self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
-            self.init["compile_s"] += plan.init["compile_s"]
-        return plan
+    def feed_info(self, name: str, t: GPUTensor) -> Info:
+        if t.layout != "nchw":
+            raise ValueError(f"input '{name}' must have the nchw layout, got {t.layout}")
+        return Info(t.shape, t.dtype.name, t.stype)
 
-    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        return self.run_host(inputs, ())
+    def upload(self, data: np.ndarray, uniform: bool = False) -> Storage:
+        u = self.ctx.wgpu.BufferUsage
+        usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
+        return Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
 
-    def run_host(self, inputs: dict[str, Any], host: Collection[str]) -> dict[str, Any]:
+    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> dict:
         """Run; the outputs named in `host` come back as NumPy arrays read in the same submit."""
-        infos = {}
-        for name, t in inputs.items():
-            if t.layout != "nchw":
-                raise ValueError(f"input '{name}' must have the nchw layout, got {t.layout}")
-            infos[name] = Info(t.shape, t.dtype.name, t.stype)
-        plan = self._plan(infos)
-        first = "first_run_s" not in self.init
-        t0 = time.perf_counter()
-        out = plan.run(inputs, host, self.timing)
-        if first:
-            if not host:
-                self.ctx.sync()
-            self.init["first_run_s"] = time.perf_counter() - t0
-        if plan.pending is not None:
-            self._pending.append(plan.pending)
-        return out
+        return plan.run(inputs, host, self.timing)
 
-    @property
-    def timings(self) -> list[tuple[str, float]] | None:
-        """(op label, GPU seconds) of the last timed run; waits for runs still in flight."""
-        while self._pending:
-            buf, nbytes, labels = self._pending.pop(0)
-            ticks = self.ctx.map_read(buf, nbytes).view(np.uint64).astype(np.int64)
-            seconds = (ticks[1::2] - ticks[0::2]) * 1e-9
-            self._timings = [(n, float(s)) for n, s in zip(labels, seconds, strict=True)]
-            self.timing_history.append(self._timings)
-        return self._timings
-
-    def profile(self) -> dict[str, Any]:
-        return {"init": dict(self.init), "ops": self.timings}
+    def read_timing(self, pending: tuple) -> list[float]:
+        buf, nbytes, _ = pending
+        ticks = self.ctx.map_read(buf, nbytes).view(np.uint64).astype(np.int64)
+        return list((ticks[1::2] - ticks[0::2]) * 1e-9)

@@ -1,9 +1,10 @@
 """CUDA C kernels: each op family is `<name>.py` (the builder, registered with `@kernel`) plus
 `<name>.cu` (a Jinja2 template). The backend supports an op when a module here registers it.
 
-A builder gets a `Build` (see program.py) for one node and emits launches: it renders its
-template with the node's shapes, strides, kernel sizes, activation and precision baked in, and
-passes value names (resolved to device arrays when the plan is made) or uploaded constants.
+A builder gets a `Build` (backends/planned.py, cuda/program.py) for one node and
+emits launches: it renders its template with the node's shapes, strides, kernel sizes,
+activation and precision baked in, and passes
+value names (resolved to device arrays when the plan is made) or uploaded constants.
 Every template starts with common.cuh (storage types, fp16 conversion, activations); kernels
 need no CUDA headers, so NVRTC compiles them with no include path.
 """
@@ -13,24 +14,14 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib import resources
-
-import jinja2
+from collections.abc import Sequence
 
 from tinydl.backends.base import Support
+from tinydl.backends.planned import KernelRegistry, templates
 from tinydl.ir.graph import Graph, Node
 
-
-@dataclass
-class KernelDef:
-    op: str
-    build: Callable
-    supports: Callable[[Node, Graph], Support] | None = None
-
-
-REGISTRY: dict[str, KernelDef] = {}
+REGISTRY = KernelRegistry("cuda")
+kernel = REGISTRY.kernel
 
 # Logical dtype -> C storage type. float16 is stored as raw bits (half_t) and converted with
 # PTX cvt instructions, so no cuda_fp16.h is needed.
@@ -46,33 +37,12 @@ CTYPES = {
 FLOATS = ("float32", "float16")
 
 
-def kernel(*ops: str, supports=None):
-    """Register the decorated builder for `ops` (ONNX spelling)."""
-
-    def deco(fn):
-        for op in ops:
-            if op in REGISTRY:
-                raise RuntimeError(f"cuda kernel for {op} registered twice")
-            REGISTRY[op] = KernelDef(op, fn, supports)
-        return fn
-
-    return deco
-
-
-_env = jinja2.Environment(
-    loader=jinja2.FunctionLoader(
-        lambda name: resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
-    ),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-)
+_render = templates(__name__)
 
 
 def render(template: str, **params) -> str:
     """Specialize a .cu template of this package (common.cuh goes first)."""
-    return _env.get_template("common.cuh").render() + _env.get_template(template).render(**params)
+    return _render("common.cuh") + _render(template, **params)
 
 
 def constant_inputs(node: Node, graph: Graph) -> Support:

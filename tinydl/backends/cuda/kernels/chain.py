@@ -9,14 +9,13 @@ for all the tiles the block computes. Used at precision="fp16" on GPUs with mma.
 (compute capability 8.0 and newer); at fp32 the convolutions run one kernel each.
 
 The tile shape (output rows x columns) and threads per block can be
-set per run with CompileOptions.extra["chain_tile"] = "TH,TW,THREADS[,UNROLL]" or the environment
-variable TINYDL_CUDA_CHAIN (for sweeps; "off" turns the fusion off).
+set with the backend option "chain_tile" = "TH,TW,THREADS[,UNROLL]" ("chain_fusion": False
+turns the fusion off); the environment variable TINYDL_CUDA_CHAIN sets either (backends/base.py).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -26,7 +25,6 @@ from tinydl.backends.fusion import epilogue, weights_and_bias
 from tinydl.ir.graph import Node
 
 OP = "tinydl.cuda.ConvChain"
-TILE_ENV = "TINYDL_CUDA_CHAIN"
 DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
@@ -75,7 +73,7 @@ def _conv_ok(plan, node: Node, last: bool):
 def fuse_chains(plan, nodes: list[Node], keep: set[str], types) -> list[Node]:
     """Replace conv -> conv -> conv chains that chain.cu can run with one ConvChain node."""
     ctx = plan.ctx
-    enabled = plan.owner.extra.get("chain_fusion", True) and os.environ.get(TILE_ENV) != "off"
+    enabled = plan.owner.extra.get("chain_fusion", True)
     if plan.precision != "fp16" or not enabled or tuple(ctx.cc) < (8, 0):
         return nodes
     users: dict[str, list[Node]] = {}
@@ -187,7 +185,7 @@ def conv_chain(b):
         pos += _pad16(len(raw))
     wbytes = pos
     pack = np.frombuffer(b"".join(parts), np.uint8)
-    override = b.plan.owner.extra.get("chain_tile") or os.environ.get(TILE_ENV)
+    override = b.option("chain_tile")
     given = [int(v) for v in str(override).split(",")] if override else []
     th, tw, threads, unroll = (given + list(DEFAULT_TILE)[len(given) :])[:4]
     r2 = k3 // 2

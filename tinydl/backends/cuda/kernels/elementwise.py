@@ -71,7 +71,7 @@ def emit(b, expr, operands: list[Operand], out: str, ct: str, label: str = "") -
             arr = op.array
             if arr.dtype == np.float64 or (ct == "float" and arr.dtype.name not in FLOATS):
                 arr = arr.astype(np.float32)
-            if arr.dtype.name == "float16" and b.plan.infos[out].sdtype != "float16":
+            if arr.dtype.name == "float16" and b.plan.infos[out].stype != "float16":
                 arr = arr.astype(np.float32)
             ctype = CTYPES[arr.dtype.name]
             args.append(b.upload(("operand", k), arr))
@@ -204,7 +204,7 @@ def activation(b):
 @kernel("Cast")
 def cast(b):
     src, dst = b.info(0), b.out()
-    if src.sdtype == dst.sdtype:
+    if src.stype == dst.stype:
         b.alias(b.outputs[0], b.inputs[0])
         return
     if dst.dtype == "bool":

@@ -47,7 +47,7 @@ def emit_gather(
     if total == 0:
         return
     sin, sout = b.info(src), b.plan.infos[dst]
-    same = sin.sdtype == sout.sdtype
+    same = sin.stype == sout.stype
     ct = "float" if sout.dtype in FLOATS else CTYPES[sout.dtype]
     if ct == "float":
         pad_text = cfloat(float(pad))

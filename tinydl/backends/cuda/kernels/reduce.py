@@ -76,7 +76,7 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
 def reduce_mean(b):
     xi = b.info(0)
     axes = _reduce_axes(b.const(1), len(xi.shape), b.attrs["noop_with_empty_axes"])
-    if axes is None and xi.sdtype == b.out().sdtype:
+    if axes is None and xi.stype == b.out().stype:
         b.alias(b.outputs[0], b.inputs[0])  # no axes with noop_with_empty_axes: the input
         return
     emit_mean(b, () if axes is None else axes)

@@ -108,7 +108,7 @@ def resize(b):
         xt=x.ctype,
         yt=y.ctype,
         ct=ct,
-        copy=x.sdtype == y.sdtype and not weighted,
+        copy=x.stype == y.stype and not weighted,
         xload=load(x.ctype, "x[at]") if ct == "float" else "x[at]",
         ystore=store(y.ctype, "r") if ct == "float" else "r",
         extrapolation=extrapolation,

@@ -22,7 +22,7 @@ def copy(b, src: str, dst: str) -> None:
 @kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=constant_inputs)
 def view(b):
     src, dst = b.info(0), b.out()
-    if src.sdtype == dst.sdtype:
+    if src.stype == dst.stype:
         b.alias(b.outputs[0], b.inputs[0])
         return
     copy(b, b.inputs[0], b.outputs[0])

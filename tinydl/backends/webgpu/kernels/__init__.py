@@ -1,9 +1,10 @@
 """WGSL kernels: each op family is `<name>.py` (the builder, registered with `@kernel`) plus
 `<name>.wgsl` (a Jinja2 template). The backend supports an op when a module here registers it.
 
-A builder gets a `Build` (see program.py) for one node and emits dispatches: it renders its
-template with the node's shapes, strides, kernel sizes, activation and precision baked in, and
-binds value names (resolved to buffers when the plan is made) or uploaded constants.
+A builder gets a `Build` (backends/planned.py, webgpu/program.py) for one node and
+emits dispatches: it renders its template with the node's shapes, strides, kernel sizes,
+activation and precision baked in, and binds value
+names (resolved to buffers when the plan is made) or uploaded constants.
 """
 
 from __future__ import annotations
@@ -11,57 +12,16 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
-
-import jinja2
 
 from tinydl.backends.base import Support
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of  # noqa: F401 (re-export)
+from tinydl.backends.planned import KernelRegistry, templates
 from tinydl.ir.graph import Graph, Node
 
-
-@dataclass
-class KernelDef:
-    op: str
-    build: Callable
-    supports: Callable[[Node, Graph], Support] | None = None
-    # packed4(node, plan): True when the node's kernel can read input 0 and write output 0 in
-    # the nc4hw4 (packed-4) layout.
-    packed4: Callable | None = None
-
-
-REGISTRY: dict[str, KernelDef] = {}
-
-
-def kernel(*ops: str, supports=None, packed4=None):
-    """Register the decorated builder for `ops` (ONNX spelling)."""
-
-    def deco(fn):
-        for op in ops:
-            if op in REGISTRY:
-                raise RuntimeError(f"webgpu kernel for {op} registered twice")
-            REGISTRY[op] = KernelDef(op, fn, supports, packed4)
-        return fn
-
-    return deco
-
-
-_env = jinja2.Environment(
-    loader=jinja2.FunctionLoader(
-        lambda name: resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
-    ),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-)
-
-
-def render(template: str, **params) -> str:
-    """Specialize a .wgsl template of this package."""
-    return _env.get_template(template).render(**params)
+REGISTRY = KernelRegistry("webgpu")
+kernel = REGISTRY.kernel
+# Specialize a .wgsl template of this package.
+render = templates(__name__)
 
 
 def constant_inputs(node: Node, graph: Graph) -> Support:

@@ -16,7 +16,6 @@ The epilogue adds the bias (BatchNormalization folded in), then the activations 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,8 +35,6 @@ from tinydl.ops.conv import (
 )
 
 FUSED = "tinydl.FusedConv"
-ACCUMULATE_ENV = "TINYDL_WEBGPU_ACCUMULATE"
-WINOGRAD_ENV = "TINYDL_WEBGPU_WINOGRAD"
 # Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
 # weight mode: every thread of a workgroup reads the same weight at once).
 UNIFORM_WEIGHT_BYTES = 16 << 10
@@ -147,10 +144,10 @@ def _window_constants(x_shape, y_shape, kernel_shape, strides, dilations, geo) -
 
 
 def _pick(b, geom, scalar_in: bool) -> DirectConfig:
-    """The blocking for one conv: an override (CompileOptions.extra["conv_configs"] by node
-    name or "*", or TINYDL_WEBGPU_CONV) or the defaults below, shrunk to fit the hardware."""
-    configs = b.plan.owner.extra.get("conv_configs", {})
-    override = configs.get(b.node.name) or configs.get("*") or os.environ.get("TINYDL_WEBGPU_CONV")
+    """The blocking for one conv: an override (the option "conv_configs" by node name or "*")
+    or the defaults below, shrunk to fit the hardware."""
+    configs = b.option("conv_configs", {})
+    override = configs.get(b.node.name) or configs.get("*")
     oc4 = math.ceil(geom["OC"] / 4)
     if override:
         cfg = (
@@ -162,7 +159,7 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
         cfg = _default_config(geom, scalar_in, oc4)
         # fp16 accumulation is opt-in: about 1.5x faster on an H200, less accurate (see
         # docs/webgpu.md, "Precision").
-        accumulate = b.plan.owner.extra.get("accumulate") or os.environ.get(ACCUMULATE_ENV)
+        accumulate = b.option("accumulate")
         if b.precision == "fp16" and accumulate == "f16":
             cfg.ct = "f16"
     cfg.ocv = min(cfg.ocv, oc4)
@@ -309,12 +306,12 @@ def _winograd_config(b, g) -> WinogradConfig | None:
     H200 it is slower than the direct kernel for ESPCN's 64->32 3x3 layer (0.42 against 0.27
     ms: the transformed weights, 16/9 of the weights, pass through workgroup memory for only
     128 pixels per workgroup), so it is for sweeps on other GPUs.
-    CompileOptions.extra["winograd"] (a value, or a dict by node name with "*" for the rest)
-    or TINYDL_WEBGPU_WINOGRAD: "1" for every 3x3 stride-1 conv, a blocking
+    The option "winograd" (a value, or a dict by node name with "*" for the rest): "1" for
+    every 3x3 stride-1 conv, a blocking
     "ttx,tty,ck,ocb,rt,ro", or "0"."""
     if not winograd_geometry_ok(g):
         return None
-    choice = b.plan.owner.extra.get("winograd", os.environ.get(WINOGRAD_ENV, ""))
+    choice = b.option("winograd", "")
     if isinstance(choice, dict):  # by node name, "*" for the others
         choice = choice.get(b.node.name, choice.get("*", ""))
     if isinstance(choice, WinogradConfig):

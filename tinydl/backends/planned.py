@@ -1,0 +1,396 @@
+"""What every GPU backend shares: compiled partitions made of plans, one plan per input types.
+
+A `PlannedKernel` is a partition compiled for a GPU backend. For each set of concrete input types
+it makes a `Plan`: infer every shape from the inputs' shapes, (optionally) compute the values that
+become constants once shapes are known, apply the plan-time rewrites (backends/fusion.py), give
+each value its storage type, let each node's kernel builder emit its steps through a `Build`,
+then give each intermediate a buffer by liveness (values whose lives do not overlap share one).
+
+A backend subclasses the three classes and supplies what differs: memory (how a value's bytes
+are counted, buffers allocated, constants uploaded), its kernel builders (a `KernelRegistry`
+filled by `@registry.kernel`, templates rendered by `templates()`), and how a plan's steps run
+(one WebGPU submission, or CUDA launches and graph replays).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from tinydl.backends.base import CompileOptions, Kernel, Support, content_key
+from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops.base import infer_graph
+
+# -- kernel builders ------------------------------------------------------------------------------
+
+
+@dataclass
+class KernelDef:
+    op: str
+    build: Callable
+    supports: Callable[[Node, Graph], Support] | None = None
+    # packed4(node, plan): True when the node's kernel can read input 0 and write output 0 in
+    # the nc4hw4 (packed-4) layout (webgpu).
+    packed4: Callable | None = None
+
+
+class KernelRegistry(dict):
+    """Op name (ONNX spelling) -> KernelDef for one backend; a backend supports an op when one
+    of its kernel modules registers it with `@registry.kernel(...)`."""
+
+    def __init__(self, backend: str):
+        super().__init__()
+        self.backend = backend
+
+    def kernel(self, *ops: str, supports=None, packed4=None):
+        """Register the decorated builder for `ops`."""
+
+        def deco(fn):
+            for op in ops:
+                if op in self:
+                    raise RuntimeError(f"{self.backend} kernel for {op} registered twice")
+                self[op] = KernelDef(op, fn, supports, packed4)
+            return fn
+
+        return deco
+
+
+def templates(package: str) -> Callable[..., str]:
+    """A `render(template, **params)` for the Jinja2 template files of `package`."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(
+            lambda name: resources.files(package).joinpath(name).read_text(encoding="utf-8")
+        ),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return lambda template, **params: env.get_template(template).render(**params)
+
+
+# -- plans ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Info:
+    """A value's concrete type in a plan: logical dtype, the type it is stored in (the backend's
+    name for it) and its memory layout."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    stype: str
+    layout: str = "nchw"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Build:
+    """What a kernel builder sees of one node: types, constants, options; the backend's
+    subclass adds the ways to emit work (dispatch, launch) and to upload constants."""
+
+    def __init__(self, plan: Plan, node: Node):
+        self.plan, self.node, self.ctx = plan, node, plan.ctx
+        self.attrs = node.attrs
+        self.inputs, self.outputs = node.inputs, node.outputs
+        self.label = node.meta.get("label", node.op)
+
+    @property
+    def precision(self) -> str:
+        return self.plan.precision
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """A backend option of this compile (CompileOptions.extra; see backends/base.py)."""
+        return self.plan.owner.extra.get(key, default)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and bool(self.inputs[i])
+
+    def info(self, name_or_index) -> Info:
+        name = self.inputs[name_or_index] if isinstance(name_or_index, int) else name_or_index
+        info = self.plan.infos.get(name)
+        if info is None:
+            value = self.plan.const(name)
+            if value is None:
+                raise KeyError(f"{self.label}: no type for value '{name}'")
+            info = self.plan.const_info(value)
+        return info
+
+    def out(self, i: int = 0) -> Info:
+        return self.plan.infos[self.outputs[i]]
+
+    def const(self, i: int) -> np.ndarray | None:
+        if not self.has(i):
+            return None
+        return self.plan.const(self.inputs[i])
+
+    def alias(self, out: str, src: str) -> None:
+        """`out` is a view of `src` with another shape (zero-copy)."""
+        self.plan.alias[out] = self.plan.alias.get(src, src)
+
+
+class Plan:
+    """One partition specialized to concrete input types. Steps (the backend's dispatches or
+    launches) have `args`: value names, resolved to buffers when run, or uploaded constants."""
+
+    build_class: type[Build] = Build
+    registry: KernelRegistry
+    # Values computed from shapes alone (Shape -> Gather -> Concat ...) become constants here.
+    fold_constants = False
+
+    def __init__(self, owner: PlannedKernel, inputs: dict[str, Info]):
+        t0 = time.perf_counter()
+        compile0 = owner.ctx.stats["compile_s"]
+        self.owner, self.ctx, self.precision = owner, owner.ctx, owner.precision
+        graph = self.graph = owner.graph
+        self.input_names = [v.name for v in graph.inputs]
+        self.output_names = [v.name for v in graph.outputs]
+        concrete = Graph(
+            inputs=[Value(n, inputs[n].dtype, inputs[n].shape) for n in self.input_names],
+            outputs=[Value(v.name) for v in graph.outputs],
+            nodes=graph.nodes,
+            initializers=graph.initializers,
+        )
+        known = infer_graph(concrete)
+        types = concrete.values
+        keep = set(self.output_names)
+        self.consts: dict[str, np.ndarray] = {}
+        body = graph
+        if self.fold_constants:
+            live = []
+            for node in graph.nodes:
+                outs = [known[o] for o in node.outputs if o]
+                if outs and all(t.value is not None for t in outs):
+                    for o in node.outputs:
+                        if o:
+                            self.consts[o] = np.asarray(known[o].value)
+                    continue
+                live.append(node)
+            body = Graph(list(graph.inputs), list(graph.outputs), live, graph.initializers)
+        self.nodes = self.rewrite(body, keep, lambda v: known[v].shape, types)
+        self.infos: dict[str, Info] = dict(inputs)
+        self.alias: dict[str, str] = {}
+        for node in self.nodes:
+            for name in node.outputs:
+                if not name:
+                    continue
+                t = types[name]
+                if t.shape is None or not all(isinstance(d, int) for d in t.shape):
+                    raise ValueError(f"{node.name}: {name} has no static shape ({t.shape})")
+                if not self.holds(t.dtype):
+                    raise ValueError(f"{node.name}: cannot place {name} ({t.dtype})")
+                self.infos[name] = self.value_info(tuple(t.shape), t.dtype, name in keep)
+        for name, value in self.consts.items():
+            self.infos[name] = self.const_info(value)
+        self.arrange(keep, types)
+        self.steps: list = []
+        for node in self.nodes:
+            self.registry[node.op].build(self.build_class(self, node))
+        self._allocate()
+        self.init = {
+            "plan_s": time.perf_counter() - t0,
+            "compile_s": owner.ctx.stats["compile_s"] - compile0,
+        }
+
+    # -- what a backend supplies ---------------------------------------------------------------
+    def rewrite(self, body: Graph, keep: set[str], shape_of, types) -> list[Node]:
+        """The plan-time rewrites (backends/fusion.py) this backend applies to the nodes."""
+        return list(body.nodes)
+
+    @classmethod
+    def holds(cls, dtype: str) -> bool:
+        """True when the backend can store values of this logical dtype."""
+        raise NotImplementedError
+
+    def value_info(self, shape: tuple[int, ...], dtype: str, is_output: bool) -> Info:
+        """The Info of a value the plan computes (its storage type follows the precision)."""
+        raise NotImplementedError
+
+    def const_info(self, value: np.ndarray) -> Info:
+        raise NotImplementedError
+
+    def arrange(self, keep: set[str], types) -> None:
+        """After types are known, before kernels are built: layouts, multi-node kernels."""
+
+    def nbytes(self, info: Info) -> int:
+        raise NotImplementedError
+
+    def new_buffer(self, nbytes: int) -> Any:
+        """A buffer of at least `nbytes` for intermediates (reused by liveness)."""
+        raise NotImplementedError
+
+    def buffer_size(self, buffer: Any) -> int:
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
+    def const(self, name: str) -> np.ndarray | None:
+        if name in self.consts:
+            return self.consts[name]
+        return self.graph.initializers.get(name)
+
+    def root(self, name: str) -> str:
+        return self.alias.get(name, name)
+
+    def _allocate(self) -> None:
+        """Give every intermediate a buffer; values whose lives (first to last step that binds
+        them) do not overlap share one, best fit first. Inputs and outputs get none here: the
+        caller's feeds are bound, and outputs get fresh buffers per run."""
+        inputs, outputs = set(self.input_names), set(self.output_names)
+        self.const_outputs: dict[str, Any] = {}
+        for o in outputs:
+            r = self.root(o)
+            if r in self.consts or (r in self.graph.initializers and r not in inputs):
+                self.const_outputs[o] = self.owner.constant(("output", o), self.const(r))
+        roots_out = {self.root(o) for o in outputs} - inputs - set(self.const_outputs)
+        self.output_roots = sorted(r for r in roots_out if r in self.infos and r not in self.consts)
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            for a in step.args:
+                if isinstance(a, str):
+                    r = self.root(a)
+                    first.setdefault(r, i)
+                    last[r] = i
+        ending: dict[int, list[str]] = {}
+        for r, i in last.items():
+            ending.setdefault(i, []).append(r)
+        starting: dict[int, list[str]] = {}
+        for r, i in first.items():
+            if r not in inputs and r not in roots_out:
+                starting.setdefault(i, []).append(r)
+        self.buffers: dict[str, Any] = {}
+        free: list[tuple[int, Any]] = []
+        for i in range(len(self.steps)):
+            for r in starting.get(i, []):
+                need = max(1, self.nbytes(self.infos[r]))
+                fit = [k for k, (size, _) in enumerate(free) if size >= need]
+                if fit:
+                    _, buf = free.pop(min(fit, key=lambda k: free[k][0]))
+                else:
+                    buf = self.new_buffer(need)
+                self.buffers[r] = buf
+            for r in ending.get(i, []):
+                if r in self.buffers:
+                    free.append((self.buffer_size(self.buffers[r]), self.buffers[r]))
+
+
+class PlannedKernel(Kernel):
+    """A partition compiled for a GPU backend; plans are made per input types (eagerly when
+    every input's shape is static)."""
+
+    plan_class: type[Plan] = Plan
+
+    def __init__(self, ctx: Any, graph: Graph, options: CompileOptions):
+        self.ctx, self.graph = ctx, graph
+        self.precision = options.precision
+        self.extra = dict(options.extra)
+        self.timing: str | None = self.extra.get("timing")
+        self.plans: dict[tuple, Plan] = {}
+        self._by_feed: dict[tuple, Plan] = {}  # the same plans, by the feeds' types
+        self._constants: dict[tuple, Any] = {}
+        self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
+        self._pending: list[tuple] = []
+        self._timings: list[tuple[str, float]] | None = None
+        # Per-op (or total) GPU seconds of recent timed runs, oldest first.
+        self.timing_history: collections.deque = collections.deque(maxlen=1000)
+        static = {}
+        for v in graph.inputs:
+            if v.shape is None or not all(isinstance(d, int) for d in v.shape):
+                break
+            if not self.plan_class.holds(v.dtype):
+                break
+            static[v.name] = self.input_info(tuple(v.shape), v.dtype)
+        else:
+            self._plan(static)
+
+    # -- what a backend supplies ---------------------------------------------------------------
+    def input_info(self, shape: tuple[int, ...], dtype: str) -> Info:
+        """The Info of a graph input fed with this shape and dtype."""
+        raise NotImplementedError
+
+    def feed_info(self, name: str, tensor: Any) -> Info:
+        """The Info of a feed (one of the backend's tensors)."""
+        raise NotImplementedError
+
+    def upload(self, data: np.ndarray, **how) -> Any:
+        """Copy a constant to the device."""
+        raise NotImplementedError
+
+    def read_timing(self, pending: tuple) -> list[float]:
+        """GPU seconds per label of a timed run recorded as `pending` (waits for it)."""
+        raise NotImplementedError
+
+    def run_plan(self, plan: Plan, inputs: dict[str, Any], host: Collection[str]) -> dict:
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
+    def constant(self, key, data: np.ndarray, **how) -> Any:
+        """Upload a constant once per compiled kernel, keyed by `key` and its content (so a
+        table made for one input shape is never reused for another, weights are uploaded
+        once)."""
+        key = (*key, content_key(data))
+        arr = self._constants.get(key)
+        if arr is None:
+            t0 = time.perf_counter()
+            arr = self._constants[key] = self.upload(data, **how)
+            self.init["weights_s"] += time.perf_counter() - t0
+        return arr
+
+    def _plan(self, infos: dict[str, Info]) -> Plan:
+        key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))
+        plan = self.plans.get(key)
+        if plan is None:
+            w0 = self.init["weights_s"]
+            plan = self.plan_class(self, infos)
+            self.plans[key] = plan
+            self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
+            self.init["compile_s"] += plan.init["compile_s"]
+        return plan
+
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return self.run_host(inputs, ())
+
+    def run_host(self, inputs: dict[str, Any], host: Collection[str]) -> dict[str, Any]:
+        key = tuple(
+            (name, t.shape, t.dtype, getattr(t, "stype", None), getattr(t, "layout", None))
+            for name, t in inputs.items()
+        )
+        plan = self._by_feed.get(key)
+        if plan is None:
+            infos = {name: self.feed_info(name, t) for name, t in inputs.items()}
+            plan = self._by_feed[key] = self._plan(infos)
+        first = "first_run_s" not in self.init
+        t0 = time.perf_counter()
+        out = self.run_plan(plan, inputs, host)
+        if first:
+            if not host:
+                self.ctx.sync()
+            self.init["first_run_s"] = time.perf_counter() - t0
+        if plan.pending is not None:
+            self._pending.append(plan.pending)
+        return out
+
+    @property
+    def timings(self) -> list[tuple[str, float]] | None:
+        """(op label, GPU seconds) of the last timed run; waits for runs still in flight."""
+        while self._pending:
+            pending = self._pending.pop(0)
+            labels = pending[-1]
+            secs = self.read_timing(pending)
+            self._timings = [(n, float(s)) for n, s in zip(labels, secs, strict=True)]
+            self.timing_history.append(self._timings)
+        return self._timings
+
+    def profile(self) -> dict[str, Any]:
+        return {"init": dict(self.init), "ops": self.timings}
