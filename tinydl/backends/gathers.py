@@ -33,6 +33,15 @@ class Gather:
     pad: float = 0.0
     key: Any = field(default="tables")
 
+    def layout(self) -> tuple[list[int], list[np.ndarray], list[int], list[int]]:
+        """The region's dims, the per-axis tables as int64, each table's first row in their
+        concatenation, and the output strides: what a backend's gather kernel takes."""
+        dims = [int(d) for d in self.dims] or [1]
+        tables = [np.asarray(t, np.int64) for t in self.tables] or [np.zeros(1, np.int64)]
+        tbase = np.cumsum([0] + [len(t) for t in tables[:-1]]).tolist()
+        ostrides = strides_of(dims) if self.ostrides is None else list(self.ostrides)
+        return dims, tables, tbase, ostrides
+
 
 def transpose(b) -> list[Gather]:
     shape = b.info(0).shape
@@ -115,22 +124,11 @@ CONSTANT_INPUTS = ("Slice", "Pad")
 
 def register(kernel, constant_inputs, emit_gather) -> None:
     """Register the gather ops with a backend: its `kernel` decorator, its constant-inputs
-    support check, and its `emit_gather(b, src, dst, dims, tables, *, base, ostrides, pad,
-    key)`."""
+    support check, and its `emit_gather(b, gather, dst)`."""
 
     def build(b) -> None:
         for g in BUILDERS[b.node.op](b):
-            emit_gather(
-                b,
-                g.src,
-                b.outputs[0],
-                g.dims,
-                g.tables,
-                base=g.base,
-                ostrides=g.ostrides,
-                pad=g.pad,
-                key=g.key,
-            )
+            emit_gather(b, g, b.outputs[0])
 
     for op in BUILDERS:
         kernel(op, supports=constant_inputs if op in CONSTANT_INPUTS else None)(build)

@@ -18,31 +18,16 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
-from tinydl.backends.gathers import register
-from tinydl.backends.indexing import strides_of
+from tinydl.backends.gathers import Gather, register
 
 BLOCK = 256
 
 
-def emit_gather(
-    b,
-    src: str,
-    dst: str,
-    dims,
-    tables,
-    *,
-    base: int = 0,
-    ostrides=None,
-    pad: float = 0.0,
-    key="tables",
-    label: str = "",
-) -> None:
-    """Launch a gather over region `dims`; tables[k][c] is axis k's input offset term."""
-    dims = [int(d) for d in dims] or [1]
-    tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]
-    tbase = np.cumsum([0] + [len(t) for t in tables[:-1]]).tolist()
-    table = b.upload(key, np.concatenate(tables).astype(np.int64))
-    ostrides = strides_of(dims) if ostrides is None else list(ostrides)
+def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
+    """Launch a gather `g` (gathers.Gather) into value `dst`."""
+    dims, tables, tbase, ostrides = g.layout()
+    src, base, pad = g.src, g.base, g.pad
+    table = b.upload(g.key, np.concatenate(tables).astype(np.int64))
     total = int(np.prod(dims))
     if total == 0:
         return

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
+from tinydl.backends import lowering
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import FLOATS, cfloat, kernel, load, store
-from tinydl.backends.indexing import broadcast_strides
 
 TILE, DEPTH, THREADS = 64, 16, 256
 
@@ -33,11 +33,6 @@ def _operand(b, i: int) -> tuple:
     if arr is None:
         return b.inputs[i], b.info(i).ctype
     return b.upload(("operand", i), arr, "float32"), "float"
-
-
-def _shape(b, i: int) -> tuple[int, ...]:
-    arr = b.const(i)
-    return tuple(b.info(i).shape if arr is None else arr.shape)
 
 
 def _at(ptr: str, i: str, si: int, j: str, sj: int, wide: bool) -> str:
@@ -94,47 +89,11 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
     )
 
 
-@kernel("MatMul", supports=_float)
+@kernel("MatMul", "Gemm", supports=_float)
 def matmul(b):
-    sa_, sb_ = _shape(b, 0), _shape(b, 1)
-    a2 = (1, *sa_) if len(sa_) == 1 else sa_
-    b2 = (*sb_, 1) if len(sb_) == 1 else sb_
-    m, k = a2[-2:]
-    n = b2[-1]
-    batch_shape = np.broadcast_shapes(a2[:-2], b2[:-2])
-    a_st = broadcast_strides(a2[:-2], batch_shape) if a2[:-2] else []
-    b_st = broadcast_strides(b2[:-2], batch_shape) if b2[:-2] else []
-    offsets = []
-    for idx in np.ndindex(*batch_shape):
-        ao = sum(i * s for i, s in zip(idx[len(idx) - len(a_st) :], a_st, strict=True)) * m * k
-        bo = sum(i * s for i, s in zip(idx[len(idx) - len(b_st) :], b_st, strict=True)) * k * n
-        offsets.append((ao, bo))
-    _emit(b, _operand(b, 0), _operand(b, 1), offsets or [(0, 0)], m, n, k, (k, 1), (n, 1))
-
-
-@kernel("Gemm", supports=_float)
-def gemm(b):
-    shape_a, shape_b = _shape(b, 0), _shape(b, 1)
-    m, k = shape_a[::-1] if b.attrs["transA"] else shape_a
-    n = shape_b[0] if b.attrs["transB"] else shape_b[1]
-    sa = (1, m) if b.attrs["transA"] else (k, 1)
-    sb = (1, k) if b.attrs["transB"] else (n, 1)
-    c, sc = None, (0, 0)
-    if b.has(2):
-        c = _operand(b, 2)
-        sc = tuple(broadcast_strides(_shape(b, 2), (m, n)))
+    g = lowering.matmul(b)
+    c = _operand(b, 2) if g.has_c else None
     _emit(
-        b,
-        _operand(b, 0),
-        _operand(b, 1),
-        [(0, 0)],
-        m,
-        n,
-        k,
-        sa,
-        sb,
-        c,
-        sc,
-        float(b.attrs["alpha"]),
-        float(b.attrs["beta"]),
-    )
+        b, _operand(b, 0), _operand(b, 1), g.batch, g.m, g.n, g.k, g.sa, g.sb, c, g.sc,
+        g.alpha, g.beta,
+    )  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from tinydl.backends import lowering
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import (
     CTYPES,
@@ -20,8 +21,6 @@ from tinydl.backends.cuda.kernels import (
     store,
 )
 from tinydl.backends.cuda.kernels.reduce import emit_mean, float_input
-from tinydl.backends.indexing import strides_of
-from tinydl.ops.conv import window_attrs, window_geometry
 
 BLOCK = 256
 # The lowest value of each integer storage type: where a max-pool accumulator starts.
@@ -52,48 +51,23 @@ def _supports(node, graph) -> Support:
 @kernel("MaxPool", "AveragePool", supports=_supports)
 def pool(b):
     x, y = b.info(0), b.out()
-    kshape = list(b.attrs["kernel_shape"])
-    strides, dilations, pads = window_attrs(b.attrs, kshape)
-    geo = window_geometry(
-        x.shape[2:],
-        kshape,
-        strides,
-        dilations,
-        pads,
-        b.attrs["auto_pad"],
-        bool(b.attrs["ceil_mode"]),
-    )
-    is_max = b.node.op == "MaxPool"
+    geo = lowering.pool(b)
     ct = "float" if x.dtype in FLOATS else CTYPES[x.dtype]
-    total = math.prod(y.shape)
-    if total == 0:
+    if geo["total"] == 0:
         return
-    itype = index_type(max(total, math.prod(x.shape)))
     b.launch(
         "pool.cu",
         [b.inputs[0], b.outputs[0]],
-        blocks(total, BLOCK),
+        blocks(geo["total"], BLOCK),
         BLOCK,
-        nd=len(kshape),
-        dims_in=list(x.shape[2:]),
-        dims_out=list(y.shape[2:]),
-        kernel=kshape,
-        strides=strides,
-        dilations=dilations,
-        pads=[p for p, _, _ in geo],
-        pads_end=[e for _, e, _ in geo],
-        in_strides=strides_of(x.shape[2:]),
-        plane=math.prod(x.shape[2:]),
-        is_max=is_max,
-        include_pad=bool(b.attrs.get("count_include_pad", 0)),
+        **geo,
         xt=x.ctype,
         yt=y.ctype,
         ct=ct,
         xload=load(x.ctype, "xp[off]") if ct == "float" else "xp[off]",
         ystore=store(y.ctype, "r") if ct == "float" else "r",
         lowest="__int_as_float(0xff800000)" if ct == "float" else LOWEST[ct],
-        total=total,
-        itype=itype,
+        itype=index_type(max(geo["total"], math.prod(x.shape))),
         block=BLOCK,
     )
 

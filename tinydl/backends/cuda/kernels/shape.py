@@ -1,7 +1,7 @@
 """Reshape-like ops are zero-copy views: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout
 (inference). A view that must change storage type (an fp16 intermediate that leaves the
 partition as float32) is a converting copy instead. Constant uploads its value; Shape is
-always known once the plan's input shapes are, so the plan computes it (see program.py)."""
+always known once the plan's input shapes are, so the plan computes it (see backends/planned.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import numpy as np
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import constant_inputs, kernel
 from tinydl.backends.cuda.kernels.gather import emit_gather
+from tinydl.backends.gathers import Gather
 from tinydl.backends.indexing import strides_of
 
 
 def copy(b, src: str, dst: str) -> None:
     shape = b.plan.infos[dst].shape
     st = strides_of(shape)
-    emit_gather(b, src, dst, shape, [np.arange(d) * s for d, s in zip(shape, st, strict=True)])
+    tables = [np.arange(d) * s for d, s in zip(shape, st, strict=True)]
+    emit_gather(b, Gather(src, shape, tables), dst)
 
 
 @kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=constant_inputs)

@@ -7,33 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinydl.backends.gathers import register
-from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, strides_of, wgsl_float
+from tinydl.backends.gathers import Gather, register
+from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, wgsl_float
 
 WG = 256
 
 
-def emit_gather(
-    b,
-    src: str,
-    dst: str,
-    dims,
-    tables,
-    *,
-    base: int = 0,
-    ostrides=None,
-    pad: float = 0.0,
-    key="tables",
-    label: str = "",
-) -> None:
-    """Dispatch a gather over region `dims`; tables[k][c] is axis k's input offset term."""
-    dims = [int(d) for d in dims] or [1]
-    tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]
+def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
+    """Dispatch a gather `g` (gathers.Gather) into value `dst`."""
+    dims, tables, tbase, ostrides = g.layout()
+    src, base, pad = g.src, g.base, g.pad
     if max((int(np.abs(t).max(initial=0)) for t in tables), default=0) >= 2**31:
         raise ValueError(f"{b.label}: tensor too large for 32-bit offsets")
-    tbase = np.cumsum([0] + [len(t) for t in tables[:-1]]).tolist()
-    table = b.upload(key, np.concatenate(tables).astype(np.int32), "i32")
-    ostrides = strides_of(dims) if ostrides is None else list(ostrides)
+    table = b.upload(g.key, np.concatenate(tables).astype(np.int32), "i32")
     total = int(np.prod(dims))
     if total == 0:
         return

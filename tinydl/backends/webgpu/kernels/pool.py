@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from tinydl.backends import lowering
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import grid, kernel, strides_of
-from tinydl.ops.conv import window_attrs, window_geometry
+from tinydl.backends.webgpu.kernels import grid, kernel
 
 
 def _supports(node, graph) -> Support:
@@ -30,42 +30,18 @@ def _supports(node, graph) -> Support:
 @kernel("MaxPool", "AveragePool", supports=_supports)
 def pool(b):
     x, y = b.info(0), b.out()
-    kshape = b.attrs["kernel_shape"]
-    strides, dilations, pads = window_attrs(b.attrs, kshape)
-    geo = window_geometry(
-        x.shape[2:],
-        kshape,
-        strides,
-        dilations,
-        pads,
-        b.attrs["auto_pad"],
-        bool(b.attrs["ceil_mode"]),
-    )
-    is_max = b.node.op == "MaxPool"
+    geo = lowering.pool(b)
     ct = "i32" if x.dtype == "int32" else "f32"
-    total = math.prod(y.shape)
-    g = grid(total, 256)
+    g = grid(geo["total"], 256)
     b.dispatch(
         "pool.wgsl",
         [b.inputs[0], b.outputs[0]],
         g,
-        nd=len(kshape),
-        dims_in=list(x.shape[2:]),
-        dims_out=list(y.shape[2:]),
-        kernel=kshape,
-        strides=strides,
-        dilations=dilations,
-        pads=[p for p, _, _ in geo],
-        pads_end=[e for _, e, _ in geo],
-        taps=list(itertools.product(*[range(k) for k in kshape])),
-        in_strides=strides_of(x.shape[2:]),
-        plane=math.prod(x.shape[2:]),
-        is_max=is_max,
-        include_pad=bool(b.attrs.get("count_include_pad", 0)),
+        **geo,
+        taps=list(itertools.product(*[range(k) for k in geo["kernel"]])),
         st=x.stype,
         ot=y.stype,
         ct=ct,
         lowest="-2147483647 - 1" if ct == "i32" else "-3.40282347e+38",
-        total=total,
         gx=g[0],
     )

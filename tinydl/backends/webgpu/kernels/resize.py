@@ -6,19 +6,13 @@ the op reference's own coordinate functions, so the kernel only gathers and sums
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 
+from tinydl.backends import lowering
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, strides_of, wgsl_float
-from tinydl.ops.resize import (
-    _check_resize_attrs,
-    _given,
-    _resize_targets,
-    axis_taps,
-)
+from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, wgsl_float
 
 
 def _supports(node, graph) -> Support:
@@ -33,35 +27,11 @@ def _supports(node, graph) -> Support:
 @kernel("Resize", supports=_supports)
 def resize(b):
     x, y = b.info(0), b.out()
-    attrs = dict(b.attrs)
-    _check_resize_attrs(attrs)
-    roi, scales, sizes = b.const(1), b.const(2), b.const(3)
-    axes, scale, out = _resize_targets(
-        x.shape, scales, sizes, attrs["axes"], attrs["keep_aspect_ratio_policy"]
-    )
-    ctm = attrs["coordinate_transformation_mode"]
-    roi = np.ravel(roi).astype(np.float64) if _given(roi) else None
-    st = strides_of(x.shape)
-    idx_tables, w_tables, taps = [], [], []
-    for d, n in enumerate(x.shape):
-        if d in axes and not (out[d] == n and scale[d] == 1.0 and ctm != "tf_crop_and_resize"):
-            k = axes.index(d)
-            bounds = (0.0, 1.0) if roi is None else (roi[k], roi[k + len(roi) // 2])
-            idx, w, outside = axis_taps(n, out[d], scale[d], attrs, bounds)
-        else:
-            idx, w, outside = np.arange(n)[:, None], np.ones((n, 1)), np.zeros(n, bool)
-        t = idx.shape[1]
-        idx_tables.append(np.concatenate([idx * st[d], outside[:, None]], 1).ravel())
-        w_tables.append(np.concatenate([w, np.zeros((len(w), 1))], 1).ravel())
-        taps.append(t)
-    base = np.cumsum([0] + [len(t) for t in idx_tables[:-1]]).tolist()
-    ti = b.upload("indices", np.concatenate(idx_tables).astype(np.int32), "i32")
-    weighted = attrs["mode"] != "nearest" and max(taps) > 1
-    tw = (
-        [b.upload("weights", np.concatenate(w_tables).astype(np.float32), "f32")]
-        if weighted
-        else []
-    )
+    rt = lowering.resize(b)
+    if np.abs(rt.indices).max(initial=0) >= 2**31:
+        raise ValueError(f"{b.label}: tensor too large for 32-bit offsets")
+    ti = b.upload("indices", rt.indices.astype(np.int32), "i32")
+    tw = [b.upload("weights", rt.weights.astype(np.float32), "f32")] if rt.weighted else []
     total = math.prod(y.shape)
     g = grid(total, 256)
     b.dispatch(
@@ -71,13 +41,13 @@ def resize(b):
         rank=len(x.shape),
         dims_in=list(x.shape),
         dims_out=list(y.shape),
-        taps_per_axis=taps,
-        base=base,
-        combos=list(itertools.product(*[range(t) for t in taps])),
-        weighted=weighted,
+        taps_per_axis=rt.taps,
+        base=rt.base,
+        combos=rt.combos,
+        weighted=rt.weighted,
         total=total,
         gx=g[0],
         st=x.stype,
         ot=y.stype,
-        extrapolation=wgsl_float(attrs["extrapolation_value"]),
+        extrapolation=wgsl_float(b.attrs["extrapolation_value"]),
     )

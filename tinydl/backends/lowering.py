@@ -1,0 +1,161 @@
+"""Backend-neutral lowering of the ops whose geometry every GPU backend needs: pooling windows,
+Resize tap tables, MatMul/Gemm strides and batch offsets.
+
+Each function takes a `Build` (backends/planned.py) and returns plain numbers and NumPy
+tables; a backend's kernel module turns them into its own template parameters and uploads.
+Data movement (Transpose, Slice, Pad, Concat, DepthToSpace) is lowered in gathers.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinydl.backends.indexing import broadcast_strides, strides_of
+from tinydl.ops.conv import window_attrs, window_geometry
+from tinydl.ops.resize import _check_resize_attrs, _given, _resize_targets, axis_taps
+
+
+def pool(b) -> dict:
+    """MaxPool/AveragePool over the spatial axes: the template parameters both backends use."""
+    x, y = b.info(0), b.out()
+    kshape = list(b.attrs["kernel_shape"])
+    strides, dilations, pads = window_attrs(b.attrs, kshape)
+    geo = window_geometry(
+        x.shape[2:],
+        kshape,
+        strides,
+        dilations,
+        pads,
+        b.attrs["auto_pad"],
+        bool(b.attrs["ceil_mode"]),
+    )
+    return dict(
+        nd=len(kshape),
+        dims_in=list(x.shape[2:]),
+        dims_out=list(y.shape[2:]),
+        kernel=kshape,
+        strides=strides,
+        dilations=dilations,
+        pads=[p for p, _, _ in geo],
+        pads_end=[e for _, e, _ in geo],
+        in_strides=strides_of(x.shape[2:]),
+        plane=math.prod(x.shape[2:]),
+        is_max=b.node.op == "MaxPool",
+        include_pad=bool(b.attrs.get("count_include_pad", 0)),
+        total=math.prod(y.shape),
+    )
+
+
+@dataclass
+class ResizeTables:
+    """Per axis, a row per output index: its taps' input offsets then the outside flag
+    (`indices`), and the taps' weights then 0 (`weights`); `base` is each axis's first row."""
+
+    indices: np.ndarray
+    weights: np.ndarray
+    taps: list[int]
+    base: list[int]
+    combos: list[tuple[int, ...]]
+    weighted: bool
+
+
+def _fewer_taps(idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the taps whose weight is 0 in every row; a single tap when every row then reads
+    one element with a total weight of 1 (a crop of the batch axis, integral cubic positions).
+    The kernel weighs only the axes with more than one tap."""
+    keep = ~(w == 0).all(0)
+    live_idx, live_w = (idx[:, keep], w[:, keep]) if keep.any() else (idx, w)
+    if (live_idx == live_idx[:, :1]).all() and np.allclose(live_w.sum(1), 1, rtol=0, atol=1e-6):
+        return live_idx[:, :1], np.ones((len(idx), 1))
+    return (live_idx, live_w) if live_idx.shape[1] > 1 else (idx, w)
+
+
+def resize(b) -> ResizeTables:
+    """Resize's taps per output index and axis, from the op reference's own coordinate
+    functions, so the kernel only gathers and sums."""
+    x = b.info(0)
+    attrs = dict(b.attrs)
+    _check_resize_attrs(attrs)
+    roi, scales, sizes = b.const(1), b.const(2), b.const(3)
+    axes, scale, out = _resize_targets(
+        x.shape, scales, sizes, attrs["axes"], attrs["keep_aspect_ratio_policy"]
+    )
+    ctm = attrs["coordinate_transformation_mode"]
+    roi = np.ravel(roi).astype(np.float64) if _given(roi) else None
+    st = strides_of(x.shape)
+    idx_tables, w_tables, taps = [], [], []
+    for d, n in enumerate(x.shape):
+        if d in axes and not (out[d] == n and scale[d] == 1.0 and ctm != "tf_crop_and_resize"):
+            k = axes.index(d)
+            bounds = (0.0, 1.0) if roi is None else (roi[k], roi[k + len(roi) // 2])
+            idx, w, outside = axis_taps(n, out[d], scale[d], attrs, bounds)
+            idx, w = _fewer_taps(idx, w)
+        else:
+            idx, w, outside = np.arange(n)[:, None], np.ones((n, 1)), np.zeros(n, bool)
+        idx_tables.append(np.concatenate([idx * st[d], outside[:, None]], 1).ravel())
+        w_tables.append(np.concatenate([w, np.zeros((len(w), 1))], 1).ravel())
+        taps.append(idx.shape[1])
+    return ResizeTables(
+        indices=np.concatenate(idx_tables).astype(np.int64),
+        weights=np.concatenate(w_tables),
+        taps=taps,
+        base=np.cumsum([0] + [len(t) for t in idx_tables[:-1]]).tolist(),
+        combos=list(itertools.product(*[range(t) for t in taps])),
+        weighted=attrs["mode"] != "nearest" and max(taps) > 1,
+    )
+
+
+@dataclass
+class MatMulGeometry:
+    """C = alpha * A·B + beta * bias, A and B read through element strides (so transposed
+    operands need no copy), one (A offset, B offset) per batch entry."""
+
+    batch: list[tuple[int, int]]
+    m: int
+    n: int
+    k: int
+    sa: tuple[int, int]
+    sb: tuple[int, int]
+    sc: tuple[int, int] = (0, 0)
+    alpha: float = 1.0
+    beta: float = 1.0
+    has_c: bool = False
+
+
+def matmul(b) -> MatMulGeometry:
+    """MatMul (NumPy semantics: batch broadcasting, 1-D promotion) or Gemm (transA/B, C)."""
+    shape_a, shape_b = b.info(0).shape, b.info(1).shape
+    if b.node.op == "Gemm":
+        m, k = shape_a[::-1] if b.attrs["transA"] else shape_a
+        n = shape_b[0] if b.attrs["transB"] else shape_b[1]
+        geo = MatMulGeometry(
+            [(0, 0)],
+            m,
+            n,
+            k,
+            (1, m) if b.attrs["transA"] else (k, 1),
+            (1, k) if b.attrs["transB"] else (n, 1),
+            alpha=float(b.attrs["alpha"]),
+            beta=float(b.attrs["beta"]),
+        )
+        if b.has(2):
+            geo.has_c = True
+            geo.sc = tuple(broadcast_strides(b.info(2).shape, (m, n)))
+        return geo
+    a2 = (1, *shape_a) if len(shape_a) == 1 else tuple(shape_a)
+    b2 = (*shape_b, 1) if len(shape_b) == 1 else tuple(shape_b)
+    m, k = a2[-2:]
+    n = b2[-1]
+    batch_shape = np.broadcast_shapes(a2[:-2], b2[:-2])
+    a_st = broadcast_strides(a2[:-2], batch_shape) if a2[:-2] else []
+    b_st = broadcast_strides(b2[:-2], batch_shape) if b2[:-2] else []
+    offsets = []
+    for idx in np.ndindex(*batch_shape):
+        ao = sum(i * s for i, s in zip(idx[len(idx) - len(a_st) :], a_st, strict=True)) * m * k
+        bo = sum(i * s for i, s in zip(idx[len(idx) - len(b_st) :], b_st, strict=True)) * k * n
+        offsets.append((ao, bo))
+    return MatMulGeometry(offsets or [(0, 0)], m, n, k, (k, 1), (n, 1))
