@@ -180,6 +180,41 @@ def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[N
     return out
 
 
+def fuse_runs(nodes: list[Node], keep: set[str], length: int, first, links, make) -> list[Node]:
+    """Replace runs of `length` nodes, each the only reader (through its input 0) of the one
+    before and none a kept output but the last, that start at a node `first` accepts and for
+    which `links(run)` returns something, with `make(run, what links returned)`: a backend's
+    multi-node kernel (cuda's conv chain) says what it can run, this finds the runs."""
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+
+    def only_user(node: Node) -> Node | None:
+        out = node.outputs[0]
+        us = users.get(out, [])
+        if out in keep or len(us) != 1 or us[0].inputs[0] != out:
+            return None
+        return us[0]
+
+    out, skip = [], set()
+    for node in nodes:
+        if id(node) in skip:
+            continue
+        run = [node] if first(node) else []
+        while run and len(run) < length:
+            nxt = only_user(run[-1])
+            run = run + [nxt] if nxt is not None else []
+        found = links(run) if run else None
+        if found:
+            skip.update(id(n) for n in run[1:])
+            out.append(make(run, found))
+        else:
+            out.append(node)
+    return out
+
+
 def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | None:
     """x -> Sigmoid -> Mul(x, sigmoid(x)): the Mul, when `value`'s two users are that pattern."""
     if len(users) != 2:

@@ -21,7 +21,7 @@ import numpy as np
 
 from tinydl.backends.cuda.kernels import activation_code, kernel, load, store
 from tinydl.backends.cuda.kernels.conv import FUSED, geometry
-from tinydl.backends.fusion import epilogue, weights_and_bias
+from tinydl.backends.fusion import epilogue, fuse_runs, weights_and_bias
 from tinydl.ir.graph import Node
 
 OP = "tinydl.cuda.ConvChain"
@@ -41,15 +41,13 @@ def _act_code(acts) -> list[str] | None:
 
 def _conv_ok(plan, node: Node, last: bool):
     """(Build, geometry, acts) when `node` can be a link of a chain, else None."""
-    from tinydl.backends.cuda.program import Build
-
     if node.op not in ("Conv", FUSED) or node.attrs.get("group", 1) != 1:
         return None
     if "d2s" in node.meta and not last:
         return None
     if any(n and plan.const(n) is None for n in node.inputs[1:3]):
         return None
-    b = Build(plan, node)
+    b = plan.build_class(plan, node)
     w = b.const(1)
     if w is None or w.ndim != 4 or len(b.info(0).shape) != 4:
         return None
@@ -72,50 +70,20 @@ def _conv_ok(plan, node: Node, last: bool):
 
 def fuse_chains(plan, nodes: list[Node], keep: set[str], types) -> list[Node]:
     """Replace conv -> conv -> conv chains that chain.cu can run with one ConvChain node."""
-    ctx = plan.ctx
     enabled = plan.owner.extra.get("chain_fusion", True)
-    if plan.precision != "fp16" or not enabled or tuple(ctx.cc) < (8, 0):
+    if plan.precision != "fp16" or not enabled or tuple(plan.ctx.cc) < (8, 0):
         return nodes
-    users: dict[str, list[Node]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            if i:
-                users.setdefault(i, []).append(n)
 
-    def only_user(node: Node) -> Node | None:
-        out = node.outputs[0]
-        us = users.get(out, [])
-        if out in keep or len(us) != 1 or us[0].inputs[0] != out:
-            return None
-        return us[0]
+    def links(run: list[Node]):
+        found = [_conv_ok(plan, n, i == len(run) - 1) for i, n in enumerate(run)]
+        return found if all(found) and _shapes_ok([g for _, g, _ in found]) else None
 
-    out, skip = [], set()
-    for node in nodes:
-        if id(node) in skip:
-            continue
-        c2 = only_user(node) if node.op in ("Conv", FUSED) else None
-        c3 = only_user(c2) if c2 is not None else None
-        links = None
-        if c3 is not None:
-            links = [_conv_ok(plan, n, i == 2) for i, n in enumerate((node, c2, c3))]
-        if links and all(links) and _shapes_ok([g for _, g, _ in links]):
-            skip.update((id(c2), id(c3)))
-            label = "+".join(
-                n.meta.get("label", n.op).replace(FUSED, "Conv") for n in (node, c2, c3)
-            )
-            out.append(
-                Node(
-                    OP,
-                    [node.inputs[0]],
-                    [c3.outputs[0]],
-                    {},
-                    name=node.name,
-                    meta={"links": links, "label": f"ConvChain({label})"},
-                )
-            )
-        else:
-            out.append(node)
-    return out
+    def chain(run: list[Node], found) -> Node:
+        label = "+".join(n.meta.get("label", n.op).replace(FUSED, "Conv") for n in run)
+        meta = {"links": found, "label": f"ConvChain({label})"}
+        return Node(OP, [run[0].inputs[0]], [run[-1].outputs[0]], {}, name=run[0].name, meta=meta)
+
+    return fuse_runs(nodes, keep, 3, lambda n: n.op in ("Conv", FUSED), links, chain)
 
 
 def _shapes_ok(gs) -> bool:
