@@ -85,31 +85,6 @@ def add_const(graph: Graph, base: str, value: np.ndarray) -> str:
     return name
 
 
-def rename(graph: Graph, old: str, new: str) -> None:
-    """Every node that produces or reads `old` now produces or reads `new`."""
-    for node in graph.nodes:
-        node.inputs = [new if i == old else i for i in node.inputs]
-        node.outputs = [new if o == old else o for o in node.outputs]
-
-
-def bypass(graph: Graph, node: Node, source: str) -> bool:
-    """Remove `node`, whose only (used) output equals its input `source`; False when it must stay
-    because its output is a graph output that `source` cannot take the name of."""
-    out = node.outputs[0]
-    outputs = {v.name for v in graph.outputs}
-    if out in outputs:
-        producer = graph.producers().get(source)
-        # The output keeps its name: the producer of `source` takes it over.
-        if producer is None or source in outputs:
-            return False
-        graph.nodes.remove(node)
-        rename(graph, source, out)
-        return True
-    graph.nodes.remove(node)
-    rename(graph, out, source)
-    return True
-
-
 def channel_vector(value: np.ndarray, out_rank: int, channels: int) -> np.ndarray | None:
     """`value` as a float64 vector of `channels` entries when, broadcast against an output of rank
     `out_rank`, it varies along axis 1 at most (a scalar, (C,1,1), (1,C,1,1), ...); else None."""
