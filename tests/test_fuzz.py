@@ -953,3 +953,35 @@ def test_loaders_have_no_code_execution_paths():
                 if banned.search(line):
                     hits.append(f"{path.relative_to(root.parent)}:{lineno}: {line.strip()}")
     assert not hits, "code-execution paths in the loaders:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["a\x00b.bin", "x" * 5000, "loop.bin", "sub/loop.bin"],
+    ids=["null-byte", "long-name", "symlink-loop", "nested-symlink-loop"],
+)
+def test_hostile_external_data_locations_are_invalid_model_errors(tmp_path, location):
+    """A null byte, a name longer than the OS allows, and a symlink loop in an external-data
+    location are InvalidModelErrors (not ValueError, OSError or RuntimeError), and nothing is
+    read."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    (tmp_path / "loop.bin").symlink_to(tmp_path / "loop.bin")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "loop.bin").symlink_to(tmp_path / "sub" / "loop.bin")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2], [0.0, 0.0])
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(tinydl.InvalidModelError, match="external data"):
+        tinydl.load(path)

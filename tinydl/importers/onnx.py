@@ -192,15 +192,29 @@ class _Converter:
         location = info.get("location", "")
         if self.base_dir is None:
             raise self.fail(f"tensor '{t.name}' has external data but the model has no folder")
-        base = self.base_dir.resolve()
-        target = (base / location).resolve()
+        shown = (
+            repr(location)
+            if len(location) <= 200
+            else f"{location[:200]!r}... ({len(location)} characters)"
+        )
+        try:
+            if "\0" in location:
+                raise ValueError("a null byte in the name")
+            base = self.base_dir.resolve()
+            target = (base / location).resolve()
+            found = target.is_file()
+        except (ValueError, OSError, RuntimeError) as exc:
+            # null bytes, names the OS refuses, symlink loops
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise self.fail(
+                f"tensor '{t.name}': external data location {shown} cannot be used: {why}"
+            ) from None
         if not location or os.path.isabs(location) or base not in target.parents:
             raise self.fail(
-                f"tensor '{t.name}': external data location {location!r} is outside the model's "
-                "folder"
+                f"tensor '{t.name}': external data location {shown} is outside the model's folder"
             )
-        if not target.is_file():
-            raise self.fail(f"tensor '{t.name}': external data file {location!r} not found")
+        if not found:
+            raise self.fail(f"tensor '{t.name}': external data file {shown} not found")
         need = math.prod(t.dims) * np.dtype(ONNX_CODES[t.data_type]).itemsize
         try:
             offset, length = int(info.get("offset", 0)), int(info.get("length", need))
@@ -209,7 +223,7 @@ class _Converter:
             raise self.fail(f"tensor '{t.name}': bad external data entry: {exc}") from None
         if offset < 0 or length != need or offset + need > size:
             raise self.fail(
-                f"tensor '{t.name}': external data {location!r} at offset {offset}, "
+                f"tensor '{t.name}': external data {shown} at offset {offset}, "
                 f"length {length} "
                 f"does not hold the {need} bytes of dims {list(t.dims)} (file size {size})"
             )
