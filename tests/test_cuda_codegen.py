@@ -137,3 +137,22 @@ def test_tables_are_uploaded_per_input_shape(fake_device):
     assert first and len(second) == 2 * len(first)
     kernel._plan({"x": Info((1, 3, 5, 7), "float32", "float32")})
     assert len(tables()) == len(second)
+
+
+def test_a_machine_without_nvidia_driver_is_told_so(monkeypatch):
+    """Without NVIDIA's driver the reason says there is no NVIDIA GPU, not CUDA's "driver
+    version is insufficient" (what the runtime reports when libcuda is missing); with an old
+    driver it says what to do."""
+    import tinydl.backends.cuda.context as context
+
+    monkeypatch.setattr(context, "driver_loadable", lambda: False)
+    insufficient = RuntimeError(
+        "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
+    )
+    reason = context.no_device_reason(insufficient)
+    assert reason.startswith("no NVIDIA GPU") and "insufficient" not in reason
+    monkeypatch.setattr(context, "driver_loadable", lambda: True)
+    assert "update the driver" in context.no_device_reason(insufficient)
+    monkeypatch.undo()
+    if not context.driver_loadable():
+        assert CUDABackend().unavailable_reason().startswith("no NVIDIA GPU")

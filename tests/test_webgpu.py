@@ -480,3 +480,27 @@ def test_backend_options_reach_the_kernel_builders(rng, monkeypatch):
     assert dispatches() == apart
     with pytest.raises(ValueError, match="not among the backends"):
         td.compile(small_graph(), backends=("webgpu",), backend_options={"cuda": {}})
+
+
+def test_no_runtime_dir_warning_on_stderr(tmp_path):
+    """A process without XDG_RUNTIME_DIR (a service, a container, CI) gets no Vulkan driver
+    complaint about it on stderr when it uses the webgpu backend."""
+    import os
+
+    code = textwrap.dedent(
+        """
+        import numpy as np, tinydl as td
+        from tinydl.models import load_espcn
+        graph = load_espcn(3)
+        sess = td.compile(graph, backends=("webgpu",), strict=True)
+        (out,) = sess.run({"y": np.random.rand(1, 1, 8, 8).astype("float32")}).values()
+        print(out.shape)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    assert "(1, 1, 24, 24)" in run.stdout
+    assert "XDG_RUNTIME_DIR" not in run.stderr, run.stderr

@@ -29,6 +29,35 @@ class CompileError(RuntimeError):
     """NVRTC rejected a generated kernel; the message holds the log and the source's name."""
 
 
+def driver_loadable() -> bool:
+    """True when NVIDIA's driver library (libcuda) can be loaded: an NVIDIA GPU's driver is
+    installed on this machine."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def no_device_reason(exc: Exception) -> str:
+    """Why CUDA found no device, in words a user can act on."""
+    if not driver_loadable():
+        return (
+            "no NVIDIA GPU: NVIDIA's driver (libcuda) is not installed on this machine; "
+            "the cuda backend needs an NVIDIA GPU (try backends=('webgpu', 'cpu'))"
+        )
+    if "insufficient" in str(exc).lower():
+        return (
+            f"the NVIDIA driver is older than the CUDA runtime CuPy was built for ({exc}): "
+            "update the driver, or install the CuPy wheel for its CUDA version (cupy-cuda12x)"
+        )
+    return f"no CUDA device: {exc}"
+
+
 def cache_dir() -> Path:
     root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tinydl")
     return Path(root) / "cuda"
@@ -50,7 +79,7 @@ class Context:
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # noqa: BLE001 - no driver, no device: the same answer
-            raise BackendUnavailableError(f"no CUDA device: {exc}") from exc
+            raise BackendUnavailableError(no_device_reason(exc)) from exc
         if count == 0:
             raise BackendUnavailableError("no CUDA device: the driver reports 0 devices")
         if not 0 <= index < count:

@@ -33,8 +33,21 @@ RAISED_LIMITS = (
 )
 
 
+def _runtime_dir() -> None:
+    """Vulkan drivers print "XDG_RUNTIME_DIR is invalid or not set" on every instance made in
+    a process without a usable runtime dir (services, containers, CI); a private one (mode 0700,
+    as the spec asks) keeps stderr clean. A valid one the user set is left alone."""
+    current = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.name != "posix" or (current and os.path.isdir(current) and os.access(current, os.W_OK)):
+        return
+    import tempfile
+
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tinydl-runtime-")
+
+
 def import_wgpu():
     """The wgpu module, or BackendUnavailableError saying how to install it."""
+    _runtime_dir()
     try:
         import wgpu
     except ImportError as exc:
