@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -299,6 +300,9 @@ class PlannedKernel(Kernel):
         self.plans: dict[tuple, Plan] = {}
         self._by_feed: dict[tuple, Plan] = {}  # the same plans, by the feeds' types
         self._constants: dict[tuple, Any] = {}
+        # Sessions may be shared by threads: plans are made under this lock, and a backend
+        # takes it (or a device-wide one) where a run touches shared state.
+        self.lock = threading.RLock()
         self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
         self._pending: list[tuple] = []
         self._timings: list[tuple[str, float]] | None = None
@@ -331,7 +335,8 @@ class PlannedKernel(Kernel):
         """GPU seconds per label of a timed run recorded as `pending` (waits for it)."""
         raise NotImplementedError
 
-    def run_plan(self, plan: Plan, inputs: dict[str, Any], host: Collection[str]) -> dict:
+    def run_plan(self, plan: Plan, inputs: dict[str, Any], host: Collection[str]) -> tuple:
+        """(outputs, what read_timing needs for a timed run or None)."""
         raise NotImplementedError
 
     # -- shared --------------------------------------------------------------------------------
@@ -349,13 +354,14 @@ class PlannedKernel(Kernel):
 
     def _plan(self, infos: dict[str, Info]) -> Plan:
         key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))
-        plan = self.plans.get(key)
-        if plan is None:
-            w0 = self.init["weights_s"]
-            plan = self.plan_class(self, infos)
-            self.plans[key] = plan
-            self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
-            self.init["compile_s"] += plan.init["compile_s"]
+        with self.lock:
+            return self.plans.get(key) or self._new_plan(key, infos)
+
+    def _new_plan(self, key: tuple, infos: dict[str, Info]) -> Plan:
+        w0 = self.init["weights_s"]
+        plan = self.plans[key] = self.plan_class(self, infos)
+        self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
+        self.init["compile_s"] += plan.init["compile_s"]
         return plan
 
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -372,20 +378,23 @@ class PlannedKernel(Kernel):
             plan = self._by_feed[key] = self._plan(infos)
         first = "first_run_s" not in self.init
         t0 = time.perf_counter()
-        out = self.run_plan(plan, inputs, host)
+        out, pending = self.run_plan(plan, inputs, host)
         if first:
             if not host:
                 self.ctx.sync()
             self.init["first_run_s"] = time.perf_counter() - t0
-        if plan.pending is not None:
-            self._pending.append(plan.pending)
+        if pending is not None:
+            self._pending.append(pending)
         return out
 
     @property
     def timings(self) -> list[tuple[str, float]] | None:
         """(op label, GPU seconds) of the last timed run; waits for runs still in flight."""
         while self._pending:
-            pending = self._pending.pop(0)
+            try:
+                pending = self._pending.pop(0)
+            except IndexError:  # another thread took the last one
+                break
             labels = pending[-1]
             secs = self.read_timing(pending)
             self._timings = [(n, float(s)) for n, s in zip(labels, secs, strict=True)]

@@ -196,8 +196,9 @@ class Plan(planned.Plan):
 
     def run(self, feeds: dict[str, Any], host: Collection[str], timing: str | None, graphs: bool):
         cp = self.cp
-        self.pending = None
-        with self.ctx.device:
+        pending = None
+        # One thread at a time: graphs are chosen by which outputs the caller still holds.
+        with self.owner.lock, self.ctx.device:
             stream = cp.cuda.get_current_stream()
             if graphs and self.ran and timing != "ops" and self.steps:
                 # The steady state: replay a captured graph (kept short: this is per frame).
@@ -209,8 +210,8 @@ class Plan(planned.Plan):
                     g.graph.launch(stream)
                     if events:
                         events[1].record(stream)
-                        self.pending = (events, ["total"])
-                    return self._results(g.roots, feeds, host, stream)
+                        pending = (events, ["total"])
+                    return self._results(g.roots, feeds, host, stream), pending
             env = self._env(feeds)
             outs = self._new_outputs()
             env.update(outs)
@@ -222,9 +223,9 @@ class Plan(planned.Plan):
                 events[1].record(stream)
             if events is not None:
                 labels = [s.label for s in self.steps] if timing == "ops" else ["total"]
-                self.pending = (events, labels)
+                pending = (events, labels)
             self.ran = True
-            return self._results(outs, feeds, host, stream)
+            return self._results(outs, feeds, host, stream), pending
 
     def _env(self, feeds) -> dict[str, Any]:
         env: dict[str, Any] = dict(self.views)
@@ -308,7 +309,7 @@ class CUDAKernel(planned.PlannedKernel):
         with self.ctx.device:
             return self.ctx.cp.asarray(np.ascontiguousarray(data))
 
-    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> dict:
+    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> tuple:
         """Run; the outputs named in `host` come back as NumPy arrays (through pinned memory)."""
         return plan.run(inputs, host, self.timing, self.use_graphs)
 

@@ -102,6 +102,8 @@ class Context:
         self._pipelines: dict[str, Any] = {}
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._lock = threading.Lock()
+        # Held while a command buffer is recorded and submitted, and around the fence.
+        self.queue_lock = threading.RLock()
         self._fence = None
         self._serials: dict[int, tuple[int, Any]] = {}
         self._next_serial = 0
@@ -253,7 +255,7 @@ class Context:
         # A map waits for the submission that last used the buffer, and the queue runs in
         # order (on_submitted_work_done is broken in wgpu-py 0.32 with wgpu-native 29).
         u = self.wgpu.BufferUsage
-        with self.guard("waiting for the GPU"):
+        with self.queue_lock, self.guard("waiting for the GPU"):
             if self._fence is None:
                 self._fence = self.device.create_buffer(size=256, usage=u.MAP_READ | u.COPY_DST)
             encoder = self.device.create_command_encoder()

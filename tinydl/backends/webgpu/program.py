@@ -143,59 +143,64 @@ class Plan(planned.Plan):
             env[name] = feeds[name].storage
         for r in self.output_roots:
             env[r] = Storage(ctx, ctx.acquire(self.nbytes(self.infos[r])))
-        with ctx.guard("running a model"):
-            encoder = ctx.device.create_command_encoder()
-            queries = None
-            if timing and ctx.has_timestamps:
-                count = 2 * (len(self.steps) if timing == "ops" else 1)
-                queries = ctx.device.create_query_set(type="timestamp", count=max(count, 2))
-            if queries is not None and timing == "ops":
-                for k, step in enumerate(self.steps):
-                    cp = encoder.begin_compute_pass(
-                        timestamp_writes={
-                            "query_set": queries,
-                            "beginning_of_pass_write_index": 2 * k,
-                            "end_of_pass_write_index": 2 * k + 1,
-                        }
-                    )
-                    self._record(cp, step, env)
-                    cp.end()
-            else:
-                tw = None
-                if queries is not None:
-                    tw = {
-                        "query_set": queries,
-                        "beginning_of_pass_write_index": 0,
-                        "end_of_pass_write_index": 1,
-                    }
-                cp = encoder.begin_compute_pass(timestamp_writes=tw)
-                for step in self.steps:
-                    self._record(cp, step, env)
-                cp.end()
-            staging = {}
-            u = ctx.wgpu.BufferUsage
-            if host:
-                # The compute goes first, on its own; the read-back copies follow in a second
-                # submission. On an H200 (Vulkan) the 8.3 MB output of ESPCN x3 then comes
-                # back 0.2 ms sooner than when the copy ends the compute's command buffer
-                # (two command buffers in one submission do not help).
-                ctx.queue.submit([encoder.finish()])
+        # One thread at a time records and submits (threads sharing a session, or sessions
+        # sharing the device); waiting for read-backs happens outside the lock.
+        with ctx.queue_lock:
+            with ctx.guard("running a model"):
                 encoder = ctx.device.create_command_encoder()
-            for name in host:
-                info = self.infos[name]
-                nbytes = self.nbytes(info)
-                buf = ctx.acquire(nbytes, u.MAP_READ | u.COPY_DST)
-                encoder.copy_buffer_to_buffer(
-                    env[self.root(name)].buffer, 0, buf, 0, (nbytes + 3) // 4 * 4
-                )
-                staging[name] = buf
-            if queries is not None:
-                n = queries.count
-                resolved = ctx.device.create_buffer(size=8 * n, usage=u.QUERY_RESOLVE | u.COPY_SRC)
-                encoder.resolve_query_set(queries, 0, n, resolved, 0)
-                ts_buf = ctx.acquire(8 * n, u.MAP_READ | u.COPY_DST)
-                encoder.copy_buffer_to_buffer(resolved, 0, ts_buf, 0, 8 * n)
-            ctx.queue.submit([encoder.finish()])
+                queries = None
+                if timing and ctx.has_timestamps:
+                    count = 2 * (len(self.steps) if timing == "ops" else 1)
+                    queries = ctx.device.create_query_set(type="timestamp", count=max(count, 2))
+                if queries is not None and timing == "ops":
+                    for k, step in enumerate(self.steps):
+                        cp = encoder.begin_compute_pass(
+                            timestamp_writes={
+                                "query_set": queries,
+                                "beginning_of_pass_write_index": 2 * k,
+                                "end_of_pass_write_index": 2 * k + 1,
+                            }
+                        )
+                        self._record(cp, step, env)
+                        cp.end()
+                else:
+                    tw = None
+                    if queries is not None:
+                        tw = {
+                            "query_set": queries,
+                            "beginning_of_pass_write_index": 0,
+                            "end_of_pass_write_index": 1,
+                        }
+                    cp = encoder.begin_compute_pass(timestamp_writes=tw)
+                    for step in self.steps:
+                        self._record(cp, step, env)
+                    cp.end()
+                staging = {}
+                u = ctx.wgpu.BufferUsage
+                if host:
+                    # The compute goes first, on its own; the read-back copies follow in a second
+                    # submission. On an H200 (Vulkan) the 8.3 MB output of ESPCN x3 then comes
+                    # back 0.2 ms sooner than when the copy ends the compute's command buffer
+                    # (two command buffers in one submission do not help).
+                    ctx.queue.submit([encoder.finish()])
+                    encoder = ctx.device.create_command_encoder()
+                for name in host:
+                    info = self.infos[name]
+                    nbytes = self.nbytes(info)
+                    buf = ctx.acquire(nbytes, u.MAP_READ | u.COPY_DST)
+                    encoder.copy_buffer_to_buffer(
+                        env[self.root(name)].buffer, 0, buf, 0, (nbytes + 3) // 4 * 4
+                    )
+                    staging[name] = buf
+                if queries is not None:
+                    n = queries.count
+                    resolved = ctx.device.create_buffer(
+                        size=8 * n, usage=u.QUERY_RESOLVE | u.COPY_SRC
+                    )
+                    encoder.resolve_query_set(queries, 0, n, resolved, 0)
+                    ts_buf = ctx.acquire(8 * n, u.MAP_READ | u.COPY_DST)
+                    encoder.copy_buffer_to_buffer(resolved, 0, ts_buf, 0, 8 * n)
+                ctx.queue.submit([encoder.finish()])
         results: dict[str, Any] = {}
         for name in self.output_names:
             info = self.infos[name]
@@ -205,11 +210,11 @@ class Plan(planned.Plan):
             else:
                 results[name] = t
         # Timestamps are read later (WebGPUKernel.timings), so timing does not add a wait.
-        self.pending = None
+        pending = None
         if queries is not None:
             labels = [s.label for s in self.steps] if timing == "ops" else ["total"]
-            self.pending = (ts_buf, 8 * queries.count, labels)
-        return results
+            pending = (ts_buf, 8 * queries.count, labels)
+        return results, pending
 
     def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
         stores = [env[self.root(b)] if isinstance(b, str) else b for b in step.args]
@@ -248,7 +253,7 @@ class WebGPUKernel(planned.PlannedKernel):
         usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
         return Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
 
-    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> dict:
+    def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> tuple:
         """Run; the outputs named in `host` come back as NumPy arrays read in the same submit."""
         return plan.run(inputs, host, self.timing)
 
