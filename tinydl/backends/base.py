@@ -13,6 +13,9 @@ import numpy as np
 
 from tinydl.ir.graph import Graph, Node
 
+# The memory graph inputs come from and host outputs go to (NumPy arrays).
+HOST = "host"
+
 
 @dataclass(frozen=True)
 class Support:
@@ -97,6 +100,10 @@ class Kernel(ABC):
 
 class Backend(ABC):
     name: str = ""
+    # The memory this backend's tensors live in: HOST (NumPy arrays) unless the backend has a
+    # device memory of its own. Backends that share a memory exchange tensors with no transfer;
+    # a value crosses between two memories at a partition boundary (through the host).
+    memory: str = HOST
 
     @abstractmethod
     def available(self) -> bool:

@@ -12,8 +12,9 @@ the delegates in priority order, first come first served:
 3. A group smaller than `min_partition_size` is released (not for the last backend, the
    fallback); each group becomes one opaque unit, and backend 2 partitions what is unclaimed.
 
-Every refusal is kept with its reason. Where a value crosses from one backend to another (or
-between the host and a device backend) the plan holds an explicit Transfer.
+Every refusal is kept with its reason. Where a value crosses from one memory to another (each
+backend says which its tensors live in: `Backend.memory`; graph inputs come from HOST) the plan
+holds an explicit Transfer; backends sharing a memory exchange values with none.
 """
 
 from __future__ import annotations
@@ -25,18 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinydl.backends.base import Backend
+from tinydl.backends.base import HOST, Backend
 from tinydl.errors import UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 
-# Where graph inputs come from and host outputs go; the cpu backend computes in host memory.
-HOST = "host"
-HOST_BACKENDS = frozenset({"cpu"})
-
-
-def location(backend: str) -> str:
-    """The memory a backend's tensors live in: HOST for the cpu backend, else its own."""
-    return HOST if backend in HOST_BACKENDS else backend
+__all__ = ["HOST", "Partition", "Placement", "Transfer", "partition"]
 
 
 @dataclass
@@ -101,6 +95,8 @@ class Placement:
     partitions: list[Partition]
     plan: list[Partition | Transfer] = field(default_factory=list)
     min_partition_size: int = 1
+    # backend -> the memory its tensors live in (Backend.memory)
+    memory: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, node_name: str) -> str:
         return self.nodes[node_name]
@@ -332,6 +328,7 @@ def partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int
         for ms, owner in zip(units.members, units.owner, strict=True)
     ]
     nodes = {n.name: p.backend for p in parts for n in p.nodes}
+    memory = {b.name: b.memory for b in backends}
     return Placement(
         backends=[b.name for b in backends],
         nodes={n.name: nodes[n.name] for n in graph.nodes},
@@ -343,20 +340,24 @@ def partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int
             if any(b != nodes[name] for b in why)
         },
         partitions=parts,
-        plan=_plan(graph, parts),
+        plan=_plan(graph, parts, memory),
         min_partition_size=min_partition_size,
+        memory=memory,
     )
 
 
-def _plan(graph: Graph, parts: list[Partition]) -> list[Partition | Transfer]:
-    """Fill each partition's boundary values and interleave the transfers they need."""
+def _plan(
+    graph: Graph, parts: list[Partition], memory: dict[str, str]
+) -> list[Partition | Transfer]:
+    """Fill each partition's boundary values and interleave the transfers they need: a value
+    made in (or fed from) one memory and read in another, and graph outputs back to the host."""
     graph_outputs = [v.name for v in graph.outputs]
-    made_by: dict[str, str] = {v.name: HOST for v in graph.inputs}
+    made_in: dict[str, str] = {v.name: HOST for v in graph.inputs}
     for part in parts:
         for n in part.nodes:
             for o in n.outputs:
                 if o:
-                    made_by[o] = part.backend
+                    made_in[o] = memory[part.backend]
     read_later: dict[str, set[int]] = {}
     for k, part in enumerate(parts):
         for n in part.nodes:
@@ -379,15 +380,15 @@ def _plan(graph: Graph, parts: list[Partition]) -> list[Partition | Transfer]:
             for o in dict.fromkeys(o for n in part.nodes for o in n.outputs if o)
             if any(j != k for j in read_later.get(o, ())) or o in graph_outputs
         ]
-        dst = location(part.backend)
+        dst = memory[part.backend]
         for name in part.inputs:
-            src = location(made_by[name])
+            src = made_in[name]
             if src != dst and (name, dst) not in present:
                 plan.append(Transfer(name, src, dst, _bytes(graph, name)))
                 present.add((name, dst))
         plan.append(part)
     for name in dict.fromkeys(graph_outputs):
-        src = location(made_by.get(name, HOST))
+        src = made_in.get(name, HOST)
         if src != HOST:
             plan.append(Transfer(name, src, HOST, _bytes(graph, name)))
     return plan

@@ -14,14 +14,7 @@ import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
 from tinydl.backends.base import Kernel, environment_options
-from tinydl.backends.partition import (
-    HOST,
-    Partition,
-    Placement,
-    Transfer,
-    location,
-    partition,
-)
+from tinydl.backends.partition import HOST, Partition, Placement, Transfer, partition
 from tinydl.errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -41,6 +34,22 @@ class CompiledPartition(NamedTuple):
     backend: str
     partition: Partition
     kernel: Kernel
+
+
+class _Run(NamedTuple):
+    """One partition as a run needs it (Session._prepare_run)."""
+
+    backend: str
+    memory: str
+    run: Callable[[dict[str, Any]], dict[str, Any]]
+    run_host: Callable[[dict[str, Any], Any], dict[str, Any]] | None
+    inputs: tuple[str, ...]
+    outputs: frozenset[str]
+    # outputs a later partition reads in another memory, and those one reads in this memory
+    crossing: frozenset[str]
+    staying: frozenset[str]
+    # per outputs="host" | "device": the outputs its kernel reads back to the host (run_host)
+    read_back: dict[str, Any]
 
 
 class Session:
@@ -124,31 +133,66 @@ class Session:
         }
         self._last_run: list[tuple[str, float]] = []
         self._last_moved: list[tuple[Transfer, int, float]] = []
-        # The plan's steps with each partition's kernel; the transfers after the last partition
-        # bring graph outputs to the host and run only when host outputs are asked for.
-        kernels = {id(part): (k, kernel) for k, (part, kernel) in enumerate(self._kernels)}
-        self._steps = [(step, kernels.get(id(step))) for step in self.placement.plan]
-        self._tail = max((i + 1 for i, (_, kernel) in enumerate(self._steps) if kernel), default=0)
-        # Per partition: outputs that a later partition of another backend reads (so they go
-        # to the host anyway), and those a later partition of the same backend reads.
-        self._crossing: list[set[str]] = []
-        self._staying: list[set[str]] = []
-        parts = self.placement.partitions
-        for k, part in enumerate(parts):
-            later = [(p.backend, i) for p in parts[k + 1 :] for n in p.nodes for i in n.inputs]
-            self._crossing.append({i for b, i in later if b != part.backend} & set(part.outputs))
-            self._staying.append({i for b, i in later if b == part.backend} & set(part.outputs))
-        # A one-partition session whose device outputs are asked for with device feeds takes
-        # a short path (a video pipeline's steady state); feed types already checked are
-        # remembered so that path does not re-check every dimension.
-        self._single = None
-        if len(self._kernels) == 1 and not self._constant_outputs:
-            part, kernel = self._kernels[0]
-            names = {v.name for v in graph.inputs}, {v.name for v in graph.outputs}
-            if set(part.inputs) == names[0] and names[1] <= set(part.outputs):
-                self._single = (part.backend, kernel, [v.name for v in graph.outputs])
-        self._checked: set[tuple] = set()
         self._expected = {v.name: v for v in graph.inputs}
+        self._checked: set[tuple] = set()
+        self._prepare_run()
+
+    def _prepare_run(self) -> None:
+        """What every run needs, known from the plan: each partition's memory and the outputs
+        its kernel reads back to the host, each value's home (the memory it is made in), each
+        graph output's owner, and one backend per memory to move values in and out of it."""
+        memory = self.placement.memory
+        names = [v.name for v in self.graph.outputs]
+        self._output_names = names
+        # Each memory's mover; the backends asked, once per feed, whether a feed is theirs.
+        self._movers: dict[str, Any] = {}
+        for backend in self._backends.values():
+            self._movers.setdefault(backend.memory, backend)
+        self._claimants = list(self._backends.values())
+        self._memories = list(dict.fromkeys([HOST, *self._movers]))
+        # Where values are made: constants on the host, a partition's outputs in its memory.
+        home: dict[str, str] = dict.fromkeys(self._constant_outputs, HOST)
+        owner: dict[str, str] = {}
+        for part, _ in self._kernels:
+            for name in part.outputs:
+                home[name], owner[name] = memory[part.backend], part.backend
+        self._home = home
+        # Each graph output's memory when all are made by partitions or weights (not inputs).
+        self._output_homes = (
+            [(n, home[n]) for n in names] if all(n in home for n in names) else None
+        )
+        self._output_backends = {n: owner.get(n) for n in names}
+        self._known = set(names) | set(home) | set(self._expected)
+        graph_outputs = set(names)
+        self._runs: list[_Run] = []
+        parts = [part for part, _ in self._kernels]
+        for k, (part, kernel) in enumerate(self._kernels):
+            here = memory[part.backend]
+            later = [(memory[p.backend], i) for p in parts[k + 1 :] for i in p.inputs]
+            outs = set(part.outputs)
+            # Outputs a later partition reads in another memory go through the host anyway;
+            # those a later partition reads in this memory must stay here.
+            crossing = {i for m, i in later if m != here} & outs
+            staying = {i for m, i in later if m == here} & outs
+            run_host = getattr(kernel, "run_host", None) if here != HOST else None
+            read_back = {
+                # outputs="host": graph outputs come to the host too; "device": they stay here
+                "host": frozenset((crossing | (graph_outputs & outs)) - staying),
+                "device": frozenset(crossing - staying - graph_outputs),
+            }
+            self._runs.append(
+                _Run(
+                    part.backend,
+                    here,
+                    kernel.run,
+                    run_host,
+                    tuple(part.inputs),
+                    frozenset(outs),
+                    frozenset(crossing),
+                    frozenset(staying),
+                    read_back if run_host else {"host": (), "device": ()},
+                )
+            )
 
     def _report_fallbacks(self, strict: bool) -> None:
         fallbacks = self.placement.fallbacks()
@@ -184,140 +228,155 @@ class Session:
     def outputs(self) -> list[Value]:
         return list(self.graph.outputs)
 
+    @property
+    def output_backends(self) -> dict[str, str | None]:
+        """Graph output name -> the backend whose partition makes it, so a device output
+        (`run(..., outputs="device")`) is that backend's tensor (`Placement.memory[backend]`
+        names its memory). None for an output no partition makes: a weight (a NumPy array) or
+        a graph input passed through (returned as it was fed)."""
+        return dict(self._output_backends)
+
     # -- running --------------------------------------------------------------------------------
     def run(
         self, feeds: Mapping[str, Any], outputs: str | Sequence[str] = "host"
     ) -> dict[str, Any]:
         """Run the model. `feeds` maps input names to arrays (or device tensors of a backend).
 
-        `outputs="host"` returns NumPy arrays; `"device"` returns tensors of the backend that
-        produced them; a list of names returns only those outputs, on the host.
+        `outputs="host"` returns NumPy arrays; `"device"` returns each output as a tensor of the
+        backend that produced it (`output_backends`); a list of names returns only those
+        outputs, on the host.
         """
-        env = self._check_feeds(feeds)
-        if outputs == "device" and self._single is not None:
-            name, kernel, names = self._single
-            backend = self._backends[name]
-            if all(backend.is_device_tensor(v) for v in env.values()):
-                t = time.perf_counter()
-                out = kernel.run(env)
-                self._last_run, self._last_moved = [(name, time.perf_counter() - t)], []
-                return {n: out[n] for n in names}
-        # Values by the memory they are in (HOST or a device backend's name), and the memory
-        # each was fed or made in: its home.
-        mem: dict[str, dict[str, Any]] = {HOST: {}}
-        home: dict[str, str] = {}
-        for name, value in env.items():
-            home[name] = self._location_of(value)
-            mem.setdefault(home[name], {})[name] = value
-        # An output may be a weight (e.g. a folded Constant) that no partition produces.
-        mem[HOST].update(self._constant_outputs)
-        wanted = (
-            set()
-            if outputs == "device"
-            else {v.name for v in self.graph.outputs}
-            if (outputs == "host")
-            else set(outputs)
-        )
-        timings, moved = [], []
-        for i, (step, compiled) in enumerate(self._steps):
-            if compiled is None:
-                if i < self._tail or step.value in wanted:
-                    moved.append(self._move(step.value, step.dst, mem, home))
-                continue
-            k, kernel = compiled
-            part, here = step, location(step.backend)
+        fed = self._adopt(feeds)
+        if outputs == "host" or outputs == "device":
+            mode, names, wanted = outputs, self._output_names, None
+        else:
+            mode, names = None, [outputs] if isinstance(outputs, str) else list(outputs)
+            unknown = [n for n in names if n not in self._known]
+            if unknown:
+                raise InvalidInputError(
+                    f"unknown output(s) {unknown}: the model's outputs are {self._output_names}"
+                )
+            wanted = frozenset(names)
+        # Values by the memory they are in; a value's home is where it was fed or made, and a
+        # copy in another memory is made at most once, where a partition reads it.
+        mem: dict[str, dict[str, Any]] = {m: {} for m in self._memories}
+        for name, (at, value) in fed.items():
+            mem[at][name] = value
+        if self._constant_outputs:
+            mem[HOST].update(self._constant_outputs)
+        timings: list[tuple[str, float]] = []
+        moved: list[tuple[Transfer, int, float]] = []
+        # Outputs a kernel read back to the host itself (run_host), to be listed as transfers
+        # where the plan has them: where a host partition or a host output takes them.
+        read: dict[str, tuple[Transfer, int, float]] = {}
+        for step in self._runs:
+            here = mem[step.memory]
             args = {}
-            for name in part.inputs:
-                if name not in mem.get(here, {}):
-                    # Not in the plan: a device tensor fed for another backend's partition.
-                    moved.append(self._move(name, here, mem, home))
-                args[name] = mem[here][name]
+            for name in step.inputs:
+                value = here.get(name)
+                if value is None:
+                    value = self._move(name, step.memory, mem, fed, moved)
+                elif read and name in read and step.memory == HOST:
+                    moved.append(read.pop(name))
+                args[name] = value
+            if mode is not None:
+                host = step.read_back[mode]
+            elif step.run_host is not None:
+                host = (step.crossing | (wanted & step.outputs)) - step.staying
+            else:
+                host = ()
             t = time.perf_counter()
-            # A kernel with run_host reads the outputs bound for the host back itself, right
-            # after its compute (no separate transfer step, no extra wait).
-            host = (self._crossing[k] | (wanted & set(part.outputs))) - self._staying[k]
-            run_host = getattr(kernel, "run_host", None)
-            out = run_host(args, host) if host and run_host else kernel.run(args)
-            timings.append((part.backend, time.perf_counter() - t))
-            for name, value in out.items():
-                home[name] = here
-                at = HOST if name in host and isinstance(value, np.ndarray) else here
-                mem.setdefault(at, {})[name] = value
+            if host:
+                # The kernel reads the outputs bound for the host back itself, right after its
+                # compute (no separate transfer step, no extra wait).
+                out = step.run_host(args, host)
+                timings.append((step.backend, time.perf_counter() - t))
+                for name, value in out.items():
+                    if name in host and isinstance(value, np.ndarray):
+                        mem[HOST][name] = value
+                        read[name] = (Transfer(name, step.memory, HOST, None), _nbytes(value), 0.0)
+                    else:
+                        here[name] = value
+            else:
+                here.update(step.run(args))
+                timings.append((step.backend, time.perf_counter() - t))
         self._last_run, self._last_moved = timings, moved
-        if outputs == "device":
-            return {v.name: self._find(v.name, mem, home) for v in self.graph.outputs}
-        names = [v.name for v in self.graph.outputs] if outputs == "host" else list(outputs)
-        unknown = [n for n in names if self._find(n, mem, home) is None]
-        if unknown:
-            raise InvalidInputError(
-                f"unknown output(s) {unknown}: the model's outputs are "
-                f"{[v.name for v in self.graph.outputs]}"
-            )
-        return {n: self._to_host(self._find(n, mem, home)) for n in names}
+        if mode == "device":
+            if self._output_homes is not None:
+                return {n: mem[at][n] for n, at in self._output_homes}
+            return {n: mem[self._where(n, fed)][n] for n in names}
+        result = {}
+        for name in names:
+            at = self._where(name, fed)
+            if at == HOST:
+                result[name] = mem[HOST][name]
+                continue
+            value = mem[HOST].get(name)
+            if value is None:
+                value = self._move(name, HOST, mem, fed, moved)
+            else:
+                moved.append(
+                    read.pop(name, None) or (Transfer(name, at, HOST, None), _nbytes(value), 0.0)
+                )
+            result[name] = value
+        return result
 
-    def _location_of(self, value: Any) -> str:
-        for backend in self._backends.values():
-            if backend.is_device_tensor(value):
-                return location(backend.name)
-        return HOST
+    def _where(self, name: str, fed: dict[str, tuple[str, Any]]) -> str:
+        """The memory a value is made in (from the plan), or for a graph input, fed in."""
+        at = self._home.get(name)
+        return fed[name][0] if at is None else at
 
-    @staticmethod
-    def _find(name: str, mem: dict[str, dict[str, Any]], home: dict[str, str]) -> Any:
-        for at in (home.get(name, HOST), HOST, *mem):
-            if name in mem.get(at, {}):
-                return mem[at][name]
-        return None
-
-    def _move(self, name: str, dst: str, mem, home) -> tuple[Transfer, int, float]:
-        """Copy a value to memory `dst` (through the host); its bytes and seconds."""
-        src = home.get(name, HOST)
-        there = mem.setdefault(dst, {})
-        if name in there:
-            # Already there: fed there, or read back in the submission of the kernel that made it.
-            return Transfer(name, src, dst, None), 0 if src == dst else _nbytes(there[name]), 0.0
+    def _move(self, name: str, dst: str, mem, fed, moved) -> Any:
+        """Copy a value from its home to memory `dst` (through the host) and list the transfer."""
+        src = self._where(name, fed)
         t = time.perf_counter()
         host = mem[HOST].get(name)
         if host is None:
-            value = self._find(name, mem, home)
-            host = mem[HOST][name] = self._backends[src].to_host(value) if src != HOST else value
-        if dst != HOST:
-            there[name] = self._backends[dst].to_device(host)
-        return Transfer(name, src, dst, None), _nbytes(host), time.perf_counter() - t
+            host = mem[HOST][name] = self._movers[src].to_host(mem[src][name])
+        value = host if dst == HOST else self._movers[dst].to_device(host)
+        mem[dst][name] = value
+        moved.append((Transfer(name, src, dst, None), _nbytes(host), time.perf_counter() - t))
+        return value
 
-    def _to_host(self, value: Any) -> np.ndarray:
-        for backend in self._backends.values():
-            if backend.is_device_tensor(value):
-                return backend.to_host(value)
-        return np.asarray(value)
-
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(feeds, Mapping):
+    def _adopt(self, feeds: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+        """Each feed as (memory, tensor), checked against the model's inputs: a NumPy array is
+        in host memory; anything else is asked of the backends, once, in priority order, and
+        the first that says it is its device tensor adopts it. A combination of shapes and
+        dtypes checked before is not checked again."""
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise InvalidInputError(
                 f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
             )
         expected = self._expected
-        if len(feeds) != len(expected) or any(k not in expected for k in feeds):
+        if feeds.keys() != expected.keys():
             unknown = [k for k in feeds if k not in expected]
             if unknown:
                 raise InvalidInputError(
                     f"unknown input(s) {unknown}: the model's inputs are {list(expected)}"
                 )
-        symbols: dict[str, tuple[int, str]] = {}
-        env: dict[str, Any] = {}
+        fed: dict[str, tuple[str, Any]] = {}
         for name in expected:
             if name not in feeds:
                 break
             value = feeds[name]
-            owner = next((b for b in self._backends.values() if b.is_device_tensor(value)), None)
-            env[name] = np.asarray(value) if owner is None else owner.adopt(value)
+            if type(value) is not np.ndarray:
+                for backend in self._claimants:
+                    if backend.is_device_tensor(value):
+                        fed[name] = (backend.memory, backend.adopt(value))
+                        break
+                else:
+                    fed[name] = (HOST, np.asarray(value))
+                continue
+            fed[name] = (HOST, value)
         else:
-            key = tuple((n, v.shape, v.dtype) for n, v in env.items())
+            key = tuple((n, v.shape, v.dtype) for n, (_, v) in fed.items())
             if key in self._checked:
-                return env
+                return fed
+        symbols: dict[str, tuple[int, str]] = {}
         for name, spec in expected.items():
             if name not in feeds:
                 raise InvalidInputError(f"missing input '{name}': expected {spec.describe()}")
-            value = env[name]
+            value = fed[name][1]
             dtype = _dtype_name(value.dtype)
             if spec.dtype is not None and dtype != spec.dtype:
                 raise InvalidShapeError(
@@ -344,10 +403,9 @@ class Session:
                                 f"input '{name}': dim {axis} ('{want}') is {got}, but '{want}' is "
                                 f"{seen[0]} in input '{seen[1]}'"
                             )
-            env[name] = value
         if len(self._checked) < 64:
-            self._checked.add(tuple((n, v.shape, v.dtype) for n, v in env.items()))
-        return env
+            self._checked.add(tuple((n, v.shape, v.dtype) for n, (_, v) in fed.items()))
+        return fed
 
     # -- reporting ------------------------------------------------------------------------------
     def profile(self) -> dict[str, Any]:

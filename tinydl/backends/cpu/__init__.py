@@ -7,7 +7,7 @@ import platform
 
 import numpy as np
 
-from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import schema_of
 
@@ -43,6 +43,7 @@ class CPUKernel(Kernel):
 
 class CPUBackend(Backend):
     name = "cpu"
+    memory = HOST
 
     def available(self) -> bool:
         return True

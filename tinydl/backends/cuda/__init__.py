@@ -23,6 +23,7 @@ _KDLCUDA = (2, 13)  # DLPack device types: CUDA, CUDA managed
 
 class CUDABackend(Backend):
     name = "cuda"
+    memory = "cuda"
 
     def __init__(self):
         self._reason: str | None = None

@@ -23,6 +23,7 @@ BYTE_OPS = ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 class WebGPUBackend(Backend):
     name = "webgpu"
+    memory = "webgpu"
 
     def __init__(self):
         self._reason: str | None = None

@@ -3,7 +3,8 @@
 Inputs:  in (Tensor, DeviceTensor or Frame, or a Batch of one of them: the items are stacked
          along the model's batch axis and run at once)
 Outputs: out (Tensor, DeviceTensor or Frame per `output_as`; a Batch in gives a Batch out, item
-         by item with the items' ids)
+         by item with the items' ids; a DeviceTensor names the backend whose partition makes the
+         output, Session.output_backends: with backends "cuda,cpu", "cpu" for a cpu node's)
 Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, or an
          ir.Graph), backends (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" |
          "fp16"), strict (bool: no fallback), input / output (names; default the model's only
@@ -102,6 +103,8 @@ class Inference(Component):
         spec = next(v for v in self.session.inputs if v.name == self.input)
         self.rank = None if spec.shape is None else len(spec.shape)
         self.output = self.output or self.session.outputs[0].name
+        # The backend whose partition makes the output: a device output is its tensor.
+        self.owner = self.session.output_backends.get(self.output)
 
     def _feed(self, item: Any) -> tuple[Any, bool]:
         """The array for one item, and whether a batch axis was added."""
@@ -124,7 +127,9 @@ class Inference(Component):
 
     def _answer(self, out: Any, source: Any) -> Any:
         if self.output_as == "device":
-            return DeviceTensor(out, self.session.backends[-1])
+            # No partition makes an output that is an input passed through (as it was fed).
+            fed = source.backend if isinstance(source, DeviceTensor) else "cpu"
+            return DeviceTensor(out, self.owner or fed)
         if self.output_as == "tensor":
             return Tensor(out)
         if not isinstance(source, Frame):
@@ -151,10 +156,13 @@ class Inference(Component):
         x = fed[0][0] if len(fed) == 1 else np.concatenate([f[0] for f in fed])
         kind = "device" if self.output_as == "device" else [self.output]
         y = self.session.run({self.input: x}, outputs=kind)[self.output]
+        # One item run as it came gets the whole output (no slice, which a device tensor such
+        # as webgpu's may not have).
+        whole = len(items) == 1 and not fed[0][1]
         answers, start = [], 0
         for item, (xi, added) in zip(items, fed, strict=True):
             n = 1 if added else xi.shape[0]
-            yi = y[start] if added else y[start : start + n]
+            yi = y if whole else y[start] if added else y[start : start + n]
             start += n
             answers.append(self._answer(yi, item))
         if isinstance(payload, Batch):
