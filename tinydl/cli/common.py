@@ -1,0 +1,94 @@
+"""Helpers several `tinydl` commands share: option types and groups, the help formatter, and
+compiling with fallback warnings printed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tinydl.errors import InvalidInputError
+
+MODEL_HELP = "model file (.onnx, .tflite, Keras .h5 or .tdl)"
+
+
+def add_backend_options(p: argparse.ArgumentParser) -> None:
+    """--backends and --optimize, as inspect and run take them."""
+    p.add_argument(
+        "--backends",
+        default="cpu",
+        metavar="LIST",
+        help="backends in priority order, comma-separated: cpu, webgpu, cuda (default: cpu)",
+    )
+    p.add_argument(
+        "--optimize",
+        choices=("none", "basic", "all"),
+        default="all",
+        help="graph optimizer level (default: all)",
+    )
+
+
+def _compile(
+    graph,
+    backends: str,
+    strict: bool,
+    precision: str = "fp32",
+    quiet: bool = False,
+    optimize: str = "all",
+):
+    """tinydl.compile, with fallback warnings printed as one `warning:` line each."""
+    import warnings
+
+    import tinydl
+
+    names = tuple(b.strip() for b in backends.split(",") if b.strip())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = tinydl.compile(
+            graph, backends=names, precision=precision, strict=strict, optimize=optimize
+        )
+    if not quiet:
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
+    return session
+
+
+def _count(text: str, least: int = 0) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _count(text, least=1)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose lines to the terminal; keeps indented lines (the examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return "\n".join(
+            indent + line
+            if not line or line.startswith(" ")
+            else textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+            for line in text.splitlines()
+        )
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _parse_dims(name: str, text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 0 for d in dims):
+        raise InvalidInputError(f"--shape {name}={text}: expected sizes such as 1,3,224,224")
+    return dims

@@ -1,0 +1,88 @@
+"""`tinydl info`: versions, backends and devices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tinydl.cli.common import _Formatter
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "info",
+        help="show versions, backends and devices",
+        formatter_class=_Formatter,
+        description="Show the tinydl, Python and NumPy versions, the optional packages, and for "
+        "each backend whether it is available (and if not, why) and which devices it would use.",
+        epilog="example:\n  tinydl info --json",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import platform
+    from importlib import metadata
+
+    import numpy as np
+
+    import tinydl
+    from tinydl.backends import KNOWN, get_backend
+
+    def version(package: str) -> str | None:
+        # CuPy is published per CUDA version (cupy-cuda12x, cupy-cuda13x, ...).
+        names = [package]
+        if package == "cupy":
+            names += [
+                d.metadata["Name"]
+                for d in metadata.distributions()
+                if (d.metadata["Name"] or "").lower().startswith("cupy-cuda")
+            ]
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    backends = {}
+    for name in KNOWN:
+        entry: dict[str, Any] = {"available": False, "reason": "", "devices": []}
+        # info is the tool for diagnosing a broken install, so one broken backend must not stop it.
+        try:
+            backend = get_backend(name)
+            entry["available"] = bool(backend.available())
+            if entry["available"]:
+                entry["devices"] = list(backend.devices())
+            else:
+                entry["reason"] = backend.unavailable_reason() or "no usable device"
+        except Exception as exc:
+            entry["reason"] = f"failed to load: {type(exc).__name__}: {exc}"
+        backends[name] = entry
+    report = {
+        "tinydl": tinydl.__version__,
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "packages": {p: version(p) for p in ("onnx", "safetensors", "pillow", "wgpu", "cupy")},
+        "backends": backends,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"tinydl {report['tinydl']}")
+    print(f"Python {report['python']} on {report['platform']}")
+    print(f"NumPy  {report['numpy']}")
+    optional = ", ".join(f"{p} {v or '(not installed)'}" for p, v in report["packages"].items())
+    print(f"optional packages: {optional}")
+    print("backends:")
+    width = max(map(len, backends), default=0)
+    for name, entry in backends.items():
+        if entry["available"]:
+            devices = "; ".join(entry["devices"]) or "(no device listed)"
+            print(f"  {name:{width}}  available    {devices}")
+        else:
+            print(f"  {name:{width}}  unavailable  {entry['reason']}")
+    return 0

@@ -1,0 +1,141 @@
+"""`tinydl inspect`: a model's inputs, outputs, ops, weights and placement."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tinydl.cli.common import MODEL_HELP, _compile, _Formatter, add_backend_options
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "inspect",
+        help="show a model's inputs, outputs, ops, weights and placement",
+        formatter_class=_Formatter,
+        description="Show a model's source (format, opset, producer), inputs and outputs with "
+        "their dtypes and (symbolic) shapes, op counts, parameter count, weight size, the node "
+        "count before and after graph optimization, and the placement: each partition's backend "
+        "and nodes, the transfers between them, and (--verbose) which backend each node runs on "
+        "and why preferred backends refused it.",
+        epilog="examples:\n  tinydl inspect model.onnx\n"
+        "  tinydl inspect model.onnx --backends webgpu,cpu --verbose",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    add_backend_options(p)
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every node's backend and the reasons for fallbacks",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import tinydl
+
+    graph = tinydl.load(args.model)
+    session = _compile(graph, args.backends, strict=False, quiet=True, optimize=args.optimize)
+    placement = session.placement
+    optimized = session.optimization
+    fallbacks = placement.fallbacks()
+    meta = graph.metadata
+    report: dict[str, Any] = {
+        "model": str(args.model),
+        "name": graph.name,
+        "source_format": meta.get("source_format", "tdl"),
+        "opset": meta.get("opset"),
+        "producer": meta.get("producer") or None,
+        "metadata": meta,
+        "inputs": [_value_report(v) for v in graph.inputs],
+        "outputs": [_value_report(v) for v in graph.outputs],
+        "nodes": len(graph.nodes),
+        "op_counts": graph.op_counts(),
+        "parameters": graph.parameter_count(),
+        "weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
+        "optimization": {
+            "level": optimized.level,
+            "nodes_before": optimized.nodes_before,
+            "nodes_after": optimized.nodes_after,
+            "rewrites": optimized.rewrites,
+        },
+        "placement": {
+            "backends": placement.backends,
+            "counts": placement.counts(),
+            "partitions": len(placement.partitions),
+            "fallbacks": fallbacks,
+            "transfers": [vars(t) for t in placement.transfers],
+            "bytes_per_run": placement.bytes_per_run(),
+        },
+    }
+    if args.verbose:
+        report["placement"]["nodes"] = [
+            {
+                "name": n,
+                "op": placement.ops[n],
+                "backend": b,
+                "refused_by": placement.refusals.get(n, {}),
+            }
+            for n, b in placement.nodes.items()
+        ]
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+
+    print(f"model:    {report['model']} (graph '{graph.name}')")
+    source = [report["source_format"]]
+    if report["opset"] is not None:
+        source.append(f"opset {report['opset']}")
+    if report["producer"]:
+        source.append(f"producer {report['producer']}")
+    print(f"source:   {', '.join(source)}")
+    for title, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
+        print(f"{title}:")
+        width = max((len(v.name) for v in values), default=0)
+        for v in values:
+            print(f"  {v.name:{width}}  {v.describe()}")
+    print(f"ops ({len(graph.nodes)} nodes):")
+    width = max(map(len, report["op_counts"]), default=0)
+    for op_name, count in report["op_counts"].items():
+        print(f"  {op_name:{width}}  {count}")
+    print(f"parameters: {report['parameters']:,} ({_human_bytes(report['weight_bytes'])})")
+    rewrites = ", ".join(f"{name} {n}" for name, n in optimized.rewrites.items()) or "none"
+    print(
+        f"optimized ({optimized.level}): {optimized.nodes_before} -> {optimized.nodes_after} "
+        f"nodes (rewrites: {rewrites})"
+    )
+    counts = ", ".join(f"{b} {n}" for b, n in placement.counts().items())
+    print(
+        f"placement ({','.join(placement.backends)}): {counts} nodes "
+        f"in {len(placement.partitions)} partition(s)"
+    )
+    if fallbacks:
+        ops = sorted({placement.ops[n] for n in fallbacks})
+        hint = "" if args.verbose else "; --verbose for the reasons"
+        print(
+            f"  {len(fallbacks)} node(s) fall back from {placement.backends[0]} "
+            f"(ops: {', '.join(ops)}){hint}"
+        )
+    print(placement.summary())
+    if args.verbose:
+        print(placement.table())
+    return 0
+
+
+def _value_report(v) -> dict[str, Any]:
+    shape = None if v.shape is None else list(v.shape)
+    return {"name": v.name, "dtype": v.dtype, "shape": shape, "type": v.describe()}
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} bytes"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
