@@ -365,9 +365,9 @@ class Session:
                         fed[name] = (backend.memory, backend.adopt(value))
                         break
                 else:
-                    fed[name] = (HOST, np.asarray(value))
+                    fed[name] = (HOST, _native(np.asarray(value)))
                 continue
-            fed[name] = (HOST, value)
+            fed[name] = (HOST, _native(value))
         else:
             key = tuple((n, v.shape, v.dtype) for n, (_, v) in fed.items())
             if key in self._checked:
@@ -495,6 +495,14 @@ def _nbytes(value: Any) -> int:
 
 
 _DTYPE_NAMES: dict = {}
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """The array in this machine's byte order: a big-endian feed (`>f4`) holds the same numbers
+    as float32, but its raw bytes must not reach a device as if they were native."""
+    if array.dtype.isnative or array.dtype.byteorder == "|":
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
 
 
 def _dtype_name(dtype) -> str:
