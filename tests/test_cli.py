@@ -338,3 +338,28 @@ def test_run_image_into_an_nhwc_input(capsys, tmp_path, rng):
     assert code == 0, err
     got = np.load(tmp_path / "out" / "y.npy")
     np.testing.assert_allclose(got, pixels[None].astype(np.float32) / 255.0, rtol=1e-6)
+
+
+def test_an_op_failing_at_run_time_is_a_clear_error(tmp_path, capsys):
+    """Inputs that fit the model's symbolic dims but not its ops: `tinydl run` prints one
+    `error:` line naming the node, op and shapes (no NumPy traceback); --debug adds the
+    traceback; the library raises OpError."""
+    graph = Graph(
+        [Value("x", "float32", ("N", 4))],
+        [Value("y", "float32", None)],
+        [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
+        initializers={"s": np.array([2, 4], np.int64)},
+    ).validate()
+    model = tmp_path / "m.tdl"
+    td.save(graph, model)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((3, 4), np.float32))
+    code, out, err = run_cli(capsys, "run", str(model), "--input", f"x={x}")
+    assert code == 2
+    assert err.startswith("error: node 'reshape' (Reshape) failed on inputs [float32(3, 4)")
+    assert "Traceback" not in err
+    with pytest.raises(td.OpError, match="reshape"):
+        main(["--debug", "run", str(model), "--input", f"x={x}"])
+    sess = td.compile(graph, backends=("cpu",))
+    with pytest.raises(td.OpError, match=r"Reshape\) failed"):
+        sess.run({"x": np.ones((3, 4), np.float32)})

@@ -14,6 +14,7 @@ from tinydl.errors import (
     InvalidInputError,
     InvalidModelError,
     InvalidShapeError,
+    OpError,
     TinyDLError,
     UnsupportedOpError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidModelError",
     "InvalidShapeError",
+    "OpError",
     "Session",
     "TinyDLError",
     "UnsupportedOpError",

@@ -28,6 +28,11 @@ class InvalidShapeError(InvalidInputError):
     """An input fed to a session has the wrong shape or dtype (names the input, expected, got)."""
 
 
+class OpError(TinyDLError):
+    """An op failed while a model ran (inputs that fit the model's declared shapes but not what
+    its ops compute); names the node, the op and the shapes it was given."""
+
+
 class BackendUnavailableError(TinyDLError):
     """A requested backend is not installed or has no usable device."""
 
@@ -46,6 +51,7 @@ __all__ = [
     "UnsupportedOpError",
     "InvalidInputError",
     "InvalidShapeError",
+    "OpError",
     "BackendUnavailableError",
     "DeviceLostError",
     "BufferSizeError",

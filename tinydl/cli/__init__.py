@@ -10,7 +10,8 @@
 
 Every subcommand imports what it needs when it runs, so `tinydl --help` loads neither NumPy nor
 onnx. A user error (a bad file, an unknown backend, a wrong input shape) prints `error: ...` and
-exits with status 2; a traceback means a bug in tinydl.
+exits with status 2 (`tinydl --debug ...` shows its traceback too); a traceback without
+--debug means a bug in tinydl.
 
 One module per command (`info.py`, `convert.py`, ...) holds its `cmd_NAME` function and
 `add_parser(subparsers)`, which adds its subparser; `common.py` holds what several share.
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"tinydl {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error, not only its message"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"tinydl.cli.{name}").add_parser(sub)
@@ -60,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TinyDLError as exc:
+        if args.debug:
+            raise
         message = str(exc)
     except OSError as exc:
+        if args.debug:
+            raise
         message = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
     except KeyboardInterrupt:
         return 130

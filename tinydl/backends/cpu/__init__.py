@@ -8,6 +8,7 @@ import platform
 import numpy as np
 
 from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
+from tinydl.errors import OpError, TinyDLError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import schema_of
 
@@ -32,13 +33,27 @@ class CPUKernel(Kernel):
         env.update(inputs)
         for (node, schema), dead in zip(self.steps, self.release, strict=True):
             args = [env[name] if name else None for name in node.inputs]
-            for name, value in zip(node.outputs, schema.run(node, args), strict=False):
+            try:
+                values = schema.run(node, args)
+            except TinyDLError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure inside an op is reported alike
+                raise OpError(_failed(node, args, exc)) from exc
+            for name, value in zip(node.outputs, values, strict=False):
                 if name:
                     env[name] = np.asarray(value)
             for name in dead:
                 if name not in self.graph.initializers:
                     env.pop(name, None)
         return {v.name: env[v.name] for v in self.graph.outputs}
+
+
+def _failed(node, args, exc: Exception) -> str:
+    given = ", ".join(
+        "-" if a is None else f"{getattr(a, 'dtype', type(a).__name__)}{tuple(np.shape(a))}"
+        for a in args
+    )
+    return f"node '{node.name}' ({node.op}) failed on inputs [{given}]: {exc}"
 
 
 class CPUBackend(Backend):
