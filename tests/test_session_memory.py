@@ -372,3 +372,20 @@ def test_big_endian_feeds_give_the_same_results(backend):
     (want,) = sess.run({name: x}).values()
     (got,) = sess.run({name: x.astype(">f4")}).values()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "webgpu"])
+def test_inputs_that_fit_symbolic_dims_but_not_the_graph(backend):
+    """ESPCN takes (N, 1, H, W): a zero batch gives an empty output; a zero height fits the
+    symbols but not the 5x5 convolution, an OpError on every backend (not a raw ValueError)."""
+    from tinydl.models import load_espcn
+
+    if not get_backend(backend).available():
+        pytest.skip(get_backend(backend).unavailable_reason())
+    graph = load_espcn(3)
+    name = graph.inputs[0].name
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    (out,) = sess.run({name: np.zeros((0, 1, 8, 8), np.float32)}).values()
+    assert out.shape == (0, 1, 24, 24)
+    with pytest.raises(td.OpError, match="conv1"):
+        sess.run({name: np.ones((1, 1, 0, 8), np.float32)})

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends.base import CompileOptions, Kernel, Support, content_key
+from tinydl.errors import InvalidModelError, OpError
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
 
@@ -359,7 +360,12 @@ class PlannedKernel(Kernel):
 
     def _new_plan(self, key: tuple, infos: dict[str, Info]) -> Plan:
         w0 = self.init["weights_s"]
-        plan = self.plans[key] = self.plan_class(self, infos)
+        try:
+            plan = self.plans[key] = self.plan_class(self, infos)
+        except InvalidModelError as exc:
+            # The graph validated with its declared (symbolic) shapes: these inputs do not fit.
+            shapes = ", ".join(f"{n} {list(i.shape)}" for n, i in infos.items())
+            raise OpError(f"inputs {shapes} do not fit the model: {exc}") from exc
         self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
         self.init["compile_s"] += plan.init["compile_s"]
         return plan

@@ -93,6 +93,8 @@ def _correlate(xp: np.ndarray, w: np.ndarray, strides, dilations, group: int) ->
     m, cg, *kernel = w.shape
     mg, nd = m // group, len(kernel)
     out = [(size[i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nd)]
+    if 0 in (n, m, *out):
+        return np.zeros((n, m, *out), xp.dtype)
     if cg == 1:
         # One input channel per group (depthwise): a weighted sum of shifted views beats im2col.
         src = xp.reshape(n, group, 1, *size)
