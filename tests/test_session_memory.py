@@ -389,3 +389,46 @@ def test_inputs_that_fit_symbolic_dims_but_not_the_graph(backend):
     assert out.shape == (0, 1, 24, 24)
     with pytest.raises(td.OpError, match="conv1"):
         sess.run({name: np.ones((1, 1, 0, 8), np.float32)})
+
+
+def _pad_model(pad: int, shape) -> Graph:
+    return Graph(
+        [Value("x", "float32", shape)],
+        [Value("y", "float32", None)],
+        [Node("Pad", ["x", "pads"], ["y"], name="pad")],
+        initializers={"pads": np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64)},
+    ).validate()
+
+
+def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
+    """A tiny file can ask for tens of GiB (a Pad of 40,000; a Resize x30,000; a
+    ConvTranspose of stride 50,000): refused with BufferSizeError naming the value and node,
+    at compile when shapes are static, at run when they are symbolic; the limit is
+    configurable."""
+    with pytest.raises(td.BufferSizeError, match=r"node 'pad' \(Pad\).*memory limit"):
+        td.compile(_pad_model(40000, (1, 3, 8, 8)), backends=("cpu",), memory_limit=1 << 30)
+    sess = td.compile(_pad_model(40000, ("N", 3, "H", "W")), backends=("cpu",))
+    sess.memory_limit = 1 << 30
+    with pytest.raises(td.BufferSizeError, match="'y'"):
+        sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
+    small = td.compile(_pad_model(2, ("N", 3, "H", "W")), backends=("cpu",), memory_limit=1 << 30)
+    assert small.run({"x": np.ones((1, 3, 8, 8), np.float32)})["y"].shape == (1, 3, 12, 12)
+    resize = Graph(
+        [Value("x", "float32", ("N", 3, "H", "W"))],
+        [Value("y", "float32", None)],
+        [Node("Resize", ["x", "", "scales"], ["y"], name="resize")],
+        initializers={"scales": np.array([1, 1, 30000, 30000], np.float32)},
+    ).validate()
+    monkeypatch.setenv("TINYDL_MEMORY_LIMIT", "2G")
+    sess = td.compile(resize, backends=("cpu",))
+    assert sess.memory_limit == 2 << 30
+    with pytest.raises(td.BufferSizeError, match=r"node 'resize' \(Resize\)"):
+        sess.run({"x": np.ones((1, 3, 4, 4), np.float32)})
+    convt = Graph(
+        [Value("x", "float32", (1, 1, 4, 4))],
+        [Value("y", "float32", None)],
+        [Node("ConvTranspose", ["x", "w"], ["y"], {"strides": [50000, 50000]}, name="up")],
+        initializers={"w": np.ones((1, 1, 2, 2), np.float32)},
+    ).validate()
+    with pytest.raises(td.BufferSizeError, match="up"):
+        td.compile(convt, backends=("cpu",))

@@ -17,11 +17,14 @@ from tinydl.backends.base import Kernel, environment_options
 from tinydl.backends.partition import HOST, Partition, Placement, Transfer, partition
 from tinydl.errors import (
     BackendUnavailableError,
+    BufferSizeError,
     InvalidInputError,
+    InvalidModelError,
     InvalidShapeError,
     UnsupportedOpError,
 )
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops.base import infer_graph
 from tinydl.passes import PassManager
 
 PRECISIONS = ("fp32", "fp16")
@@ -69,6 +72,7 @@ class Session:
         optimize: str = "all",
         min_partition_size: int = 1,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        memory_limit: int | None = None,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -87,6 +91,8 @@ class Session:
         t_start = time.perf_counter()
         manager = PassManager(optimize, accepts=_accepted_by(chosen))
         self.graph = graph = manager.run(graph)
+        self.memory_limit = memory_limit_bytes(memory_limit)
+        _check_sizes(graph, graph.values, self.memory_limit)
         self.optimization = manager.report
         self.precision = precision
         self.backends = [b.name for b in chosen]
@@ -403,9 +409,28 @@ class Session:
                                 f"input '{name}': dim {axis} ('{want}') is {got}, but '{want}' is "
                                 f"{seen[0]} in input '{seen[1]}'"
                             )
+        self._check_memory({n: v for n, (_, v) in fed.items()})
         if len(self._checked) < 64:
             self._checked.add(tuple((n, v.shape, v.dtype) for n, (_, v) in fed.items()))
         return fed
+
+    def _check_memory(self, feeds: dict[str, Any]) -> None:
+        """Refuse, before anything runs, feeds for which some value of the graph would be larger
+        than the memory limit (a tiny file can ask for a Pad of 40,000 or a Resize x30,000)."""
+        if all(all(isinstance(d, int) for d in v.shape or ()) for v in self.graph.inputs):
+            return  # static inputs: checked at compile
+        graph = self.graph
+        concrete = Graph(
+            inputs=[Value(n, _dtype_name(t.dtype), tuple(t.shape)) for n, t in feeds.items()],
+            outputs=[Value(v.name) for v in graph.outputs],
+            nodes=graph.nodes,
+            initializers=graph.initializers,
+        )
+        try:
+            infer_graph(concrete)
+        except InvalidModelError:
+            return  # the kernels report inputs that do not fit, naming the node
+        _check_sizes(graph, concrete.values, self.memory_limit)
 
     # -- reporting ------------------------------------------------------------------------------
     def profile(self) -> dict[str, Any]:
@@ -452,6 +477,7 @@ def compile(
     optimize: str = "all",
     min_partition_size: int = 1,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    memory_limit: int | None = None,
 ) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order.
 
@@ -460,6 +486,9 @@ def compile(
     min_partition_size: a backend other than the last takes no partition of fewer nodes.
     backend_options: per backend name, options for its compiler, e.g.
     {"webgpu": {"fuse_elementwise": False}} (the keys: tinydl.backends.base.CompileOptions).
+    memory_limit: the most bytes one tensor of the model may take (default: $TINYDL_MEMORY_LIMIT,
+    e.g. "8G", else half the machine's memory); a model or input that would need more is
+    refused with BufferSizeError before anything is allocated.
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
@@ -474,6 +503,7 @@ def compile(
         optimize=optimize,
         min_partition_size=min_partition_size,
         backend_options=backend_options,
+        memory_limit=memory_limit,
     )
 
 
@@ -495,6 +525,49 @@ def _nbytes(value: Any) -> int:
 
 
 _DTYPE_NAMES: dict = {}
+
+
+MEMORY_ENV = "TINYDL_MEMORY_LIMIT"
+
+
+def memory_limit_bytes(given: int | None = None) -> int:
+    """The per-tensor memory limit: `given`, else $TINYDL_MEMORY_LIMIT (bytes, or with a K/M/G/T
+    suffix), else half the machine's physical memory."""
+    if given is not None:
+        if int(given) <= 0:
+            raise ValueError(f"memory_limit must be a positive number of bytes, got {given}")
+        return int(given)
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if raw:
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        scale = units.get(raw[-1].upper(), 1)
+        try:
+            value = float(raw[:-1] if scale > 1 else raw) * scale
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ValueError(f"{MEMORY_ENV}={raw!r}: expected a size such as 8G or 2000000000")
+        return int(value)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def _check_sizes(graph: Graph, values: Mapping[str, Value], limit: int) -> None:
+    producers = graph.producers()
+    for name, v in values.items():
+        if v.shape is None or v.dtype is None or not all(isinstance(d, int) for d in v.shape):
+            continue
+        nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize
+        if nbytes > limit:
+            node = producers.get(name)
+            made = f" made by node '{node.name}' ({node.op})" if node is not None else ""
+            raise BufferSizeError(
+                f"value '{name}'{made} would take {nbytes / (1 << 30):.1f} GiB "
+                f"({v.dtype}{list(v.shape)}), over the memory limit of {limit / (1 << 30):.1f} GiB "
+                f"(td.compile(memory_limit=...) or ${MEMORY_ENV} raise it)"
+            )
 
 
 def _native(array: np.ndarray) -> np.ndarray:
