@@ -186,3 +186,33 @@ def test_environment_options_are_read_into_backend_options():
         "chain_tile": "16,32,256"
     }
     assert environment_options("cpu", env) == {}
+
+
+def test_public_api_lists_backends_saves_and_moves_tensors(tmp_path):
+    """td.list_backends() says which backends run here and why not; sess.save writes the
+    optimized graph; outputs="name" returns that output; td.to_device/to_host move arrays."""
+    import tinydl as td
+    from tinydl.models import load_espcn
+
+    infos = {b.name: b for b in td.list_backends()}
+    assert {"cpu", "webgpu", "cuda"} <= set(infos)
+    assert infos["cpu"].available and infos["cpu"].devices and infos["cpu"].memory == "host"
+    for info in infos.values():
+        assert info.available == (info.reason == ""), info
+    graph = load_espcn(3)
+    sess = td.compile(graph, backends=("cpu",))
+    path = tmp_path / "optimized.tdl"
+    sess.save(path)
+    again = td.load(path)
+    assert [n.op for n in again.nodes] == [n.op for n in sess.graph.nodes]
+    assert "tinydl.FusedConv" in {n.op for n in again.nodes}
+    x = np.random.default_rng(0).random((1, 1, 6, 7), dtype=np.float32)
+    (name,) = [v.name for v in graph.outputs]
+    want = sess.run({"y": x})[name]
+    got = td.compile(again, backends=("cpu",), optimize="none").run({"y": x}, outputs=name)
+    assert list(got) == [name]
+    np.testing.assert_array_equal(got[name], want)
+    assert td.to_host(td.to_device(x, "cpu")) is not None
+    if infos["webgpu"].available:
+        dev = td.to_device(x, "webgpu")
+        np.testing.assert_array_equal(td.to_host(dev), x)

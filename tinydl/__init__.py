@@ -28,6 +28,9 @@ _LAZY = {
     "Session": "tinydl.runtime.session:Session",
     "Graph": "tinydl.ir.graph:Graph",
     "from_torch": "tinydl.importers.torch:from_torch",
+    "list_backends": "tinydl.backends:list_backends",
+    "to_device": "tinydl.backends:to_device",
+    "to_host": "tinydl.backends:to_host",
 }
 
 
@@ -60,6 +63,9 @@ __all__ = [
     "UnsupportedOpError",
     "compile",
     "from_torch",
+    "list_backends",
     "load",
     "save",
+    "to_device",
+    "to_host",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
 from tinydl.errors import BackendUnavailableError
@@ -41,7 +42,62 @@ def get_backend(name: str) -> Backend:
     return _instances[name]
 
 
+@dataclass(frozen=True)
+class BackendInfo:
+    """What `tinydl.list_backends()` reports of one backend."""
+
+    name: str
+    available: bool
+    devices: tuple[str, ...]
+    reason: str  # why it is unavailable ("" when available)
+    memory: str  # where its tensors live ("host" for the cpu)
+
+
+def list_backends() -> list[BackendInfo]:
+    """Every known backend: whether it can run here, its devices, or why not."""
+    found = []
+    for name in KNOWN:
+        try:
+            backend = get_backend(name)
+            ok = backend.available()
+            found.append(
+                BackendInfo(
+                    name,
+                    ok,
+                    tuple(backend.devices()) if ok else (),
+                    "" if ok else backend.unavailable_reason() or "no device",
+                    backend.memory,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - a broken plug-in is reported, not raised
+            found.append(BackendInfo(name, False, (), f"cannot be loaded: {exc}", "?"))
+    return found
+
+
+def to_device(array, backend: str):
+    """A NumPy array as a tensor of `backend` (e.g. "webgpu", "cuda"), to feed sessions with no
+    upload per run; `to_host` brings any backend's tensor back."""
+    return get_backend(backend).to_device(array)
+
+
+def to_host(tensor):
+    """A backend's tensor (or a NumPy array) as a NumPy array."""
+    import numpy as np
+
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    for name in list(_instances):
+        backend = _instances[name]
+        if backend.is_device_tensor(tensor):
+            return backend.to_host(tensor)
+    return np.asarray(tensor)
+
+
 __all__ = [
+    "BackendInfo",
+    "list_backends",
+    "to_device",
+    "to_host",
     "Backend",
     "CompileOptions",
     "Kernel",

@@ -220,6 +220,13 @@ class Session:
             stacklevel=3,
         )
 
+    def save(self, path) -> None:
+        """Write the optimized graph (`self.graph`, fused ops included) as a .tdl file; loading
+        it and compiling with optimize="none" skips the optimizer."""
+        from tinydl.runtime.loader import save
+
+        save(self.graph, path)
+
     @property
     def partitions(self) -> list[CompiledPartition]:
         """The compiled partitions in run order: each one's backend, nodes, boundary values and
