@@ -49,7 +49,7 @@ def main() -> None:
     # NVRTC compiles every kernel of ESPCN and of the superres frame graph from the installed
     # templates (the .cu files and common.cuh); the stand-in context launches nothing.
     sys.path.insert(0, str(REPO / "tests"))
-    from cuda_fake import FakeContext
+    from helpers.cuda_fake import FakeContext
 
     import tinydl.backends.cuda.context as context
     from tinydl.apps.superres import frame_graph

@@ -31,7 +31,7 @@ def rapidocr_models() -> Path:
 def ppocr_det(rapidocr_models):
     """PP-OCRv4 det, a real page at 384x192, and onnxruntime's probability map for it."""
     import onnxruntime as ort
-    from test_models import ocr_input, page_image
+    from helpers.models import ocr_input, page_image
 
     path = rapidocr_models / "ch_PP-OCRv4_det_infer.onnx"
     x = ocr_input(page_image(), 384, 192)

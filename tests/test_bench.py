@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_models import espcn_onnx
+from helpers.models import espcn_onnx
 
 import tinydl as td
 from tinydl.bench import SCHEMA, Config, run_bench

@@ -1,24 +1,18 @@
 """The cuda backend as a whole, on an NVIDIA GPU: the fused ESPCN chain (edges, batches, odd
-sizes), real models vs onnxruntime, CUDA-graph replay and its output buffers, DLPack inputs,
-device outputs, profiling and the on-disk kernel cache.
+sizes), PP-OCRv4 rec vs onnxruntime, CUDA-graph replay and its output buffers, DLPack inputs,
+device outputs, profiling and the on-disk kernel cache. What every GPU backend must do alike
+(PP-OCRv4 det vs onnxruntime, a plan per shape) is in test_gpu.py.
 
 Skipped where CuPy or a CUDA device is missing (CI has no GPU): on a GPU machine run
-`python -m pytest tests/test_cuda.py tests/test_cuda_ops.py` (README, "Development").
+`python -m pytest tests/test_cuda.py tests/test_gpu.py tests/test_gpu_ops.py` (README,
+"Development").
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_models import (
-    check_det_on,
-    check_every_shape,
-    espcn,
-    kernel_of,
-    only_plan,
-    rel_err,
-    shape_tables_graph,
-)
+from helpers.models import espcn, kernel_of, only_plan, rel_err, small_graph, small_reference
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -69,27 +63,7 @@ def test_espcn_fp32_matches_cpu(tmp_path, rng):
     assert rel_err(got, want) <= 1e-5
 
 
-def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
-    sess = td.compile(espcn(tmp_path, rng, scale=2), backends=("cuda",), strict=True)
-    for h, w in ((8, 12), (10, 7), (8, 12)):
-        y = rng.random((1, 1, h, w), dtype=np.float32)
-        assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
-    assert len(kernel_of(sess, "cuda").plans) == 2
-
-
 # -- real models ---------------------------------------------------------------------------------
-
-
-def test_ppocrv4_det_matches_onnxruntime(ppocr_det):
-    check_det_on("cuda", ppocr_det)
-
-
-def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
-    path, x, ref = ppocr_det
-    sess = td.compile(td.load(path), backends=("cuda",), precision="fp16", strict=True)
-    (prob,) = sess.run({"x": x}).values()
-    assert np.abs(prob - ref).max() < 0.15
-    assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
 
 
 def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models, rng):
@@ -106,32 +80,16 @@ def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models, rng):
 # -- graphs, device tensors, DLPack ----------------------------------------------------------------
 
 
-def small_graph() -> Graph:
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8))],
-        outputs=[Value("y", "float32", None)],
-        nodes=[
-            Node("Mul", ["x", "two"], ["a"], name="mul"),
-            Node("Relu", ["a"], ["r"], name="relu"),
-            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
-            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
-        ],
-        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
-    ).validate()
-
-
-def reference(x):
-    return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
-
-
 def test_device_tensors_in_and_out(rng):
     sess = td.compile(small_graph(), backends=("cuda",), strict=True)
     x = rng.standard_normal((2, 8)).astype(np.float32)
     out = sess.run({"x": x}, outputs="device")["y"]
     assert isinstance(out, cp.ndarray) and out.shape == (4, 4)
-    np.testing.assert_allclose(out.get(), reference(x), rtol=1e-6)
+    np.testing.assert_allclose(out.get(), small_reference(x), rtol=1e-6)
     again = sess.run({"x": out.reshape(2, 8)}, outputs="device")["y"]
-    np.testing.assert_allclose(again.get(), reference(reference(x).reshape(2, 8)), rtol=1e-6)
+    np.testing.assert_allclose(
+        again.get(), small_reference(small_reference(x).reshape(2, 8)), rtol=1e-6
+    )
 
 
 def test_graph_replay_keeps_held_outputs(rng):
@@ -144,7 +102,7 @@ def test_graph_replay_keeps_held_outputs(rng):
         feed[...] = x  # the same input buffer every run: one graph per output set
         held.append(sess.run({"x": feed}, outputs="device")["y"])
     for x, y in zip(xs, held, strict=True):
-        np.testing.assert_allclose(y.get(), reference(x.get()), rtol=1e-6)
+        np.testing.assert_allclose(y.get(), small_reference(x.get()), rtol=1e-6)
     plan = only_plan(kernel_of(sess, "cuda"))
     # First run eager, then one graph per held output set.
     assert sum(len(g) for g in plan.graphs.values()) == 3
@@ -152,7 +110,7 @@ def test_graph_replay_keeps_held_outputs(rng):
     for x in xs:
         feed[...] = x
         y = sess.run({"x": feed}, outputs="device")["y"]
-        np.testing.assert_allclose(y.get(), reference(x.get()), rtol=1e-6)
+        np.testing.assert_allclose(y.get(), small_reference(x.get()), rtol=1e-6)
         del y
     assert sum(len(g) for g in plan.graphs.values()) == 3
 
@@ -164,7 +122,7 @@ def test_torch_tensors_pass_by_dlpack(rng):
     out = sess.run({"x": x}, outputs="device")["y"]
     back = torch.from_dlpack(out)
     assert back.device.type == "cuda"
-    np.testing.assert_allclose(back.cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-6)
+    np.testing.assert_allclose(back.cpu().numpy(), small_reference(x.cpu().numpy()), rtol=1e-6)
 
 
 def test_profile_reports_ops_and_init(tmp_path, rng):
@@ -187,7 +145,7 @@ def test_kernels_are_cached_on_disk(tmp_path, monkeypatch, rng):
     code = textwrap.dedent(
         """
         import numpy as np, tinydl as td
-        from test_cuda import small_graph
+        from helpers.models import small_graph
         from tinydl.backends.cuda.context import get_context
         td.compile(small_graph(), backends=("cuda",)).run({"x": np.ones((2, 8), np.float32)})
         s = get_context().stats
@@ -259,9 +217,3 @@ def test_residual_add_fused_into_conv(rng, late, precision):
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
-
-
-def test_each_input_shape_gets_its_own_tables(rng):
-    """Resize taps and gather offsets depend on the input shape: a session fed several shapes
-    (a plan each) matches the cpu backend at every one, in any order."""
-    check_every_shape(shape_tables_graph(), "cuda", rng)

@@ -1,15 +1,15 @@
-"""Every kernel the cuda backend emits for the op cases of test_ops.py compiles with NVRTC.
+"""Every kernel the cuda backend emits for the op cases (helpers/cases.py) compiles with NVRTC.
 
-Needs CuPy and NVRTC but no GPU: plans are made against a stand-in context (cuda_fake.py) that
-compiles each generated kernel for sm_90 and launches nothing. Whether the kernels compute the
-right thing is test_cuda_ops.py's job, on a GPU.
+Needs CuPy and NVRTC but no GPU: plans are made against a stand-in context (helpers/cuda_fake.py)
+that compiles each generated kernel for sm_90 and launches nothing. Whether the kernels compute
+the right thing is test_gpu_ops.py's job, on a GPU.
 """
 
 from __future__ import annotations
 
 import pytest
-from opcheck import backend_case, wrap_fp16
-from test_ops import CASES
+from helpers.cases import CASES
+from helpers.opcheck import backend_case, wrap_fp16
 
 from tinydl.backends.base import CompileOptions
 
@@ -22,7 +22,7 @@ try:
 except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check here
     pytest.skip(f"NVRTC is not loadable: {exc}", allow_module_level=True)
 
-from cuda_fake import FakeContext  # noqa: E402
+from helpers.cuda_fake import FakeContext  # noqa: E402
 
 from tinydl.backends.cuda import CUDABackend  # noqa: E402
 from tinydl.backends.cuda.program import CUDAKernel  # noqa: E402
@@ -34,7 +34,7 @@ CTX = FakeContext()
 @pytest.mark.parametrize(("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_op_compiles(op, inputs, attrs, consts, rtol, atol, precision, request):
-    _, graph, _ = backend_case(BACKEND, op, inputs, attrs, consts, request)
+    _, graph, _ = backend_case(BACKEND, op, inputs, attrs, consts, request.node.callspec.id)
     if precision == "fp16":
         graph = wrap_fp16(graph)
     kernel = CUDAKernel(CTX, graph, CompileOptions(precision=precision))
@@ -43,16 +43,19 @@ def test_op_compiles(op, inputs, attrs, consts, rtol, atol, precision, request):
 
 @pytest.fixture
 def fake_device(monkeypatch):
-    """The cuda backend bound to the stand-in context, so sessions compile without a GPU."""
+    """The cuda backend bound to the stand-in context, so sessions compile without a GPU.
+
+    The backend registered before (the real one, where a test already asked for it) comes back
+    afterwards: unregister_backend would drop "cuda" from the known names for the rest of the
+    process, and later tests on a GPU machine would find no cuda backend at all."""
+    import tinydl.backends as backends
     import tinydl.backends.cuda.context as context
-    from tinydl.backends import register_backend, unregister_backend
 
     monkeypatch.setattr(context, "_context", FakeContext())
     backend = CUDABackend()
     backend._reason = ""
-    register_backend(backend)
-    yield backend
-    unregister_backend("cuda")
+    monkeypatch.setitem(backends._instances, "cuda", backend)
+    return backend
 
 
 def _fixed(graph, shape):
@@ -119,7 +122,7 @@ def test_cubins_are_written_atomically(tmp_path):
 def test_tables_are_uploaded_per_input_shape(fake_device):
     """Resize's tap tables depend on the input shape: a plan for a second shape gets its own
     (a table cached by node name alone once served every later shape the first one's)."""
-    from test_models import shape_tables_graph
+    from helpers.models import shape_tables_graph
 
     import tinydl as td
     from tinydl.backends.cuda.program import Info

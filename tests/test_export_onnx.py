@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_models import espcn_onnx
+from helpers.models import espcn_onnx, mediapipe_model
 
 import tinydl as td
 from tinydl.errors import UnsupportedOpError
@@ -46,8 +46,6 @@ def test_ppocr_rec_round_trip(rapidocr_models, rng):
 
 def test_blazepose_landmark_from_tflite(rng):
     pytest.importorskip("tflite")
-    from test_tflite import mediapipe_model
-
     graph = td.load(mediapipe_model("pose_landmark/pose_landmark_full.tflite"))
     # Its Resize nodes carry `axes` (opset 18) but are written with full-rank sizes instead.
     assert to_onnx(graph).opset_import[0].version == 13

@@ -12,24 +12,36 @@ and mutation, so `_mutated(seed, label)` rebuilds the exact file.
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import json
 import math
 import os
 import pickle
 import random
 import re
-import resource
-import signal
 import struct
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from helpers.fuzz import (
+    BYTE_MUTATIONS,
+    INTERESTING_FLOATS,
+    INTERESTING_INTS,
+    MEMORY_HEADROOM,
+    MODE_STRINGS,
+    CaseTimeout,
+    check_case,
+    delete_run,
+    flip_bits,
+    insert_run,
+    memory_cap,
+    mutate_json,
+    overwrite_run,
+    time_limit,
+    truncate,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import tinydl
@@ -37,35 +49,11 @@ from tinydl.ops import REGISTRY
 
 CASES = int(os.environ.get("TINYDL_FUZZ_CASES", "2000"))
 BASE_SEED = os.environ.get("TINYDL_FUZZ_SEED", "0")
-CASE_SECONDS = 10
-# Extra address space a case may use; past it an allocation fails instead of swapping CI to death.
-MEMORY_HEADROOM = 4 << 30
 # The real-world seed is large, so it gets a small share of the cases.
 BIG_SEED_SHARE = 0.03
 
 PPOCR_DET = "ch_PP-OCRv4_det_infer.onnx"
 EXTERNAL_DATA = "w.bin"
-
-# Values that break code which trusts numbers from a file.
-# fmt: off
-INTERESTING_INTS = [
-    0, 1, -1, 2, 3, 4, 7, 255, 65536, 2**31 - 1, 2**31, -(2**31), 2**32, 2**40, 2**53,
-    2**63 - 1, -(2**63), 2**64, 10**30, -(10**30), 10**400,
-]
-INTERESTING_FLOATS = [0.0, -0.0, 0.5, -1.5, 1e-45, 1e308, -1e308, math.inf, -math.inf, math.nan]
-INTERESTING_STRINGS = [
-    "", "x", "Bogus", "__metadata__", "$tensor", "F32", "I64", "BF16", "\u00e9\u0000", "a" * 300,
-]
-# Spellings of string attributes that ops branch on.
-MODE_STRINGS = [
-    "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID", "nearest", "linear", "cubic", "constant",
-    "reflect", "edge", "wrap", "DCR", "CRD", "asymmetric", "align_corners", "tf_crop_and_resize",
-    "half_pixel", "pytorch_half_pixel", "floor", "ceil", "round_prefer_ceil", "not_larger", "",
-]
-RANDOM_VALUES = [
-    None, True, False, 0, -1, 1.5, "", "x", [], {}, [1, 2], [[1]], {"$tensor": "nope"}, {"a": 1},
-]
-# fmt: on
 
 
 # -- seed models ------------------------------------------------------------------------------
@@ -375,47 +363,6 @@ def _seed(name: str, suffix: str, tmp_dir: Path) -> Seed:
 # -- mutations --------------------------------------------------------------------------------
 
 
-def _flip(rng: random.Random, data: bytes) -> tuple[str, bytes]:
-    out = bytearray(data)
-    spots = [(rng.randrange(len(out)), rng.randrange(8)) for _ in range(rng.randint(1, 4))]
-    for pos, bit in spots:
-        out[pos] ^= 1 << bit
-    return f"flip bits {spots}", bytes(out)
-
-
-def _overwrite(rng: random.Random, data: bytes) -> tuple[str, bytes]:
-    out = bytearray(data)
-    pos, run = rng.randrange(len(out)), rng.randint(1, 16)
-    junk = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) for _ in range(run))
-    out[pos : pos + run] = junk[: len(out) - pos]
-    return f"overwrite {pos}: {junk.hex()}", bytes(out)
-
-
-def _truncate(rng: random.Random, data: bytes) -> tuple[str, bytes]:
-    n = rng.choice(
-        [rng.randrange(len(data)), rng.randrange(min(len(data), 64)), len(data) - rng.randint(1, 8)]
-    )
-    return f"truncate to {n} of {len(data)}", data[: max(n, 0)]
-
-
-def _insert(rng: random.Random, data: bytes) -> tuple[str, bytes]:
-    pos = rng.randrange(len(data) + 1)
-    junk = rng.randbytes(rng.randint(1, 32))
-    if rng.random() < 0.5:
-        start = rng.randrange(len(data))
-        junk = data[start : start + rng.randint(1, 64)]  # a copied run looks like valid structure
-    return f"insert {len(junk)} bytes at {pos}: {junk[:16].hex()}", data[:pos] + junk + data[pos:]
-
-
-def _delete(rng: random.Random, data: bytes) -> tuple[str, bytes]:
-    pos = rng.randrange(len(data))
-    run = rng.randint(1, 64)
-    return f"delete {run} bytes at {pos}", data[:pos] + data[pos + run :]
-
-
-BYTE_MUTATIONS = [_flip, _overwrite, _truncate, _insert, _delete]
-
-
 def _tdl_split(data: bytes) -> tuple[dict, dict, bytes]:
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
@@ -431,82 +378,13 @@ def _tdl_join(header: dict, doc: dict | None, body: bytes, length_delta: int = 0
     return struct.pack("<Q", len(raw) + length_delta) + raw + body
 
 
-def _paths(obj, path=()):
-    """Every location inside a JSON document, as a tuple of keys."""
-    yield path
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, (*path, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, (*path, i))
-
-
-def _get(obj, path):
-    for k in path:
-        obj = obj[k]
-    return obj
-
-
-def _set(obj, path, value):
-    _get(obj, path[:-1])[path[-1]] = value
-
-
-def _scalars(obj, kind):
-    return [
-        v for p in _paths(obj) if isinstance(v := _get(obj, p), kind) and not isinstance(v, bool)
-    ]
-
-
-def _mutate_json(rng: random.Random, doc) -> str:
-    """Change one place in `doc` (in place) to a value a sloppy reader might trust."""
-    paths = [p for p in _paths(doc) if p]
-    path = rng.choice(paths)
-    old = _get(doc, path)
-    strings = _scalars(doc, str) + sorted(REGISTRY) + INTERESTING_STRINGS
-    numbers = _scalars(doc, int | float) + INTERESTING_INTS + INTERESTING_FLOATS
-    choice = rng.randrange(7)
-    if choice == 0 or (choice == 1 and not isinstance(old, str | int | float)):
-        new = rng.choice(RANDOM_VALUES)
-    elif isinstance(old, str):
-        new = rng.choice(strings)
-    elif isinstance(old, int | float) and not isinstance(old, bool):
-        new = rng.choice(numbers)
-    elif choice == 2:
-        parent = _get(doc, path[:-1])
-        if isinstance(parent, dict):
-            del parent[path[-1]]
-        else:
-            del parent[path[-1]]
-        return f"delete {list(path)}"
-    elif choice == 3 and isinstance(_get(doc, path[:-1]), list):
-        _get(doc, path[:-1]).insert(path[-1], json.loads(json.dumps(old)))
-        return f"duplicate {list(path)}"
-    elif choice == 4:
-        other = rng.choice(paths)
-        if other[: len(path)] == path or path[: len(other)] == other:
-            new = rng.choice(RANDOM_VALUES)
-        else:
-            a, b = json.loads(json.dumps(old)), json.loads(json.dumps(_get(doc, other)))
-            _set(doc, path, b)
-            _set(doc, other, a)
-            return f"swap {list(path)} <-> {list(other)}"
-    elif choice == 5 and isinstance(old, list):
-        old.append(rng.choice(numbers + strings))
-        return f"append to {list(path)}"
-    else:
-        new = rng.choice(numbers + strings + RANDOM_VALUES)
-    _set(doc, path, new)
-    return f"set {list(path)} = {str(new)[:40]!r} (was {str(old)[:40]!r})"
-
-
 def _tdl_json(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     header, doc, body = _tdl_split(data)
     delta = 0 if rng.random() < 0.9 else rng.choice([-1, 1, -8, 8, 1 << 20])
     if rng.random() < 0.6:
-        what = "graph " + "; ".join(_mutate_json(rng, doc) for _ in range(rng.randint(1, 3)))
+        what = "graph " + "; ".join(mutate_json(rng, doc) for _ in range(rng.randint(1, 3)))
         return what + f" (length {delta:+d})", _tdl_join(header, doc, body, delta)
-    what = "header " + "; ".join(_mutate_json(rng, header) for _ in range(rng.randint(1, 2)))
+    what = "header " + "; ".join(mutate_json(rng, header) for _ in range(rng.randint(1, 2)))
     return what + f" (length {delta:+d})", _tdl_join(header, None, body, delta)
 
 
@@ -583,7 +461,7 @@ def _tdl_semantic(rng: random.Random, data: bytes) -> tuple[str, bytes]:
 def _tdl_header_bytes(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     """A byte mutation confined to the 8-byte length and JSON header, where structure lives."""
     (n,) = struct.unpack("<Q", data[:8])
-    what, head = rng.choice([_flip, _overwrite, _insert, _delete])(rng, data[: 8 + n])
+    what, head = rng.choice([flip_bits, overwrite_run, insert_run, delete_run])(rng, data[: 8 + n])
     return f"header bytes: {what}", head + data[8 + n :]
 
 
@@ -673,7 +551,7 @@ def _onnx_proto(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     else:
         t = rng.choice(tensors) if tensors else None
         if t is None:
-            return _flip(rng, data)
+            return flip_bits(rng, data)
         t.data_location = rng.choice([0, 1, 1, 1])
         t.external_data.add(
             key="location",
@@ -699,7 +577,7 @@ def _onnx_proto(rng: random.Random, data: bytes) -> tuple[str, bytes]:
 
 def _mutations(seed: Seed):
     if seed.big:
-        return [_flip, _truncate]
+        return [flip_bits, truncate]
     if seed.suffix == ".tdl":
         return BYTE_MUTATIONS + [
             _tdl_json,
@@ -718,8 +596,8 @@ def _mutated(seed: Seed, label: str) -> tuple[str, bytes]:
     try:
         what, data = mutation(rng, seed.data)
     except (ValueError, TypeError, KeyError, IndexError):  # an edit protobuf/JSON refused to encode
-        mutation = _flip
-        what, data = _flip(rng, seed.data)
+        mutation = flip_bits
+        what, data = flip_bits(rng, seed.data)
     if rng.random() < 0.15 and not seed.big:
         more, data = rng.choice(BYTE_MUTATIONS)(rng, data) if data else ("", data)
         what += f"; then {more}"
@@ -727,81 +605,6 @@ def _mutated(seed: Seed, label: str) -> tuple[str, bytes]:
 
 
 # -- running a case ---------------------------------------------------------------------------
-
-
-class _CaseTimeout(BaseException):
-    """Raised by the alarm; a BaseException so no `except Exception` in tinydl can swallow it."""
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    def on_alarm(signum, frame):
-        raise _CaseTimeout(f"case took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    # A hang inside C code never returns to Python to see the alarm: dump stacks and exit then.
-    faulthandler.dump_traceback_later(seconds * 3, exit=True)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        faulthandler.cancel_dump_traceback_later()
-
-
-@contextlib.contextmanager
-def _memory_cap(headroom: int):
-    """Cap the address space so a huge allocation raises MemoryError instead of OOM-killing CI."""
-    statm = Path("/proc/self/statm")
-    if not statm.exists():  # not Linux: run uncapped
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    used = int(statm.read_text().split()[0]) * resource.getpagesize()
-    cap = used + headroom
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def _ran_out_of_memory(exc: BaseException) -> bool:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, MemoryError):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _check_case(path: Path) -> tuple[bool, str | None]:
-    """(whether the model loaded, None when the case behaves or else what went wrong)."""
-    try:
-        with _time_limit(CASE_SECONDS):
-            try:
-                graph = tinydl.load(path)
-            except tinydl.InvalidModelError as exc:
-                if _ran_out_of_memory(exc):
-                    return False, "refused only after running out of memory:\n" + _format(exc)
-                return False, None
-            try:
-                tinydl.compile(graph, backends=("cpu",))
-            except tinydl.TinyDLError:
-                pass
-    except _CaseTimeout as exc:
-        return False, "hang:\n" + _format(exc)
-    except Exception as exc:  # the point of the test: report anything that is not ours
-        return False, f"{type(exc).__name__} escaped:\n" + _format(exc)
-    return True, None
-
-
-def _format(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc)[-12:])
 
 
 def _case_count(seed: Seed) -> int:
@@ -819,7 +622,7 @@ def test_mutated_models_load_or_raise_invalid_model_error(name, suffix, tmp_path
     failures: dict[str, str] = {}
     count = _case_count(seed)
     loaded = 0
-    with _memory_cap(MEMORY_HEADROOM):
+    with memory_cap(MEMORY_HEADROOM):
         for i in range(count):
             label = f"{BASE_SEED}:{name}{suffix}:{i}"
             what, data = _mutated(seed, label)
@@ -827,7 +630,7 @@ def test_mutated_models_load_or_raise_invalid_model_error(name, suffix, tmp_path
             name_rng = random.Random(label + "/name")
             path = tmp / ("case" + name_rng.choice([suffix] * 8 + [".bin", ""]))
             path.write_bytes(data)
-            ok, problem = _check_case(path)
+            ok, problem = check_case(path)
             loaded += ok
             if problem is not None:
                 # One report per distinct failure site keeps the message readable.
@@ -849,7 +652,7 @@ def test_case_counts_meet_the_minimum():
 
 
 def test_time_limit_interrupts_a_hang():
-    with pytest.raises(_CaseTimeout), _time_limit(0.2):
+    with pytest.raises(CaseTimeout), time_limit(0.2):
         while True:
             pass
 

@@ -1,10 +1,11 @@
 """Fuzz the TFLite and Keras .h5 importers: every mutated file loads or raises InvalidModelError.
 
-As tests/test_fuzz.py (whose case runner, time limit and memory cap this reuses): seed models
-are mutated with a seeded RNG and each case is loaded with `tinydl.load`, then compiled for the
-cpu backend. Mutations are byte-level (flips, overwrites, truncations, inserted and deleted runs)
-and structure-aware: one field of the TFLite flatbuffer (through the schema classes LiteRT
-ships) or one place of the Keras JSON config or weights, re-serialized.
+As tests/test_fuzz.py (whose case runner, time limit and memory cap this shares, from
+helpers/fuzz.py): seed models are mutated with a seeded RNG and each case is loaded with
+`tinydl.load`, then compiled for the cpu backend. Mutations are byte-level (flips, overwrites,
+truncations, inserted and deleted runs) and structure-aware: one field of the TFLite flatbuffer
+(through the schema classes LiteRT ships) or one place of the Keras JSON config or weights,
+re-serialized.
 
 Each importer gets a tenth of TINYDL_FUZZ_CASES (default 2000), at least 200 cases.
 """
@@ -20,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fuzz import (
+from helpers.fuzz import (
     BYTE_MUTATIONS,
     INTERESTING_FLOATS,
     INTERESTING_INTS,
     MEMORY_HEADROOM,
-    _check_case,
-    _memory_cap,
-    _mutate_json,
+    check_case,
+    memory_cap,
+    mutate_json,
 )
 
 import tinydl
@@ -43,7 +44,7 @@ def _run(name: str, suffix: str, data: bytes, mutate, count: int, tmp: Path) -> 
     tinydl.load(seed_path)  # the unmutated seed must load
     failures: dict[str, str] = {}
     loaded = 0
-    with _memory_cap(MEMORY_HEADROOM):
+    with memory_cap(MEMORY_HEADROOM):
         for i in range(count):
             label = f"{BASE_SEED}:{name}:{i}"
             rng = random.Random(label)
@@ -53,7 +54,7 @@ def _run(name: str, suffix: str, data: bytes, mutate, count: int, tmp: Path) -> 
                 what += f"; then {more}"
             path = tmp / ("case" + rng.choice([suffix] * 8 + [".bin", ""]))
             path.write_bytes(case)
-            ok, problem = _check_case(path)
+            ok, problem = check_case(path)
             loaded += ok
             if problem is not None:
                 key = problem.strip().splitlines()[-1][:120] + problem.split("\n")[0]
@@ -94,7 +95,7 @@ def _tflite_seed() -> bytes:
     activations, layout-sensitive ops and a reshape back to NHWC order."""
     pytest.importorskip("tflite", reason="pip install 'tinydl[tflite]'")
     pytest.importorskip("ai_edge_litert", reason="pip install 'tinydl[test]'")
-    from test_tflite import SAME, TFLiteModel, _sparsity, options, zeros
+    from helpers.tflite import SAME, TFLiteModel, options, sparsity, zeros
 
     rng = np.random.default_rng(0)
     m = TFLiteModel()
@@ -108,7 +109,7 @@ def _tflite_seed() -> bytes:
         options=options("Conv2D", fusedActivationFunction=3, **conv),
         out_shapes=[(1, 8, 8, 4)],
     )
-    sp = _sparsity(
+    sp = sparsity(
         [
             (0, 4, None, None),
             (0, 1, None, None),
@@ -208,7 +209,7 @@ def _tflite_seed() -> bytes:
 def _tflite_edit(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     """Change one field of the unpacked model and pack it again."""
     import flatbuffers
-    from test_tflite import S
+    from helpers.tflite import S
 
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     g = model.subgraphs[0]
@@ -519,7 +520,7 @@ def _h5_edit(tmp: Path, seed):
         cfg, ws = copy.deepcopy(config), {k: list(v) for k, v in weights.items()}
         choice = rng.randrange(5)
         if choice <= 1:
-            what = "config " + "; ".join(_mutate_json(rng, cfg) for _ in range(rng.randint(1, 2)))
+            what = "config " + "; ".join(mutate_json(rng, cfg) for _ in range(rng.randint(1, 2)))
         elif choice == 2:
             layer = rng.choice(sorted(ws))
             k = rng.randrange(len(ws[layer]))

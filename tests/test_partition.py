@@ -6,8 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
-from test_models import espcn_onnx
-from test_session import FakeBackend
+from helpers.fakes import FakeBackend
+from helpers.models import espcn_onnx
 
 import tinydl as td
 from tinydl.backends import register_backend, unregister_backend

@@ -7,7 +7,7 @@ PP-OCRv4 models show the passes on real networks.
 
 import numpy as np
 import pytest
-from test_models import espcn_onnx
+from helpers.models import espcn_onnx
 
 import tinydl as td
 from tinydl.backends.cpu import CPUKernel

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers.pipeline import Count
 
 from tinydl.cli import main
 from tinydl.pipeline import (
@@ -37,25 +38,6 @@ from tinydl.pipeline.components import (
 from tinydl.pipeline.config import load_app, parse_markdown
 
 TIMEOUT = 30
-
-
-class Count(Component):
-    """A source of Tensor([i]) for i in 0..n-1."""
-
-    inputs: dict = {}
-    outputs = {"out": Tensor}
-
-    def __init__(self, n: int = 20):
-        self.n = n
-
-    def open(self, ctx):
-        self.i = 0
-
-    def process(self, ctx, inputs):
-        if self.i >= self.n:
-            return None
-        self.i += 1
-        return {"out": Tensor(np.array([self.i - 1]))}
 
 
 class AddOne(Component):
@@ -184,6 +166,54 @@ def test_one_to_many_dispatch(dispatch):
         assert per_instance == [12, 12, 12]
     if dispatch == "by_flow":
         assert all(instance == flow % 3 for instance, flow, _ in seen)
+
+
+def test_least_busy_dispatch_passes_a_stuck_instance_by():
+    """least_busy sends each packet to the instance with the fewest packets queued. Instance 0
+    is stuck on its first frame until the source is done (2 s at most): its queue fills while
+    the other two keep up, so it gets its first frame and about one more, and the rest go to the
+    others (round_robin would queue a third of the frames on it, by_flow all of them)."""
+    n = 60
+    release = threading.Event()
+    seen = []
+
+    class Paced(Count):
+        """Count, a frame per millisecond, so the free instances drain between frames."""
+
+        def process(self, ctx, inputs):
+            time.sleep(0.001)
+            out = super().process(ctx, inputs)
+            if out is None:
+                release.set()
+            return out
+
+    class StuckFirst(Component):
+        inputs = {"in": T}
+        outputs = {"out": T}
+
+        def open(self, ctx):
+            self.instance, self.stuck = ctx.instance, ctx.instance == 0
+
+        def process(self, ctx, inputs):
+            seen.append(self.instance)
+            if self.stuck:
+                self.stuck = False
+                release.wait(2.0)  # bounded: another policy blocks the source on this queue
+            return {"out": inputs["in"]}
+
+    app = App("least-busy")
+    app.add("src", Paced(n))
+    app.add("w", StuckFirst(), instances=3)
+    app.add("out", Collect())
+    app.connect("src", "w", dispatch="least_busy")
+    app.connect("w", "out")
+    try:
+        report = balanced(app.run(timeout=TIMEOUT))
+    finally:
+        release.set()
+    assert report.frames_out == n and len(seen) == n
+    per_instance = [seen.count(k) for k in range(3)]
+    assert 1 <= per_instance[0] <= 4, f"the stuck instance got {per_instance[0]} of {n} frames"
 
 
 def test_instance_addressing():

@@ -12,7 +12,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from test_pipeline import Count
+from helpers.pipeline import Count
 
 from tinydl.pipeline import App, Component, Frame, PipelineError, Tensor
 from tinydl.pipeline.components import Collect, SyntheticSource

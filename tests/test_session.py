@@ -6,10 +6,10 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.fakes import FakeBackend
 
 import tinydl as td
-from tinydl.backends import Backend, Support, register_backend, unregister_backend
-from tinydl.backends.cpu import CPUKernel
+from tinydl.backends import register_backend, unregister_backend
 from tinydl.ir.graph import Graph, Node, Value
 
 
@@ -32,29 +32,6 @@ def reference(x: np.ndarray) -> np.ndarray:
     s = 1 / (1 + np.exp(-np.maximum(x + np.array([0.5, -1.0, 2.0, 0.0], np.float32), 0)))
     e = np.exp(s - s.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-
-
-class FakeBackend(Backend):
-    """Claims a chosen op set and runs it with the NumPy references, tagging its outputs."""
-
-    def __init__(self, name: str, ops: set[str]):
-        self.name, self.ops, self.runs = name, ops, 0
-
-    def available(self) -> bool:
-        return True
-
-    def supports(self, node, graph) -> Support:
-        return Support(node.op in self.ops, f"{self.name} has no {node.op} kernel")
-
-    def compile(self, subgraph, options):
-        kernel, fake = CPUKernel(subgraph), self
-
-        class Counting:
-            def run(self, inputs):
-                fake.runs += 1
-                return kernel.run(inputs)
-
-        return Counting()
 
 
 @pytest.fixture

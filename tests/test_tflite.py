@@ -1,56 +1,33 @@
 """TFLite importer: BlazePose (MediaPipe's models on a real photo) and one small model per op,
 each checked against LiteRT's own interpreter (ai-edge-litert)."""
 
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.models import mediapipe_model, rel_err
+from helpers.tflite import (
+    SAME,
+    VALID,
+    OpResolverType,
+    S,
+    TFLiteModel,
+    litert,
+    options,
+    sparsity,
+    zeros,
+)
 
 import tinydl as td
 
-S = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="pip install 'tinydl[test]'")
 pytest.importorskip("tflite", reason="pip install 'tinydl[tflite]'")
-from ai_edge_litert.interpreter import Interpreter, OpResolverType  # noqa: E402
 
 BACKEND = os.environ.get("TINYDL_BACKEND", "cpu")
 
 
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    """Largest absolute difference relative to the reference's largest magnitude."""
-    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
-
-
-def litert(
-    model: bytes | Path,
-    feeds: list[np.ndarray],
-    resolver=OpResolverType.BUILTIN_REF,
-    all_tensors: bool = False,
-):
-    kw = {"model_path": str(model)} if isinstance(model, Path) else {"model_content": bytes(model)}
-    it = Interpreter(
-        **kw, experimental_op_resolver_type=resolver, experimental_preserve_all_tensors=all_tensors
-    )
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), feeds, strict=True):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return it
-
-
 # -- BlazePose ---------------------------------------------------------------------------------
-
-
-def mediapipe_model(name: str) -> Path:
-    try:
-        path = importlib.metadata.distribution("mediapipe").locate_file(f"mediapipe/modules/{name}")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("pip install --no-deps mediapipe==0.10.14 (it ships the BlazePose models)")
-    if not Path(path).is_file():
-        pytest.skip(f"mediapipe has no {name}")
-    return Path(path)
 
 
 def person_photo(size: int, low: float, high: float) -> np.ndarray:
@@ -110,96 +87,6 @@ def test_blazepose_matches_litert(model):
 # -- building small models --------------------------------------------------------------------
 
 
-class TFLiteModel:
-    """A TFLite model written with the schema classes LiteRT ships (no TensorFlow needed)."""
-
-    def __init__(self):
-        self.m = S.ModelT()
-        self.m.version = 3
-        self.m.buffers = [S.BufferT()]
-        self.m.operatorCodes = []
-        self.g = S.SubGraphT()
-        self.g.tensors, self.g.operators, self.g.name = [], [], "main"
-        self.codes: dict[int, int] = {}
-
-    def tensor(
-        self,
-        shape,
-        dtype=np.float32,
-        data=None,
-        name=None,
-        sparsity=None,
-        quant=None,
-        signature=None,
-    ) -> int:
-        t = S.TensorT()
-        t.name = name or f"t{len(self.g.tensors)}"
-        t.shape = [int(d) for d in shape]
-        t.type = {
-            np.dtype(np.float32): S.TensorType.FLOAT32,
-            np.dtype(np.float16): S.TensorType.FLOAT16,
-            np.dtype(np.int32): S.TensorType.INT32,
-            np.dtype(np.int64): S.TensorType.INT64,
-            np.dtype(np.int8): S.TensorType.INT8,
-        }[np.dtype(dtype)]
-        if signature is not None:
-            t.shapeSignature = list(signature)
-        t.buffer = 0
-        if data is not None:
-            b = S.BufferT()
-            b.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
-            self.m.buffers.append(b)
-            t.buffer = len(self.m.buffers) - 1
-        t.sparsity, t.quantization = sparsity, quant
-        self.g.tensors.append(t)
-        return len(self.g.tensors) - 1
-
-    def const(self, array, name=None) -> int:
-        array = np.asarray(array)
-        return self.tensor(array.shape, array.dtype, array, name)
-
-    def op(self, name: str, ins, n_out: int = 1, options=None, out_shapes=None) -> int | list[int]:
-        code = getattr(S.BuiltinOperator, name)
-        if code not in self.codes:
-            oc = S.OperatorCodeT()
-            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-            self.codes[code] = len(self.m.operatorCodes)
-            self.m.operatorCodes.append(oc)
-        outs = [self.tensor(out_shapes[i] if out_shapes else [1]) for i in range(n_out)]
-        o = S.OperatorT()
-        o.opcodeIndex, o.inputs, o.outputs = self.codes[code], list(ins), outs
-        if options is not None:
-            o.builtinOptionsType = getattr(S.BuiltinOptions, type(options).__name__[:-1])
-            o.builtinOptions = options
-        self.g.operators.append(o)
-        return outs[0] if n_out == 1 else outs
-
-    def build(self, inputs, outputs, feeds) -> bytes:
-        """Serialize; output shapes are taken from a LiteRT run, so cases need not spell them."""
-        self.g.inputs, self.g.outputs = list(inputs), list(outputs)
-        self.m.subgraphs = [self.g]
-        data = self._bytes()
-        it = litert(data, feeds, all_tensors=True)
-        for i, t in enumerate(self.g.tensors):
-            if t.buffer == 0 and i not in inputs:
-                t.shape = list(it.get_tensor(i).shape)
-        return self._bytes()
-
-    def _bytes(self) -> bytes:
-        import flatbuffers
-
-        builder = flatbuffers.Builder(1024)
-        builder.Finish(self.m.Pack(builder), file_identifier=b"TFL3")
-        return bytes(builder.Output())
-
-
-def options(kind: str, **fields):
-    opts = getattr(S, f"{kind}OptionsT")()
-    for k, v in fields.items():
-        setattr(opts, k, v)
-    return opts
-
-
 def run_case(tmp_path, build, shapes, rng, limit=1e-5):
     """Build a model (build(model, input_ids) -> output ids), run it in LiteRT and tinydl."""
     model = TFLiteModel()
@@ -221,11 +108,6 @@ def run_case(tmp_path, build, shapes, rng, limit=1e-5):
         err = rel_err(g, ref)
         assert err <= limit, f"{name}: relative error {err:.2e}"
     return graph
-
-
-def zeros(m, n):
-    """A zero bias: LiteRT's reference conv kernels want one."""
-    return m.const(np.zeros(n, np.float32))
 
 
 def conv_weights(rng, shape):
@@ -529,20 +411,6 @@ def _int8_weights(m, ins):
     )
 
 
-def _sparsity(dims, order, block_map=()):
-    sp = S.SparsityParametersT()
-    sp.traversalOrder, sp.blockMap, sp.dimMetadata = list(order), list(block_map), []
-    for fmt, dense, seg, idx in dims:
-        d = S.DimensionMetadataT()
-        d.format, d.denseSize = fmt, dense
-        if fmt == S.DimensionType.SPARSE_CSR:
-            d.arraySegmentsType = d.arrayIndicesType = S.SparseIndexVector.Int32Vector
-            d.arraySegments, d.arrayIndices = S.Int32VectorT(), S.Int32VectorT()
-            d.arraySegments.values, d.arrayIndices.values = list(seg), list(idx)
-        sp.dimMetadata.append(d)
-    return sp
-
-
 def _densify_csr(m, ins):
     """A pruned 1x1 conv stored as MediaPipe does: dense, dense, dense, CSR over input channels."""
     rng = np.random.default_rng(10)
@@ -553,7 +421,7 @@ def _densify_csr(m, ins):
         idx += nz.tolist()
         vals += dense[o, 0, 0, nz].tolist()
         segs.append(len(idx))
-    sp = _sparsity(
+    sp = sparsity(
         [(0, 6, None, None), (0, 1, None, None), (0, 1, None, None), (1, 0, segs, idx)],
         [0, 1, 2, 3],
     )
@@ -585,7 +453,7 @@ def _densify_blocks(m, ins):
         for b in blocks:
             vals += dense[r, 4 * b : 4 * b + 4].tolist()
         segs.append(len(idx))
-    sp = _sparsity([(0, 8, None, None), (1, 0, segs, idx), (0, 4, None, None)], [0, 1, 2], [1])
+    sp = sparsity([(0, 8, None, None), (1, 0, segs, idx), (0, 4, None, None)], [0, 1, 2], [1])
     w = m.tensor((8, 16), np.float32, np.array(vals, np.float32), sparsity=sp)
     return m.op(
         "FULLY_CONNECTED", [ins[0], m.op("DENSIFY", [w]), -1], options=options("FullyConnected")
@@ -593,7 +461,6 @@ def _densify_blocks(m, ins):
 
 
 X = (1, 8, 8, 4)
-SAME, VALID = 0, 1
 CASES = {
     "conv_same_relu6": (_conv(SAME, 1, 1, 3), [X]),
     "conv_valid_stride2": (_conv(VALID, 2, 1, 0), [(1, 9, 9, 4)]),

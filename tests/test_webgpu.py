@@ -1,5 +1,6 @@
-"""The webgpu backend as a whole: real models vs onnxruntime, device tensors, one submit per run,
-buffer reuse, profiling, limits, a lost device, adapter choice and fallback reasons.
+"""The webgpu backend as a whole: fusion into few dispatches, device tensors, one submit per run,
+buffer reuse, profiling, limits, a lost device, adapter choice and fallback reasons. What every
+GPU backend must do alike (real models vs onnxruntime, a plan per shape) is in test_gpu.py.
 
 Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
 """
@@ -12,15 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from test_models import (
-    check_det_on,
-    check_every_shape,
-    espcn,
-    kernel_of,
-    only_plan,
-    rel_err,
-    shape_tables_graph,
-)
+from helpers.models import espcn, kernel_of, only_plan, rel_err, small_graph, small_reference
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -34,22 +27,7 @@ if not BACKEND.available():
 from tinydl.backends.webgpu.context import _choose_adapter, get_context  # noqa: E402
 from tinydl.backends.webgpu.tensor import GPUTensor  # noqa: E402
 
-# -- real models ---------------------------------------------------------------------------------
-
-
-def test_ppocrv4_det_matches_onnxruntime(ppocr_det):
-    check_det_on("webgpu", ppocr_det)
-
-
-def test_ppocrv4_det_fp16_against_fp32(ppocr_det):
-    """fp16 storage (fp32 accumulation): the text mask is what fp32 finds."""
-    path, x, ref = ppocr_det
-    sess = td.compile(td.load(path), backends=("webgpu",), precision="fp16", strict=True)
-    if not get_context().has_f16:
-        pytest.skip("the adapter lacks shader-f16")
-    (prob,) = sess.run({"x": x}).values()
-    assert np.abs(prob - ref).max() < 0.15
-    assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
+# -- fusion --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -67,39 +45,7 @@ def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
     assert rel_err(got, want) <= tol
 
 
-def test_symbolic_shapes_make_a_plan_per_shape(tmp_path, rng):
-    sess = td.compile(espcn(tmp_path, rng, scale=2), backends=("webgpu",), strict=True)
-    for h, w in ((8, 12), (10, 7), (8, 12)):
-        y = rng.random((1, 1, h, w), dtype=np.float32)
-        assert sess.run({"y": y})["out"].shape == (1, 1, 2 * h, 2 * w)
-    assert len(kernel_of(sess, "webgpu").plans) == 2
-
-
-def test_each_input_shape_gets_its_own_tables(rng):
-    """Resize taps and gather offsets depend on the input shape: a session fed several shapes
-    (a plan each) matches the cpu backend at every one, in any order."""
-    check_every_shape(shape_tables_graph(), "webgpu", rng)
-
-
 # -- device tensors, submits, buffers ------------------------------------------------------------
-
-
-def small_graph() -> Graph:
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8))],
-        outputs=[Value("y", "float32", None)],
-        nodes=[
-            Node("Mul", ["x", "two"], ["a"], name="mul"),
-            Node("Relu", ["a"], ["r"], name="relu"),
-            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
-            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
-        ],
-        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
-    ).validate()
-
-
-def reference(x):
-    return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
 
 
 def test_device_tensors_in_and_out(rng):
@@ -107,14 +53,16 @@ def test_device_tensors_in_and_out(rng):
     x = rng.standard_normal((2, 8)).astype(np.float32)
     out = sess.run({"x": x}, outputs="device")["y"]
     assert isinstance(out, GPUTensor) and out.shape == (4, 4)
-    np.testing.assert_allclose(out.numpy(), reference(x), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), small_reference(x), rtol=1e-6)
     view = out.reshape(2, 8)
     assert view.storage is out.storage and view.shape == (2, 8)
     # A device tensor goes back in as a feed without touching the host.
     again = sess.run({"x": view}, outputs="device")["y"]
-    np.testing.assert_allclose(again.numpy(), reference(reference(x).reshape(2, 8)), rtol=1e-6)
+    np.testing.assert_allclose(
+        again.numpy(), small_reference(small_reference(x).reshape(2, 8)), rtol=1e-6
+    )
     fed = BACKEND.to_device(x)
-    np.testing.assert_allclose(sess.run({"x": fed})["y"], reference(x), rtol=1e-6)
+    np.testing.assert_allclose(sess.run({"x": fed})["y"], small_reference(x), rtol=1e-6)
 
 
 def test_one_compute_submission_per_run(rng, monkeypatch):
@@ -135,13 +83,13 @@ def test_one_compute_submission_per_run(rng, monkeypatch):
 
     monkeypatch.setattr(ctx, "queue", Counting())
     y = sess.run({"x": x})["y"]
-    np.testing.assert_allclose(y, reference(x), rtol=1e-6)
+    np.testing.assert_allclose(y, small_reference(x), rtol=1e-6)
     # All the compute in one submission, then the read-back copies in one more.
     assert submits == [1, 1], "one submission for the compute, one for the read-back"
     submits.clear()
     out = sess.run({"x": x}, outputs="device")["y"]
     assert submits == [1], "device outputs: the compute's submission only"
-    np.testing.assert_allclose(out.numpy(), reference(x), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), small_reference(x), rtol=1e-6)
 
 
 def test_buffers_planned_by_liveness_and_reused(rng):
@@ -298,10 +246,10 @@ def test_host_outputs_are_writable_and_independent(rng):
     x1, x2 = (rng.standard_normal((2, 8)).astype(np.float32) for _ in range(2))
     y1 = sess.run({"x": x1})["y"]
     y2 = sess.run({"x": x2})["y"]
-    np.testing.assert_allclose(y1, reference(x1), rtol=1e-6)
+    np.testing.assert_allclose(y1, small_reference(x1), rtol=1e-6)
     y1 += 1.0  # read back without a copy, yet an ordinary writable array
-    np.testing.assert_allclose(y2, reference(x2), rtol=1e-6)
-    np.testing.assert_allclose(y1, reference(x1) + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(y2, small_reference(x2), rtol=1e-6)
+    np.testing.assert_allclose(y1, small_reference(x1) + 1.0, rtol=1e-6)
 
 
 FUSED_ACTIVATIONS = [

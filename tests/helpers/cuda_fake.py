@@ -1,6 +1,7 @@
 """A stand-in CUDA context for machines without a GPU: kernels are generated and compiled by
 NVRTC for a real architecture (sm_90), but nothing is launched. Device arrays are NumPy arrays.
-Used by test_cuda_codegen.py to check every kernel the backend emits compiles."""
+Used by test_cuda_codegen.py to check every kernel the backend emits compiles, and by
+.ci/smoke_installed.py (so it imports nothing but NumPy and tinydl)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Check an op against onnxruntime: run one ONNX model on both, compare, and check shape inference.
 
-    from opcheck import check_op
+    from helpers.opcheck import check_op
     check_op({"op": "Relu", "inputs": {"x": x}}, rtol=1e-5, atol=1e-5)
 
 A node spec is the keyword arguments of `node_model`; a full onnx.ModelProto works too (then pass
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import zlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,6 +22,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import tinydl
+from helpers.cases import draw
 from tinydl.ir.dtypes import dtype_name
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import TensorType, schema_of
@@ -205,16 +205,12 @@ def check_op(
     return got
 
 
-def backend_case(backend, op, inputs, attrs, consts, request):
-    """An op case of test_ops.py as (model, graph, feeds) for `backend`, with fresh random
-    inputs seeded by the case id; skipped with the backend's own reason if it refuses a node."""
-    from test_ops import Rand
-
+def backend_case(backend, op, inputs, attrs, consts, case_id: str):
+    """An op case of helpers/cases.py as (model, graph, feeds) for `backend`, with fresh random
+    inputs seeded by `case_id`; skipped with the backend's own reason if it refuses a node."""
     from tinydl.importers.onnx import from_model
 
-    rng = np.random.default_rng(zlib.crc32(request.node.callspec.id.encode()))
-    arrays = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in inputs.items()}
-    attrs = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in attrs.items()}
+    arrays, attrs = draw(case_id, inputs, attrs)
     model, feeds = node_model(op=op, inputs=arrays, attrs=attrs, consts=consts)
     graph = from_model(model)
     if not graph.nodes:

@@ -1,0 +1,641 @@
+"""The op cases: every op and attribute variant, as pytest params
+(op, inputs, attrs, consts, rtol, atol) with the case's name as id.
+
+test_ops.py runs each against onnxruntime (helpers/opcheck.py), test_gpu_ops.py on each GPU
+backend against the op's NumPy reference, test_cuda_codegen.py through NVRTC. An input is a
+`Rand` (drawn when the case runs, from an RNG seeded by the case id), a fixed array, or None
+(an omitted optional input).
+"""
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+I64_MAX, I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
+
+
+@dataclass
+class Rand:
+    """A random input, drawn when the case runs.
+
+    kind: "normal" (times `scale`), "uniform" in [lo, hi), "signed" (|x| in [lo, hi), either sign),
+    "int" in [lo, hi), "bool". `zeros` is the fraction of entries set to exactly 0.
+    """
+
+    shape: tuple
+    kind: str = "normal"
+    dtype: type = np.float32
+    scale: float = 1.0
+    lo: float = 0.5
+    hi: float = 2.0
+    zeros: float = 0.0
+
+    def draw(self, rng) -> np.ndarray:
+        if self.kind == "normal":
+            x = rng.standard_normal(self.shape) * self.scale
+        elif self.kind == "uniform":
+            x = rng.uniform(self.lo, self.hi, self.shape)
+        elif self.kind == "signed":
+            x = rng.uniform(self.lo, self.hi, self.shape) * rng.choice([-1, 1], self.shape)
+        elif self.kind == "int":
+            x = rng.integers(self.lo, self.hi, self.shape)
+        else:
+            x = rng.random(self.shape) < 0.5
+        if self.zeros:
+            x = x * (rng.random(self.shape) >= self.zeros)
+        return np.asarray(x, self.dtype)
+
+
+def N(*shape, scale=1.0, dtype=np.float32):
+    return Rand(shape, scale=scale, dtype=dtype)
+
+
+def U(*shape, lo=0.5, hi=2.0, dtype=np.float32):
+    return Rand(shape, "uniform", dtype, lo=lo, hi=hi)
+
+
+def S(*shape):
+    return Rand(shape, "signed")
+
+
+def I(*shape, lo=-9, hi=9, dtype=np.int64):  # noqa: E743
+    return Rand(shape, "int", dtype, lo=lo, hi=hi)
+
+
+def i64(*values):
+    return np.array(values, np.int64)
+
+
+def f32(*values):
+    return np.array(values, np.float32)
+
+
+CASES = []
+
+
+def case(id, op, attrs=None, consts=(), rtol=1e-5, atol=1e-5, marks=(), **inputs):
+    """Register a case: inputs in node order, each a Rand, a fixed array, or None (omitted).
+
+    Names in `consts` become initializers (shape-like inputs, weights).
+    """
+    CASES.append(pytest.param(op, inputs, attrs or {}, set(consts), rtol, atol, id=id, marks=marks))
+
+
+def draw(case_id: str, inputs: dict, attrs: dict) -> tuple[dict, dict]:
+    """A case's inputs and attributes with every Rand drawn, from an RNG seeded by `case_id`:
+    fresh random data per case, the same on every run."""
+    rng = np.random.default_rng(zlib.crc32(case_id.encode()))
+    arrays = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in inputs.items()}
+    attrs = {k: v.draw(rng) if isinstance(v, Rand) else v for k, v in attrs.items()}
+    return arrays, attrs
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+
+BROADCASTS = {
+    "same": ((2, 3, 4, 5), (2, 3, 4, 5)),
+    "trailing": ((2, 3, 4, 5), (5,)),
+    "both": ((2, 1, 4, 1), (3, 1, 5)),
+    "scalar": ((3, 4), ()),
+    "left-small": ((4, 1), (2, 3, 4, 6)),
+}
+for op in ("Add", "Sub", "Mul", "Div"):
+    for name, (sa, sb) in BROADCASTS.items():
+        case(f"{op}-{name}", op, a=N(*sa), b=S(*sb))  # b away from 0 for Div
+    signed_int = Rand((4,), "signed", np.int32, lo=1, hi=7)
+    case(f"{op}-int32", op, a=I(3, 4, lo=-50, hi=50, dtype=np.int32), b=signed_int)
+case(
+    "Div-int64-truncates",
+    "Div",
+    a=I(5, 6, lo=-100, hi=100),
+    b=Rand((6,), "signed", np.int64, lo=2, hi=8),
+)
+case("Pow-float", "Pow", a=U(3, 4), b=N(3, 4))
+case("Pow-broadcast", "Pow", a=U(2, 3, 4), b=N(4))
+case("Pow-int-exponent", "Pow", a=N(3, 4), b=i64(2), consts={"b"})
+case("Sqrt", "Sqrt", x=U(2, 3, 4, lo=0.01, hi=9))
+
+# -- activations ----------------------------------------------------------------------------------
+
+for op in ("Relu", "HardSwish", "Sigmoid", "Tanh"):
+    case(op, op, x=N(2, 3, 4, 5, scale=4))
+case("Sigmoid-large", "Sigmoid", x=N(100, scale=60))
+case("Clip-min-max", "Clip", x=N(3, 4, 5), min=f32(-0.5), max=f32(0.7), consts={"min", "max"})
+case("Clip-min-only", "Clip", x=N(3, 4), min=f32(0.1), consts={"min"})
+case("Clip-max-only", "Clip", x=N(3, 4), min=None, max=f32(0.2), consts={"max"})
+case("Clip-none", "Clip", x=N(3, 4))
+case("LeakyRelu-default", "LeakyRelu", x=N(2, 3, 4))
+case("LeakyRelu-alpha", "LeakyRelu", {"alpha": 0.2}, x=N(2, 3, 4))
+case("PRelu-channel", "PRelu", x=N(2, 3, 4, 5), slope=N(3, 1, 1), consts={"slope"})
+case("PRelu-scalar", "PRelu", x=N(2, 3), slope=N(1), consts={"slope"})
+case("HardSigmoid-default", "HardSigmoid", x=N(3, 4, scale=4))
+case("HardSigmoid-custom", "HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, x=N(3, 4, scale=4))
+for axis in (-1, 0, 1, 3):
+    case(f"Softmax-axis{axis}", "Softmax", {"axis": axis}, x=N(2, 3, 4, 5, scale=3))
+case("Softmax-default", "Softmax", x=N(4, 7, scale=3))
+
+# -- convolutions ---------------------------------------------------------------------------------
+
+
+def conv(id, x, w, bias=True, op="Conv", atol=1e-5, **attrs):
+    out_channels = w[1] * attrs.get("group", 1) if op == "ConvTranspose" else w[0]
+    b = N(out_channels) if bias else None
+    case(f"{op}-{id}", op, attrs, {"w", "b"}, atol=atol, x=N(*x), w=N(*w), b=b)
+
+
+conv("group1", (2, 4, 9, 11), (6, 4, 3, 3))
+conv("group1-pads1", (1, 3, 8, 8), (5, 3, 3, 3), pads=[1, 1, 1, 1])
+conv("depthwise", (1, 8, 10, 10), (8, 1, 3, 3), group=8, pads=[1, 1, 1, 1])
+conv("depthwise-stride2", (2, 6, 11, 9), (6, 1, 5, 5), group=6, strides=[2, 2], pads=[2] * 4)
+conv("depthwise-multiplier2", (1, 4, 7, 7), (8, 1, 3, 3), group=4)
+conv("single-input-channel", (2, 1, 9, 9), (4, 1, 3, 3))
+conv("group2", (1, 6, 8, 8), (4, 3, 3, 3), group=2)
+conv("dilations2", (1, 3, 12, 12), (4, 3, 3, 3), dilations=[2, 2], pads=[2, 2, 2, 2])
+conv("dilations-mixed", (1, 3, 12, 13), (4, 3, 3, 2), dilations=[3, 2])
+conv("strides2", (1, 3, 11, 12), (4, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1])
+conv("strides-mixed", (1, 2, 11, 12), (3, 2, 3, 3), strides=[1, 3])
+conv("pads-asymmetric", (1, 3, 7, 8), (4, 3, 3, 3), pads=[0, 1, 2, 1])
+conv("same-upper", (1, 3, 10, 9), (4, 3, 3, 3), strides=[2, 2], auto_pad="SAME_UPPER")
+conv("same-lower", (1, 3, 10, 9), (4, 3, 3, 3), strides=[2, 2], auto_pad="SAME_LOWER")
+conv("same-upper-even-kernel", (1, 2, 7, 7), (3, 2, 4, 4), auto_pad="SAME_UPPER")
+conv("same-lower-even-kernel", (1, 2, 7, 7), (3, 2, 4, 4), auto_pad="SAME_LOWER")
+conv("valid", (1, 3, 10, 9), (4, 3, 3, 3), strides=[2, 2], auto_pad="VALID")
+conv("no-bias", (2, 3, 6, 7), (4, 3, 3, 3), bias=False)
+conv("kernel-shape-attr", (1, 3, 6, 7), (4, 3, 3, 2), kernel_shape=[3, 2])
+conv("1x1", (2, 16, 5, 6), (8, 16, 1, 1))
+conv("1d", (2, 3, 20), (4, 3, 5), strides=[2], pads=[2, 1])
+conv("1d-depthwise", (1, 4, 16), (4, 1, 3), group=4, dilations=[2])
+conv("3d", (1, 2, 5, 6, 7), (3, 2, 3, 3, 3), pads=[1, 0, 1, 1, 0, 1])
+conv("wide", (1, 32, 20, 20), (32, 32, 3, 3), pads=[1] * 4, atol=3e-5)  # 288-term sums
+
+CT = "ConvTranspose"
+conv("basic", (1, 4, 5, 5), (4, 3, 3, 3), op=CT)
+conv(
+    "strides2-output-padding",
+    (1, 4, 5, 6),
+    (4, 3, 3, 3),
+    op=CT,
+    strides=[2, 2],
+    pads=[1, 1, 1, 1],
+    output_padding=[1, 1],
+)
+conv("group2", (1, 4, 5, 5), (4, 2, 3, 3), op=CT, group=2, strides=[2, 2])
+conv("depthwise", (1, 3, 4, 4), (3, 1, 4, 4), op=CT, group=3, strides=[2, 2], pads=[1] * 4)
+conv("output-shape", (1, 3, 5, 5), (3, 2, 3, 3), op=CT, strides=[2, 2], output_shape=[10, 10])
+conv("output-shape-odd", (1, 3, 5, 4), (3, 2, 3, 3), op=CT, strides=[2, 2], output_shape=[9, 8])
+conv("same-upper", (1, 3, 5, 5), (3, 2, 3, 3), op=CT, strides=[2, 2], auto_pad="SAME_UPPER")
+conv("same-lower", (1, 3, 5, 5), (3, 2, 3, 3), op=CT, strides=[2, 2], auto_pad="SAME_LOWER")
+conv("dilations2", (1, 2, 5, 5), (2, 3, 3, 3), op=CT, dilations=[2, 2])
+conv("pads-asymmetric", (1, 2, 5, 6), (2, 3, 3, 3), op=CT, pads=[0, 1, 2, 1], bias=False)
+conv("1d", (2, 3, 7), (3, 2, 4), op=CT, strides=[3], pads=[1, 0])
+conv("3d", (1, 2, 3, 4, 3), (2, 2, 2, 3, 2), op=CT, strides=[2, 1, 2])
+
+
+# -- normalization --------------------------------------------------------------------------------
+
+
+def batch_norm(id, shape, **attrs):
+    c = shape[1]
+    consts = {"scale", "B", "mean", "var"}
+    case(
+        f"BatchNormalization-{id}",
+        "BatchNormalization",
+        attrs,
+        consts,
+        x=N(*shape),
+        scale=N(c),
+        B=N(c),
+        mean=N(c),
+        var=U(c),
+    )
+
+
+batch_norm("4d", (2, 3, 4, 5))
+batch_norm("epsilon-momentum", (1, 4, 3, 3), epsilon=1e-2, momentum=0.5)
+batch_norm("2d", (5, 6))
+
+# -- pooling --------------------------------------------------------------------------------------
+
+for op in ("MaxPool", "AveragePool"):
+    k3s2 = {"kernel_shape": [3, 3], "strides": [2, 2]}
+    case(f"{op}-2x2-stride2", op, {"kernel_shape": [2, 2], "strides": [2, 2]}, x=N(2, 3, 8, 9))
+    case(f"{op}-3x3-pads1", op, {"kernel_shape": [3, 3], "pads": [1] * 4}, x=N(1, 2, 7, 7))
+    case(
+        f"{op}-pads-asymmetric",
+        op,
+        {"kernel_shape": [3, 2], "pads": [1, 0, 0, 1], "strides": [2, 1]},
+        x=N(1, 2, 7, 6),
+    )
+    case(f"{op}-ceil-mode", op, {**k3s2, "ceil_mode": 1}, x=N(1, 2, 8, 8))
+    # The last window would start in the end padding: ceil_mode drops it.
+    case(
+        f"{op}-ceil-mode-last-window-dropped",
+        op,
+        {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1] * 4, "ceil_mode": 1},
+        x=N(1, 2, 5, 5),
+    )
+    case(f"{op}-dilations2", op, {"kernel_shape": [3, 3], "dilations": [2, 2]}, x=N(1, 2, 9, 9))
+    for auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        case(f"{op}-{auto_pad}", op, {**k3s2, "auto_pad": auto_pad}, x=N(1, 2, 8, 7))
+    case(f"{op}-1d", op, {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, x=N(2, 3, 11))
+    case(f"{op}-3d", op, {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2]}, x=N(1, 2, 5, 6, 5))
+case(
+    "MaxPool-uint8",
+    "MaxPool",
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+    x=I(1, 2, 6, 6, lo=0, hi=256, dtype=np.uint8),
+)
+case(
+    "MaxPool-storage-order",
+    "MaxPool",
+    {"kernel_shape": [2, 2], "storage_order": 1},
+    x=N(1, 2, 6, 6),
+)
+case(
+    "AveragePool-count-include-pad",
+    "AveragePool",
+    {"kernel_shape": [3, 3], "pads": [1] * 4, "count_include_pad": 1},
+    x=N(1, 2, 7, 7),
+)
+case(
+    "AveragePool-count-include-pad-ceil",
+    "AveragePool",
+    {**k3s2, "pads": [1] * 4, "ceil_mode": 1, "count_include_pad": 1},
+    x=N(1, 2, 8, 8),
+)
+case(
+    "AveragePool-count-include-pad-asymmetric",
+    "AveragePool",
+    {"kernel_shape": [3, 3], "pads": [2, 0, 0, 1], "count_include_pad": 1},
+    x=N(1, 2, 7, 6),
+)
+for shape in ((2, 3, 5, 6), (2, 3, 7), (1, 2, 3, 4, 5)):
+    case(f"GlobalAveragePool-{len(shape)}d", "GlobalAveragePool", x=N(*shape))
+
+# -- reductions -----------------------------------------------------------------------------------
+
+RM = "ReduceMean"
+case(f"{RM}-axis1", RM, x=N(2, 3, 4, 5), axes=i64(1), consts={"axes"})
+case(
+    f"{RM}-negative-axes-no-keepdims",
+    RM,
+    {"keepdims": 0},
+    x=N(2, 3, 4, 5),
+    axes=i64(-1, -2),
+    consts={"axes"},
+)
+case(f"{RM}-spatial", RM, x=N(2, 8, 16, 16), axes=i64(2, 3), consts={"axes"})
+case(f"{RM}-all", RM, x=N(2, 3, 4))
+case(f"{RM}-all-no-keepdims", RM, {"keepdims": 0}, x=N(2, 3, 4))
+case(f"{RM}-noop-empty-axes", RM, {"noop_with_empty_axes": 1}, x=N(2, 3, 4))
+
+# -- matrix products ------------------------------------------------------------------------------
+
+MATMULS = {
+    "2d": ((3, 4), (4, 5)),
+    "batched": ((2, 3, 4, 5), (5, 6)),
+    "batch-broadcast": ((2, 1, 4, 5), (3, 5, 6)),
+    "1d-2d": ((4,), (4, 5)),
+    "2d-1d": ((3, 4), (4,)),
+    "1d-1d": ((7,), (7,)),
+    "3d-1d": ((2, 3, 4), (4,)),
+}
+for name, (sa, sb) in MATMULS.items():
+    case(f"MatMul-{name}", "MatMul", a=N(*sa), b=N(*sb))
+case("MatMul-weight-initializer", "MatMul", a=N(2, 7, 16), b=N(16, 8), consts={"b"})
+
+
+def gemm(id, sa, sb, sc=None, **attrs):
+    c = None if sc is None else N(*sc)
+    case(f"Gemm-{id}", "Gemm", attrs, {"b", "c"}, a=N(*sa), b=N(*sb), c=c)
+
+
+gemm("default-bias-row", (3, 4), (4, 5), (5,))
+gemm("transA", (4, 3), (4, 5), (3, 5), transA=1)
+gemm("transB", (3, 4), (5, 4), (5,), transB=1)
+gemm("transA-transB", (4, 3), (5, 4), (1, 5), transA=1, transB=1)
+gemm("alpha-beta", (3, 4), (4, 5), (3, 5), alpha=0.5, beta=2.0)
+gemm("no-c", (3, 4), (4, 5), alpha=1.5)
+gemm("c-scalar", (3, 4), (4, 5), (), beta=0.25)
+gemm("c-column", (3, 4), (4, 5), (3, 1))
+
+# -- shape ops ------------------------------------------------------------------------------------
+
+for axis in (0, 1, 2, -1, 4):
+    case(f"Flatten-axis{axis}", "Flatten", {"axis": axis}, x=N(2, 3, 4, 5))
+case("Flatten-default", "Flatten", x=N(2, 3, 4))
+
+RESHAPES = {
+    "plain": [6, 20],
+    "minus1": [-1, 10],
+    "zero-minus1": [0, -1],
+    "zero-zero": [0, 0, 20],
+    "rank-up": [2, 3, 2, 2, 5],
+    "flat": [-1],
+}
+for name, target in RESHAPES.items():
+    case(f"Reshape-{name}", "Reshape", x=N(2, 3, 4, 5), shape=i64(*target), consts={"shape"})
+case(
+    "Reshape-allowzero",
+    "Reshape",
+    {"allowzero": 1},
+    x=N(2, 3, 4),
+    shape=i64(4, -1),
+    consts={"shape"},
+)
+
+case("Transpose-default", "Transpose", x=N(2, 3, 4))
+case("Transpose-nchw-to-nhwc", "Transpose", {"perm": [0, 2, 3, 1]}, x=N(2, 3, 4, 5))
+case("Transpose-int64", "Transpose", {"perm": [1, 0, 2]}, x=I(2, 3, 4))
+
+case("Squeeze-axes", "Squeeze", x=N(1, 3, 1, 5), axes=i64(0, 2), consts={"axes"})
+case("Squeeze-negative-axis", "Squeeze", x=N(3, 4, 1), axes=i64(-1), consts={"axes"})
+case("Squeeze-all", "Squeeze", x=N(1, 3, 1, 5, 1))
+case("Unsqueeze-front", "Unsqueeze", x=N(3, 4), axes=i64(0), consts={"axes"})
+case("Unsqueeze-several", "Unsqueeze", x=N(3, 4), axes=i64(-1, 1, 0), consts={"axes"})
+case("Unsqueeze-scalar", "Unsqueeze", x=N(), axes=i64(0), consts={"axes"})
+
+case("Concat-axis1", "Concat", {"axis": 1}, a=N(2, 3, 4), b=N(2, 5, 4), c=N(2, 1, 4))
+case("Concat-negative-axis", "Concat", {"axis": -1}, a=N(2, 3), b=N(2, 4))
+case("Concat-single", "Concat", {"axis": 0}, a=N(2, 3))
+case("Concat-int64-const", "Concat", {"axis": 0}, a=I(3), b=i64(-1, 7), consts={"b"})
+
+
+def slice_case(id, shape, starts, ends, axes=None, steps=None):
+    axes = None if axes is None else i64(*axes)
+    steps = None if steps is None else i64(*steps)
+    case(
+        f"Slice-{id}",
+        "Slice",
+        x=N(*shape),
+        starts=i64(*starts),
+        ends=i64(*ends),
+        axes=axes,
+        steps=steps,
+        consts={"starts", "ends", "axes", "steps"},
+    )
+
+
+slice_case("basic", (5, 6, 7), [1, 2], [4, 5])
+slice_case("axes", (5, 6, 7), [1], [5], axes=[2])
+slice_case("negative-axes", (5, 6, 7), [-3, 0], [-1, 2], axes=[-1, -3])
+slice_case("steps", (5, 6, 7), [0, 1], [5, 7], axes=[0, 2], steps=[2, 3])
+slice_case("steps-without-axes", (5, 6, 7), [4, 0], [0, 6], steps=[-1, 2])
+slice_case("negative-step-to-int64-min", (5, 6, 7), [-1], [I64_MIN], axes=[1], steps=[-1])
+slice_case("negative-steps", (5, 6, 7), [5, 10], [0, 1], axes=[0, 2], steps=[-2, -3])
+slice_case("negative-step-clamped", (5, 6, 7), [100], [-100], axes=[2], steps=[-2])
+slice_case("int64-max-end", (5, 6, 7), [2], [I64_MAX], axes=[1])
+slice_case("out-of-range", (5, 6, 7), [-100, 3], [100, 1000], axes=[0, 2])
+slice_case("empty", (5, 6, 7), [4], [2], axes=[0])
+
+SHAPES = {
+    "all": {},
+    "start1": {"start": 1},
+    "end-1": {"end": -1},
+    "start-2": {"start": -2},
+    "clamped": {"start": -10, "end": 10},
+}
+for name, attrs in SHAPES.items():
+    case(f"Shape-{name}", "Shape", attrs, x=N(2, 3, 4, 5))
+
+CAST_CODES = {
+    "float32": 1,
+    "uint8": 2,
+    "int32": 6,
+    "int64": 7,
+    "bool": 9,
+    "float16": 10,
+    "float64": 11,
+}
+CASTS = [
+    ("float32", "float16"),
+    ("float16", "float32"),
+    ("float32", "int64"),
+    ("float32", "int32"),
+    ("float32", "uint8"),
+    ("float32", "bool"),
+    ("bool", "float32"),
+    ("int64", "int32"),
+    ("int32", "float32"),
+    ("uint8", "float32"),
+    ("int64", "bool"),
+    ("bool", "int64"),
+    ("float16", "int64"),
+    ("int64", "float16"),
+    ("uint8", "int32"),
+    ("float32", "float64"),
+    ("float64", "float32"),
+    ("int32", "uint8"),
+]
+for src, dst in CASTS:
+    # Non-negative and in range so casts to uint8 are defined; fractional to test truncation;
+    # casts to bool need some zeros to be a test at all.
+    zeros = 0.3 if dst == "bool" else 0.0
+    if src == "bool":
+        x = Rand((3, 4, 5), "bool", np.bool_)
+    elif src.startswith("float"):
+        x = Rand((3, 4, 5), "uniform", np.dtype(src).type, lo=0.1, hi=200, zeros=zeros)
+    else:
+        x = Rand((3, 4, 5), "int", np.dtype(src).type, lo=1, hi=120, zeros=zeros)
+    case(f"Cast-{src}-to-{dst}", "Cast", {"to": CAST_CODES[dst]}, x=x)
+case("Cast-float32-negative-to-int64", "Cast", {"to": 7}, x=N(4, 5, scale=50))
+case("Cast-saturate-attr", "Cast", {"to": 10, "saturate": 1}, x=N(4, 5))
+
+
+@dataclass
+class TensorAttr(Rand):
+    """A random tensor attribute (Constant's `value`)."""
+
+    def draw(self, rng):
+        return numpy_helper.from_array(super().draw(rng), "value")
+
+
+CONSTANTS = {
+    "tensor-float32": {"value": TensorAttr((2, 3))},
+    "tensor-int64": {"value": TensorAttr((4,), "int", np.int64, lo=-5, hi=5)},
+    "tensor-scalar": {"value": TensorAttr(())},
+    "value-float": {"value_float": 0.375},
+    "value-floats": {"value_floats": [1.5, -2.25, 3e-3]},
+    "value-int": {"value_int": -42},
+    "value-ints": {"value_ints": [3, -1, 7]},
+}
+for name, attrs in CONSTANTS.items():
+    case(f"Constant-{name}", "Constant", attrs)
+
+case("Identity", "Identity", x=N(2, 3))
+case("Identity-int64", "Identity", x=I(4))
+
+# -- spatial rearrangement ------------------------------------------------------------------------
+
+for mode in ("DCR", "CRD"):
+    for bs in (2, 3):
+        attrs = {"blocksize": bs, "mode": mode}
+        case(f"DepthToSpace-{mode}-bs{bs}", "DepthToSpace", attrs, x=N(2, 2 * bs * bs, 3, 4))
+case("DepthToSpace-default-mode", "DepthToSpace", {"blocksize": 2}, x=N(1, 8, 2, 3))
+
+
+def resize(id, shape, scales=None, sizes=None, roi=None, **attrs):
+    roi = None if roi is None else f32(*roi)
+    scales = None if scales is None else f32(*scales)
+    sizes = None if sizes is None else i64(*sizes)
+    case(
+        f"Resize-{id}",
+        "Resize",
+        attrs,
+        {"roi", "scales", "sizes"},
+        x=N(*shape),
+        roi=roi,
+        scales=scales,
+        sizes=sizes,
+    )
+
+
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+)
+for mode in ("nearest", "linear", "cubic"):
+    for ctm in COORDINATE_MODES:
+        attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+        resize(f"{mode}-{ctm}-scales-up2", (1, 2, 5, 6), scales=[1, 1, 2, 2], **attrs)
+        resize(f"{mode}-{ctm}-sizes-up", (1, 2, 5, 6), sizes=[1, 2, 8, 13], **attrs)
+        resize(f"{mode}-{ctm}-sizes-down", (1, 2, 9, 10), sizes=[1, 2, 4, 7], **attrs)
+        resize(f"{mode}-{ctm}-scales-down", (1, 2, 8, 9), scales=[1, 1, 0.5, 0.75], **attrs)
+    resize(
+        f"{mode}-tf_crop_and_resize",
+        (1, 2, 6, 7),
+        sizes=[1, 2, 5, 9],
+        roi=[0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2],
+        mode=mode,
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=-3.0,
+    )
+for nearest_mode in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+    for ctm in ("half_pixel", "asymmetric", "align_corners"):
+        attrs = {"nearest_mode": nearest_mode, "coordinate_transformation_mode": ctm}
+        resize(f"nearest-{nearest_mode}-{ctm}-sizes", (1, 2, 5, 6), sizes=[1, 2, 9, 4], **attrs)
+        resize(f"nearest-{nearest_mode}-{ctm}-scales", (1, 2, 4, 6), scales=[1, 1, 2, 0.5], **attrs)
+resize(
+    "ppocr-det-nearest-up2",
+    (1, 24, 30, 40),
+    scales=[1, 1, 2, 2],
+    mode="nearest",
+    coordinate_transformation_mode="asymmetric",
+    nearest_mode="floor",
+)
+resize("nearest-default-attrs", (1, 3, 4, 5), scales=[1, 1, 2, 2])
+resize("nearest-batch-channel", (2, 4, 3, 3), scales=[1, 2, 2, 1])
+resize("axes-sizes", (1, 2, 5, 6), sizes=[8, 3], axes=[2, 3], mode="linear")
+resize("axes-scales", (1, 2, 5, 6), scales=[1.5, 2], axes=[-2, -1], mode="linear")
+resize("linear-3d-trilinear", (1, 2, 3, 4, 5), sizes=[1, 2, 5, 7, 4], mode="linear")
+resize("linear-1d", (2, 7), sizes=[2, 12], mode="linear")
+resize(
+    "not-larger",
+    (1, 2, 6, 8),
+    sizes=[1, 2, 9, 9],
+    mode="linear",
+    keep_aspect_ratio_policy="not_larger",
+)
+resize(
+    "not-smaller", (1, 2, 6, 8), sizes=[5, 5], axes=[2, 3], keep_aspect_ratio_policy="not_smaller"
+)
+resize(
+    "cubic-exclude-outside", (1, 2, 5, 6), scales=[1, 1, 2, 1.5], mode="cubic", exclude_outside=1
+)
+resize("cubic-coeff-a", (1, 2, 5, 6), sizes=[1, 2, 7, 11], mode="cubic", cubic_coeff_a=-0.5)
+resize("empty-scales-with-sizes", (1, 2, 4, 5), scales=[], sizes=[1, 2, 7, 3], mode="linear")
+resize("empty-roi", (1, 2, 4, 4), roi=[], scales=[1, 1, 2, 2], mode="linear")
+
+
+def pad(id, x, pads, value=None, axes=None, **attrs):
+    value = None if value is None else np.array(value, x.dtype)
+    axes = None if axes is None else i64(*axes)
+    case(
+        f"Pad-{id}",
+        "Pad",
+        attrs,
+        {"pads", "value", "axes"},
+        x=x,
+        pads=i64(*pads),
+        value=value,
+        axes=axes,
+    )
+
+
+pad("constant-default", N(1, 2, 3, 4), [0, 0, 1, 2, 0, 0, 2, 1])
+pad("constant-value", N(1, 2, 3, 4), [0, 1, 1, 2, 0, 0, 2, 1], value=1.5)
+pad("constant-int64", I(3, 4), [1, 1, 2, 0], value=7)
+pad("negative-crops", N(1, 2, 5, 6), [0, 0, -1, 2, 0, 0, 1, -2])
+pad("axes", N(1, 2, 5, 6), [1, 2, 3, 0], value=-2.0, axes=[2, -1])
+for mode in ("reflect", "edge", "wrap"):
+    pad(mode, N(1, 2, 5, 6), [0, 0, 2, 1, 0, 0, 1, 3], mode=mode)
+    pad(f"{mode}-axes", N(2, 5, 6), [1, 3, 2, 0], axes=[1, 2], mode=mode)
+
+# -- float16 (computed in float32 and rounded back; tolerance per STYLE.md) ----------------------
+
+
+def h(*shape):
+    return N(*shape, dtype=np.float16)
+
+
+F16 = {"rtol": 1e-2, "atol": 1e-2}
+case("Conv-float16", "Conv", consts={"w", "b"}, **F16, x=h(1, 3, 8, 8), w=h(4, 3, 3, 3), b=h(4))
+case(
+    "ConvTranspose-float16", CT, {"strides": [2, 2]}, {"w"}, **F16, x=h(1, 3, 5, 5), w=h(3, 2, 3, 3)
+)
+case(
+    "BatchNormalization-float16",
+    "BatchNormalization",
+    consts={"s", "b", "m", "v"},
+    **F16,
+    x=h(1, 3, 4, 4),
+    s=h(3),
+    b=h(3),
+    m=h(3),
+    v=U(3, dtype=np.float16),
+)
+case(
+    "AveragePool-float16",
+    "AveragePool",
+    {"kernel_shape": [3, 3], "pads": [1] * 4},
+    **F16,
+    x=h(1, 3, 8, 8),
+)
+case("MaxPool-float16", "MaxPool", {"kernel_shape": [3, 3]}, x=h(1, 3, 8, 8))
+case("GlobalAveragePool-float16", "GlobalAveragePool", **F16, x=h(1, 3, 8, 8))
+case("ReduceMean-float16", "ReduceMean", **F16, x=h(2, 3, 8))
+case("Gemm-float16", "Gemm", {"alpha": 0.5}, **F16, a=h(3, 4), b=h(4, 5), c=h(5))
+case("MatMul-float16", "MatMul", **F16, a=h(3, 4), b=h(4, 5))
+resize_scales = f32(1, 1, 2, 2)
+case(
+    "Resize-linear-float16",
+    "Resize",
+    {"mode": "linear"},
+    {"scales"},
+    **F16,
+    x=h(1, 3, 4, 4),
+    roi=None,
+    scales=resize_scales,
+)
+case(
+    "Resize-nearest-float16",
+    "Resize",
+    consts={"scales"},
+    x=h(1, 3, 4, 4),
+    roi=None,
+    scales=resize_scales,
+)
+case(
+    "Pad-float16",
+    "Pad",
+    consts={"p", "v"},
+    x=h(2, 3),
+    p=i64(1, 1, 1, 1),
+    v=np.array(1.5, np.float16),
+)

@@ -1,0 +1,149 @@
+"""Model builders and loaders shared by the test modules, and what they check compiled models with.
+
+ESPCN with random weights (as ONNX, or loaded), a graph whose op tables depend on the input shape,
+PP-OCR's input preprocessing on a real page, MediaPipe's BlazePose models, and the compiled
+partition and plan of a session on one backend.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tinydl as td
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest absolute difference relative to the reference's largest magnitude."""
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+# -- ESPCN ----------------------------------------------------------------------------------------
+
+
+def espcn_onnx(path, scale: int, rng) -> None:
+    """ESPCN (Shi et al. 2016): 5x5->64 tanh, 3x3->32 tanh, 3x3->r^2, pixel shuffle."""
+    chans = [(1, 64, 5), (64, 32, 3), (32, scale * scale, 3)]
+    inits, nodes, x = [], [], "y"
+    for i, (cin, cout, k) in enumerate(chans):
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4))
+        x = f"c{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Tanh", [x], [f"t{i}"]))
+            x = f"t{i}"
+    nodes.append(helper.make_node("DepthToSpace", [x], ["out"], blocksize=scale, mode="CRD"))
+    graph = helper.make_graph(
+        nodes,
+        "espcn",
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, "H2", "W2"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def espcn(tmp_path, rng, scale=3):
+    """ESPCN with random weights, written as ONNX and loaded."""
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, scale, rng)
+    return td.load(path)
+
+
+# -- graphs for the GPU backends ------------------------------------------------------------------
+
+
+def shape_tables_graph():
+    """Resize (cubic) -> Transpose -> Pad (reflect) over symbolic H, W: every op's tables
+    (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    return Graph(
+        [Value("x", "float32", (1, 3, "h", "w"))],
+        [Value("y", "float32", None)],
+        [
+            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+        ],
+        {
+            "scales": np.array([1, 1, 2, 3], np.float32),
+            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        },
+    ).validate()
+
+
+def small_graph():
+    """x (2, 8) -> Mul(2) -> Relu -> Reshape (4, 4) -> Sigmoid -> y: static shapes, a reshape
+    between elementwise ops. `small_reference` computes it."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    return Graph(
+        inputs=[Value("x", "float32", (2, 8))],
+        outputs=[Value("y", "float32", None)],
+        nodes=[
+            Node("Mul", ["x", "two"], ["a"], name="mul"),
+            Node("Relu", ["a"], ["r"], name="relu"),
+            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+        ],
+        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
+    ).validate()
+
+
+def small_reference(x):
+    """What `small_graph` computes, in NumPy."""
+    return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
+
+
+# -- a compiled session's parts -------------------------------------------------------------------
+
+
+def kernel_of(sess, backend: str):
+    """The one compiled partition of `backend` in a session."""
+    (kernel,) = [c.kernel for c in sess.partitions if c.backend == backend]
+    return kernel
+
+
+def only_plan(kernel):
+    (plan,) = kernel.plans.values()
+    return plan
+
+
+# -- real models and inputs -----------------------------------------------------------------------
+
+
+def page_image() -> np.ndarray:
+    skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
+    return skimage_data.page()  # 191x384 grayscale photo of a printed page
+
+
+def ocr_input(gray: np.ndarray, width: int, height: int) -> np.ndarray:
+    """PP-OCR preprocessing: RGB resized, (x/255 - 0.5) / 0.5, NCHW float32."""
+    from PIL import Image
+
+    rgb = np.asarray(
+        Image.fromarray(np.stack([gray] * 3, axis=-1)).resize((width, height), Image.BILINEAR)
+    )
+    x = (rgb.astype(np.float32) / 255.0 - 0.5) / 0.5
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def mediapipe_model(name: str) -> Path:
+    """A model file shipped in the mediapipe package (BlazePose); skips the test without it."""
+    try:
+        path = importlib.metadata.distribution("mediapipe").locate_file(f"mediapipe/modules/{name}")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("pip install --no-deps mediapipe==0.10.14 (it ships the BlazePose models)")
+    if not Path(path).is_file():
+        pytest.skip(f"mediapipe has no {name}")
+    return Path(path)
