@@ -254,3 +254,17 @@ def test_no_backend_runs_a_node_lists_every_refusal(fakes):
         partition(g, [fake])
     assert "tanh1 (Tanh): fake: fake has no Tanh kernel" in str(err.value)
     assert "sigmoid2 (Sigmoid)" in str(err.value)
+
+
+def test_unregistering_a_built_in_backend_keeps_it_known():
+    """A test (or plug-in) that registers its own instance under a built-in name and removes
+    it leaves the built-in usable: a fresh instance is made on next use."""
+    from tinydl.backends import BUILT_IN, KNOWN, get_backend, register_backend, unregister_backend
+    from tinydl.backends.cpu import CPUBackend
+
+    assert "cuda" in BUILT_IN
+    mine = CPUBackend()
+    register_backend(mine)
+    assert get_backend("cpu") is mine
+    unregister_backend("cpu")
+    assert "cpu" in KNOWN and get_backend("cpu") is not mine

@@ -15,6 +15,7 @@ KNOWN: dict[str, str] = {
     "cuda": "tinydl.backends.cuda:CUDABackend",
 }
 
+BUILT_IN = frozenset(KNOWN)
 _instances: dict[str, Backend] = {}
 
 
@@ -25,8 +26,10 @@ def register_backend(backend: Backend) -> None:
 
 
 def unregister_backend(name: str) -> None:
+    """Forget a registered instance; a built-in backend stays known (a fresh instance is made
+    on next use), a plug-in is gone."""
     _instances.pop(name, None)
-    if name != "cpu":
+    if name not in BUILT_IN:
         KNOWN.pop(name, None)
 
 
