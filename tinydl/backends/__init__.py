@@ -11,6 +11,7 @@ from tinydl.errors import BackendUnavailableError
 # name -> "module:Class"; modules import their heavy libraries lazily.
 KNOWN: dict[str, str] = {
     "cpu": "tinydl.backends.cpu:CPUBackend",
+    "onnxruntime": "tinydl.backends.cpu.ort:OrtBackend",
     "webgpu": "tinydl.backends.webgpu:WebGPUBackend",
     "cuda": "tinydl.backends.cuda:CUDABackend",
 }

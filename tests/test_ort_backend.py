@@ -1,0 +1,74 @@
+"""The onnxruntime backend (the fast CPU path): partitions exported as ONNX and run by
+onnxruntime's CPU execution provider, checked against the NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinydl as td
+from tinydl.backends import get_backend
+
+pytestmark = pytest.mark.skipif(
+    not get_backend("onnxruntime").available(),
+    reason=get_backend("onnxruntime").unavailable_reason() or "onnxruntime is available",
+)
+
+
+def test_espcn_runs_whole_on_onnxruntime_and_matches_the_reference():
+    from tinydl.models import load_espcn
+
+    graph = load_espcn(3)
+    sess = td.compile(graph, backends=("onnxruntime",), strict=True)
+    assert [p.backend for p in sess.partitions] == ["onnxruntime"]
+    # tinydl's fused ops have no ONNX spelling: the optimizer leaves Conv + Tanh apart
+    assert "tinydl.FusedConv" not in {n.op for n in sess.graph.nodes}
+    x = np.random.default_rng(0).random((2, 1, 17, 23), dtype=np.float32)
+    (got,) = sess.run({"y": x}).values()
+    (want,) = td.compile(graph, backends=("cpu",)).run({"y": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_ppocr_det_on_onnxruntime(ppocr_det):
+    """PP-OCRv4 det imported, optimized (BN and affine folding), written back as ONNX and run by
+    onnxruntime: the probability map matches onnxruntime on the original file."""
+    path, x, want = ppocr_det
+    sess = td.compile(td.load(path), backends=("onnxruntime",), strict=True)
+    (got,) = sess.run({"x": x}).values()
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+
+
+def test_a_failure_inside_onnxruntime_is_an_op_error():
+    from tinydl.ir.graph import Graph, Node, Value
+
+    graph = Graph(
+        [Value("x", "float32", ("N", 4))],
+        [Value("y", "float32", None)],
+        [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
+        initializers={"s": np.array([2, 4], np.int64)},
+    ).validate()
+    sess = td.compile(graph, backends=("onnxruntime",), strict=True)
+    with pytest.raises(td.OpError, match="onnxruntime failed on inputs"):
+        sess.run({"x": np.ones((3, 4), np.float32)})
+
+
+def test_threads_option_and_fallback_of_tinydl_ops():
+    """backend_options set onnxruntime's threads; a graph holding tinydl's own fused op (as
+    saved after the optimizer) runs that node on the NumPy backend, the rest on onnxruntime."""
+    from tinydl.models import load_espcn
+
+    fused = td.compile(load_espcn(3), backends=("cpu",)).graph
+    assert "tinydl.FusedConv" in {n.op for n in fused.nodes}
+    with pytest.warns(UserWarning, match="fall back from 'onnxruntime'"):
+        sess = td.compile(
+            fused,
+            backends=("onnxruntime", "cpu"),
+            optimize="none",
+            backend_options={"onnxruntime": {"threads": 1}},
+        )
+    placed = {p.backend for p in sess.partitions}
+    assert placed == {"onnxruntime", "cpu"}
+    x = np.random.default_rng(1).random((1, 1, 9, 11), dtype=np.float32)
+    (got,) = sess.run({"y": x}).values()
+    (want,) = td.compile(fused, backends=("cpu",), optimize="none").run({"y": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,104 @@
+"""The onnxruntime backend: CPU partitions handed to onnxruntime's CPU execution provider, the
+way TFLite hands CPU work to XNNPACK.
+
+A partition is written as ONNX by tinydl's exporter (tinydl.exporters.onnx) and run by an
+onnxruntime InferenceSession; values stay in host memory, so moving between this backend and
+the NumPy one costs nothing. tinydl's own fused ops (tinydl.FusedConv) have no ONNX spelling, so
+a session with this backend first keeps Conv + activation apart (the optimizer asks each
+backend before it fuses) and onnxruntime fuses them its own way.
+
+Options (backend_options={"onnxruntime": {...}}): "threads" (intra-op threads; default: the
+machine's cores, as onnxruntime chooses), "optimization" ("all" (default), "extended", "basic",
+"none": onnxruntime's graph optimization level).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
+from tinydl.errors import BackendUnavailableError, OpError, UnsupportedOpError
+from tinydl.ir.graph import Graph, Node
+from tinydl.ops import schema_of
+
+LEVELS = ("none", "basic", "extended", "all")
+
+
+class OrtKernel(Kernel):
+    def __init__(self, graph: Graph, options: CompileOptions):
+        import onnxruntime as ort
+
+        from tinydl.exporters.onnx import to_onnx
+
+        extra = options.extra
+        level = extra.get("optimization", "all")
+        if level not in LEVELS:
+            raise ValueError(f"onnxruntime option optimization: expected one of {LEVELS}")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel,
+            {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC"}.get(
+                level, f"ORT_ENABLE_{level.upper()}"
+            ),
+        )
+        if extra.get("threads"):
+            so.intra_op_num_threads = int(extra["threads"])
+        so.log_severity_level = 3  # errors only: no per-session warnings on stderr
+        self.graph = graph
+        self.input_names = [v.name for v in graph.inputs]
+        self.output_names = [v.name for v in graph.outputs]
+        try:
+            model = to_onnx(graph).SerializeToString()
+            self.session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        except UnsupportedOpError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors are plain exceptions
+            raise UnsupportedOpError(
+                f"onnxruntime cannot run this partition ({len(graph.nodes)} nodes): {exc}"
+            ) from exc
+
+    def run(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        try:
+            outs = self.session.run(self.output_names, {n: inputs[n] for n in self.input_names})
+        except Exception as exc:  # noqa: BLE001 - reported as tinydl's error, naming the inputs
+            given = ", ".join(f"{n} {inputs[n].dtype}{list(inputs[n].shape)}" for n in inputs)
+            raise OpError(f"onnxruntime failed on inputs [{given}]: {exc}") from exc
+        return dict(zip(self.output_names, outs, strict=True))
+
+
+class OrtBackend(Backend):
+    name = "onnxruntime"
+    memory = HOST
+
+    def available(self) -> bool:
+        return not self.unavailable_reason()
+
+    def unavailable_reason(self) -> str:
+        missing = [m for m in ("onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
+        if missing:
+            return f"{', '.join(missing)} not installed: pip install 'tinydl[cpu]'"
+        return ""
+
+    def devices(self) -> list[str]:
+        if not self.available():
+            return []
+        import os
+
+        import onnxruntime as ort
+
+        return [f"onnxruntime {ort.__version__} CPUExecutionProvider ({os.cpu_count()} cores)"]
+
+    def supports(self, node: Node, graph: Graph) -> Support:
+        if node.op.startswith("tinydl."):
+            return Support(False, f"{node.op} is tinydl's own op (no ONNX spelling)")
+        if schema_of(node.op) is None:
+            return Support(False, f"no ONNX op {node.op}")
+        return Support(True)
+
+    def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel:
+        if not self.available():
+            raise BackendUnavailableError(self.unavailable_reason())
+        return OrtKernel(subgraph, options)
