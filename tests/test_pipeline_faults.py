@@ -138,6 +138,22 @@ def test_worker_that_keeps_dying_is_given_up():
     assert len(gave_up) == 1 and report.errored[gave_up[0]] == 6
 
 
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_stop_on_error_stops_at_the_first_error(executor):
+    """App(stop_on_error=True): the first error stops the app, every frame is still accounted
+    for, the report keeps the exception, and components see why at close."""
+    app, out = faulty_app(executor, n=200, raise_on={3})
+    app.stop_on_error = True
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced, report.accounting()
+    assert report.stopped.startswith("stop_on_error: f: ValueError")
+    assert report.errored == {"f: ValueError": 1}
+    assert 3 not in got(out) and len(got(out)) < 200  # what was queued is dropped
+    exc = report.exception
+    assert "frame 3 is bad" in str(exc)
+    assert isinstance(exc, ValueError) if executor == "thread" else exc.type_name == "ValueError"
+
+
 def test_app_timeout_stops_a_component_hung_without_a_timeout():
     app, out = faulty_app("thread", n=50, hang_on={2})
     t0 = time.monotonic()

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import tinydl as td
-from tinydl.apps.superres import Upscaler, demo_clip, frame_graph
+from tinydl.apps.superres import Upscaler, demo_clip, frame_graph, upscale_video, video_app
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.models import ESPCN_SCALES, espcn_path, load_espcn
 from tinydl.ops.resize import resize
+from tinydl.pipeline.components import Inference
 
 av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
 PIL_Image = pytest.importorskip("PIL.Image")
@@ -305,6 +306,50 @@ def test_odd_sizes_are_cropped_to_even(tmp_path):
     assert summary.size_out == (98, 62) and "cropped" in summary.notes[0]
 
 
+def test_video_runs_on_the_pipeline_framework(tmp_path):
+    """upscale_video is a pipeline app: its report names the stages, counts every frame in
+    and out, and the clip written has every frame at the upscaled size, with its audio."""
+    src = make_clip(tmp_path / "seven.mp4", 7, audio="aac")
+    out = tmp_path / "seven_x2.mp4"
+    summary = td_upscale(src, out, 2, "cpu", crf=0)
+    report = summary.report
+    rows = {r["component"]: r for r in report.components}
+    assert [(n, r["type"]) for n, r in rows.items()] == [
+        ("decode", "VideoSource"),
+        ("infer", "Inference"),
+        ("encode", "VideoSink"),
+    ]
+    assert report.balanced and report.frames_in == report.frames_out == 7, report.accounting()
+    assert all(r["items"] == 7 and r["errors"] == 0 for r in rows.values())
+    assert summary.frames == 7 and list(summary.stages) == ["decode", "infer", "encode"]
+    assert summary.stages["infer"] > 0 and summary.audio == "aac copied"
+    frames, kinds = read_video(out)
+    assert sorted(kinds) == ["audio", "video"] and len(frames) == 7
+    assert frames[0].shape == (96, 128, 3)
+
+    # The GPU backends' chain (upload -> infer on device -> download), here on the cpu
+    # backend: the same frames come out.
+    out2 = tmp_path / "seven_x2_transfers.mp4"
+    upscaler = Upscaler(2, backend="cpu")
+    summary2 = upscale_video(src, out2, upscaler, progress=False, crf=0, transfers=True)
+    names = [r["component"] for r in summary2.report.components]
+    assert names == ["decode", "upload", "infer", "download", "encode"]
+    assert summary2.report.frames_out == 7 and summary2.report.balanced
+    again, _ = read_video(out2)
+    assert len(again) == 7
+    for a, b in zip(frames, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_video_app_is_a_checked_pipeline_app(tmp_path):
+    """video_app builds the app without running it: its graph checks and prints."""
+    src = make_clip(tmp_path / "a.mp4", 2)
+    app, plan = video_app(src, tmp_path / "a_x3.mp4", Upscaler(3, backend="cpu"), progress=False)
+    text = app.help(file=None)
+    assert "decode" in text and "VideoSource" in text and "stop on error" in text
+    assert plan.size_out == (192, 144) and plan.expected == 2
+
+
 def test_demo_runs_on_the_bundled_clip(tmp_path, capsys):
     out = tmp_path / "demo.mp4"
     code = main(["superres", "--demo", "-o", str(out), "--frames", "2", "--backend", "cpu", "-q"])
@@ -385,19 +430,21 @@ def test_unsupported_codec(tmp_path, capsys):
 
 
 def test_failure_midway_leaves_no_output(tmp_path, monkeypatch):
+    """The 4th frame's inference fails: the app stops (stop_on_error), the error is raised as
+    it was, and no output is left (the sink deletes its partial file)."""
     src = make_clip(tmp_path / "a.mp4", 8, audio="aac")
     out = tmp_path / "a_x2.mp4"
     out.write_bytes(b"an older result")  # kept: the new output never completed
     calls = {"n": 0}
-    original = Upscaler.__call__
+    original = Inference.process
 
-    def failing(self, frame):
+    def failing(self, ctx, inputs):
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("device lost")
-        return original(self, frame)
+        return original(self, ctx, inputs)
 
-    monkeypatch.setattr(Upscaler, "__call__", failing)
+    monkeypatch.setattr(Inference, "process", failing)
     with pytest.raises(RuntimeError, match="device lost"):
         td_upscale(src, out, 2, "cpu")
     assert out.read_bytes() == b"an older result"

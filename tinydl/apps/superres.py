@@ -20,8 +20,16 @@ Colour is BT.601 full range (JPEG's YCbCr). Chroma is upscaled by Resize in cubi
 round-half-up: the last 1×1 conv adds 0.5, Clip keeps 0..255, and Cast truncates, which for
 values ≥ 0 is floor — the same rule on every backend.
 
-Video (`upscale_video`) decodes, upscales and encodes in three threads joined by bounded queues;
-see tinydl/apps/_video.py.
+Video (`upscale_video`) is an app of the pipeline framework (`video_app` builds it):
+
+    decode (VideoSource) -> infer (Inference: this frame graph) -> encode (VideoSink)
+
+and on a GPU backend `upload (ToDevice) -> infer -> download (ToHost)` in the middle, so the
+copies of one frame overlap the compute of the next. Each component runs on its own thread with
+bounded queues between them (memory stays bounded; a slow stage stalls the others), every frame
+is counted by the framework, and the per-stage figures come from its profiler. VideoSink passes
+the input's audio through, writes OUTPUT.partial and renames it when complete; the first error
+anywhere stops the app (stop_on_error) and is raised here, and the partial file is deleted.
 """
 
 from __future__ import annotations
@@ -212,6 +220,7 @@ class Summary:
     stages: dict[str, float] = field(default_factory=dict)  # busy seconds per stage
     audio: str = "none"
     notes: list[str] = field(default_factory=list)
+    report: Any = field(default=None, repr=False)  # a video's pipeline RunReport
 
     @property
     def fps(self) -> float:
@@ -243,15 +252,12 @@ def is_image(path: Path) -> bool:
 
 def upscale_image(src: Path, dst: Path, upscaler: Upscaler) -> Summary:
     """Read an image (any PIL format), upscale, write `dst` (format by suffix) atomically."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from tinydl.images import read_image
 
     start = time.perf_counter()
-    try:
-        with Image.open(src) as img:
-            img.load()
-            rgb = np.asarray(img.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise InvalidInputError(f"{src}: not a readable image ({exc})") from None
+    rgb = read_image(src)
     t_read = time.perf_counter()
     big = upscaler(rgb)
     t_infer = time.perf_counter()
@@ -348,9 +354,10 @@ def upscale(
         raise InvalidInputError(f"{dst}: the input is {kind}, so the output needs {needs}")
     if not is_image(src):
         try:
-            from tinydl.apps._video import upscale_video
+            import av  # noqa: F401
         except ImportError as exc:
             raise TinyDLError(f"videos need PyAV ({exc}): pip install 'tinydl[video]'") from None
+        check_video_output(dst, video_options.get("max_frames"))
     upscaler = Upscaler(scale, backend, precision)
     for w in upscaler.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -358,3 +365,167 @@ def upscale(
         return upscale_image(src, dst, upscaler)
 
     return upscale_video(src, dst, upscaler, progress=progress, **video_options)
+
+
+# -- video: an app of the pipeline framework -------------------------------------------------------
+
+# H.264 (libx264, yuv420p) goes into these containers.
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv")
+GPU_BACKENDS = ("cuda", "webgpu")
+
+
+def check_video_output(dst: Path, max_frames: int | None = None) -> None:
+    if dst.suffix.lower() not in VIDEO_SUFFIXES:
+        raise InvalidInputError(
+            f"{dst}: unsupported video suffix {dst.suffix!r} (expected {', '.join(VIDEO_SUFFIXES)})"
+        )
+    if not dst.parent.is_dir():
+        raise InvalidInputError(f"{dst}: folder {dst.parent} does not exist")
+    if max_frames is not None and max_frames < 1:
+        raise InvalidInputError(f"max_frames must be at least 1, got {max_frames}")
+
+
+@dataclass
+class VideoPlan:
+    """What video_app decided: sizes, the expected frame count, and the notes for the summary."""
+
+    size_in: tuple[int, int]
+    size_out: tuple[int, int]
+    expected: int | None
+    notes: list[str]
+
+
+def video_app(
+    src: Path,
+    dst: Path,
+    upscaler: Upscaler,
+    progress: bool = True,
+    max_frames: int | None = None,
+    source_size: tuple[int, int] | None = None,
+    crf: int = 18,
+    preset: str = "veryfast",
+    queue_depth: int = 4,
+    transfers: bool | None = None,
+):
+    """The pipeline app that upscales `src` into `dst`, and its plan.
+
+    decode -> [upload ->] infer -> [download ->] encode: the transfer stages come in where the
+    backend is a GPU one (`transfers`: None decides so; True/False forces them, e.g. to test
+    the GPU path's chain on the cpu backend). Raises InvalidInputError for an input that is not
+    a decodable video (before anything starts).
+    """
+    from tinydl.pipeline import App
+    from tinydl.pipeline.components import Inference, ToDevice, ToHost, VideoSink, VideoSource
+    from tinydl.pipeline.components.video_source import probe_video
+
+    check_video_output(dst, max_frames)
+    info = probe_video(src)
+    scale = upscaler.scale
+    w_in, h_in = source_size or (info.width, info.height)
+    # yuv420p needs even sizes: an odd upscaled size loses its last column or row.
+    w_out, h_out = (w_in * scale) & ~1, (h_in * scale) & ~1
+    notes = []
+    if (w_out, h_out) != (w_in * scale, h_in * scale):
+        notes.append(f"cropped to {w_out}x{h_out} (H.264 4:2:0 needs even sizes)")
+    if source_size:
+        notes.append(f"input decoded at {w_in}x{h_in} (from {info.width}x{info.height})")
+    expected = info.frames
+    if expected and max_frames:
+        expected = min(expected, max_frames)
+    if transfers is None:
+        transfers = upscaler.backend in GPU_BACKENDS
+
+    app = App(f"superres_x{scale}", capacity=queue_depth, stop_on_error=True)
+    app.add(
+        "decode",
+        VideoSource(
+            str(src),
+            max_frames=max_frames,
+            width=w_in if source_size else None,
+            height=h_in if source_size else None,
+            interpolation="AREA" if source_size else None,
+        ),
+    )
+    graph = {"model": upscaler.session, "input": "frame", "output": "upscaled"}
+    if transfers:
+        app.add("upload", ToDevice(upscaler.backend, batch_axis=True))
+        app.add("infer", Inference(**graph, output_as="device"))
+        app.add("download", ToHost(frames=True))
+    else:
+        app.add("infer", Inference(**graph, layout="NHWC", normalize=False, output_as="frame"))
+    app.add(
+        "encode",
+        VideoSink(
+            str(dst).replace("{", "{{").replace("}", "}}"),  # the sink fills in {flow}
+            fps=info.rate,
+            crf=crf,
+            preset=preset,
+            time_base=info.time_base,
+            audio=str(src),
+            # A clip cut short gets its audio cut there too; a whole clip keeps all of it.
+            shortest=bool(max_frames) and (info.frames is None or max_frames < info.frames),
+            progress=f"x{scale} {upscaler.backend}" if progress else False,
+            total=expected,
+        ),
+    )
+    names = list(app.components)
+    for a, b in zip(names, names[1:], strict=False):
+        app.connect(a, b)
+    return app, VideoPlan((w_in, h_in), (w_out, h_out), expected, notes)
+
+
+def upscale_video(
+    src: Path,
+    dst: Path,
+    upscaler: Upscaler,
+    progress: bool = True,
+    max_frames: int | None = None,
+    source_size: tuple[int, int] | None = None,
+    crf: int = 18,
+    preset: str = "veryfast",
+    queue_depth: int = 4,
+    transfers: bool | None = None,
+) -> Summary:
+    """Run video_app to the end; the summary's figures come from the framework's report (kept
+    as `summary.report`). The first error of any stage is raised, with no output left."""
+    app, plan = video_app(
+        src,
+        dst,
+        upscaler,
+        progress,
+        max_frames,
+        source_size,
+        crf,
+        preset,
+        queue_depth,
+        transfers,
+    )
+    report = app.run()
+    if report.exception is not None:
+        raise report.exception
+    if report.stopped == "interrupted":
+        raise KeyboardInterrupt
+    if report.stopped or report.errors:
+        raise TinyDLError(f"{src}: upscaling stopped: {report.stopped or report.errors[0]}")
+    if report.frames_in == 0:
+        raise InvalidInputError(f"{src}: the video has no frames")
+    if not report.balanced or report.frames_out != report.frames_in:
+        raise TinyDLError(f"{src}: frames were lost on the way:\n{report.accounting()}")
+    sink = app.components["encode"].component
+    stages = {
+        row["component"]: (row["busy_ms"] + row["close_ms"]) / 1e3 for row in report.components
+    }
+    return Summary(
+        str(src),
+        str(dst),
+        upscaler.scale,
+        upscaler.backend,
+        plan.size_in,
+        plan.size_out,
+        report.frames_out,
+        report.wall_s,
+        stages,
+        sink.audio_mode,
+        plan.notes,
+        report,
+    )

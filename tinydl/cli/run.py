@@ -186,14 +186,8 @@ def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None, layo
 
 def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layout: str = "NCHW"):
     """An image as a 4-D float input in [0, 1] (or uint8), NCHW or NHWC as the model takes it."""
-    import numpy as np
+    from tinydl.images import image_to_tensor, read_image
 
-    try:
-        from PIL import Image
-    except ImportError:
-        raise InvalidInputError(
-            "reading images needs Pillow: pip install 'tinydl[image]'"
-        ) from None
     dims = shape if shape is not None else spec.shape
     if dims is not None and len(dims) != 4:
         raise InvalidInputError(
@@ -202,8 +196,7 @@ def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layo
     # (channel, height, width) axes of the model's input.
     c_axis, h_axis, w_axis = (3, 1, 2) if layout == "NHWC" else (1, 2, 3)
     channels = dims[c_axis] if dims is not None and isinstance(dims[c_axis], int) else 3
-    modes = {1: "L", 3: "RGB", 4: "RGBA"}
-    if channels not in modes:
+    if channels not in (1, 3, 4):
         raise InvalidInputError(
             f"input '{name}' is {spec.describe()}: {channels} channels, "
             "but an image gives 1, 3 or 4"
@@ -213,19 +206,11 @@ def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layo
         raise InvalidInputError(
             f"input '{name}' is {spec.describe()}: cannot fill it from an image"
         )
-    with Image.open(path) as image:
-        image = image.convert(modes[channels])
-        if dims is not None and isinstance(dims[h_axis], int) and isinstance(dims[w_axis], int):
-            size = (dims[w_axis], dims[h_axis])
-            if image.size != size:
-                image = image.resize(size, Image.Resampling.BILINEAR)
-        pixels = np.asarray(image)
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    batch = pixels[None] if layout == "NHWC" else pixels.transpose(2, 0, 1)[None]
-    if dtype == "uint8":
-        return np.ascontiguousarray(batch)
-    return (batch.astype(np.float32) / 255.0).astype(dtype)
+    size = None
+    if dims is not None and isinstance(dims[h_axis], int) and isinstance(dims[w_axis], int):
+        size = (dims[w_axis], dims[h_axis])
+    pixels = read_image(path, channels, size)
+    return image_to_tensor(pixels[None], layout=layout, dtype=dtype)
 
 
 def _random_input(spec, shape: tuple[int, ...] | None, rng):

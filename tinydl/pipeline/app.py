@@ -77,6 +77,7 @@ class App:
         capacity: int = 8,
         app_id: str | None = None,
         inline_below_us: float = 20.0,
+        stop_on_error: bool = False,
     ):
         if executor not in EXECUTORS:
             raise PipelineError(
@@ -89,6 +90,9 @@ class App:
         # A packet for a thread-executor component that is idle and whose calls take less than
         # this is processed on the sender's thread: cheaper than waking a thread (0: never).
         self.inline_below_us = inline_below_us
+        # The first error (a component raising, a timeout, a dead worker) stops the whole app,
+        # for apps whose output is worthless once a frame is lost (a file being encoded).
+        self.stop_on_error = stop_on_error
         self.components: dict[str, ComponentSpec] = {}
         self.edges: list[EdgeSpec] = []
 
@@ -331,7 +335,12 @@ class App:
         """Print (and return) the graph: components with ports and types, then the edges."""
         resolved = self.check()
         out = io.StringIO()
-        print(f"app {self.name!r} (executor: {self.executor}, app_id: {self.app_id})", file=out)
+        print(
+            f"app {self.name!r} (executor: {self.executor}, app_id: {self.app_id}"
+            + (", stop on error" if self.stop_on_error else "")
+            + ")",
+            file=out,
+        )
         print("components:", file=out)
         names = self.order()
         rows = []

@@ -34,7 +34,8 @@ EXECUTORS = ("thread", "process")
 
 
 class Context:
-    """What a component knows of where it runs; `request_tick` asks for a call without input."""
+    """What a component knows of where it runs; `request_tick` asks for a call without input;
+    `stop_reason` (at close) says whether the app was stopped early."""
 
     def __init__(
         self,
@@ -51,6 +52,9 @@ class Context:
         self.flow_id = instance
         self.now_ns = clock
         self.tick_at: int | None = None
+        # Why the app was stopped early (a timeout, an interrupt, an error with stop_on_error),
+        # set before `close`; None when it ran to the end. A sink writing a file discards it.
+        self.stop_reason: str | None = None
 
     def request_tick(self, delay_s: float) -> None:
         """Call `process(ctx, {})` once `delay_s` has passed, unless input comes first and the

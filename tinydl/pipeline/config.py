@@ -104,6 +104,7 @@ def build_app(
         "executor",
         "capacity",
         "app_id",
+        "stop_on_error",
         "vars",
         "components",
         "connections",
@@ -118,6 +119,7 @@ def build_app(
         executor=spec.get("executor", "thread"),
         capacity=int(spec.get("capacity", 8)),
         app_id=spec.get("app_id"),
+        stop_on_error=bool(spec.get("stop_on_error", False)),
     )
     components = spec.get("components") or {}
     if isinstance(components, list):  # [{name: ..., type: ...}, ...]

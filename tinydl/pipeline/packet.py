@@ -93,10 +93,17 @@ class Tensor:
 
 @dataclass
 class DeviceTensor:
-    """A tensor owned by a backend (`data` is the backend's object; the cpu backend's is NumPy)."""
+    """A tensor owned by a backend (`data` is the backend's object; the cpu backend's is NumPy).
+
+    `frame`: when the tensor holds a Frame's pixels (ToDevice of a Frame, and what Inference
+    makes of it), that Frame with `image` None — its format and pts — so that ToHost gives a
+    Frame back; `batch_axis`: a leading axis of 1 was added to the pixels on the way up (and is
+    taken off again on the way down)."""
 
     data: Any
     backend: str = "cpu"
+    frame: Frame | None = None
+    batch_axis: bool = False
 
 
 @dataclass

@@ -178,6 +178,7 @@ def _worker_main(
                             component.release_resource(ctx)
                     del inputs
                 else:
+                    ctx.stop_reason = body  # why the app stopped early, or None
                     out = component.close(ctx)
                 msg = ("ok", dumps(out, arena), ctx.tick_at, ctx.flow_id)
             except Exception as exc:
@@ -282,7 +283,7 @@ class ProcessNode(Node):
         if self.proc is None:
             return None
         try:
-            out = self._rpc("close", None, "close")
+            out = self._rpc("close", self.ctx.stop_reason, "close")
             self.proc.join(5.0)
             return out
         finally:

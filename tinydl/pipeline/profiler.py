@@ -38,6 +38,7 @@ class NodeStats:
         self.errors: Counter[str] = Counter()
         self.restarts = 0
         self.high_water = 0
+        self.close_ns = 0  # the close call (a sink flushing its encoder, say)
 
     def record(self, dur_ns: int, items: int, batch: int | None) -> None:
         self.calls += 1
@@ -59,6 +60,8 @@ class NodeStats:
             "calls": self.calls,
             "items": self.items,
             "ms_per_item": self.busy_ns / 1e6 / self.items if self.items else 0.0,
+            "busy_ms": self.busy_ns / 1e6,  # all process calls
+            "close_ms": self.close_ns / 1e6,
             "p50_ms": pct(0.5),
             "p99_ms": pct(0.99),
             "queue_wait_ms": self.wait_ns / 1e6 / self.queued if self.queued else 0.0,
@@ -150,6 +153,9 @@ class RunReport:
     errors: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the run was stopped early, if it was
     peak_in_flight: int = 0  # most frames inside the app at once
+    # The first error's exception (a component's own, or the framework's RemoteError/timeout
+    # for a worker), for callers that re-raise it; not part of the printed report.
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def balanced(self) -> bool:

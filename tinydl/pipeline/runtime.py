@@ -286,12 +286,17 @@ class Node:
         if self.inbox is not None:
             self.dropped(self.inbox.drain())
         if self.open_error is None:
+            self.ctx.stop_reason = self.rt.stop_reason
             try:
                 with self.inbox.running if self.inbox is not None else contextlib.nullcontext():
-                    out = self._invoke(self._close)
+                    t0 = time.perf_counter_ns()
+                    try:
+                        out = self._invoke(self._close)
+                    finally:
+                        self.stats.close_ns = time.perf_counter_ns() - t0
                 self._deliver(output_packets(self.component, self.name, out, None), [], [])
             except Exception as exc:
-                self.rt.error(f"{self.name}: close raised {type(exc).__name__}: {exc}")
+                self.rt.error(f"{self.name}: close raised {type(exc).__name__}: {exc}", exc=exc)
         self._end_held(
             ERROR if self.failed else CONSUMED,
             f"{self.name}: {self.failed}" if self.failed else self.consumed,
@@ -563,6 +568,7 @@ class Runtime:
         self.stop_event = threading.Event()
         self.started = threading.Event()
         self.errors: list[str] = []
+        self.exception: BaseException | None = None  # the first error's exception
         self._error_lock = threading.Lock()
         # perf_counter_ns stamps go into the trace on the monotonic clock all processes share.
         self.clock_offset = time.monotonic_ns() - time.perf_counter_ns()
@@ -628,6 +634,10 @@ class Runtime:
         with self._error_lock:
             if len(self.errors) < MAX_ERROR_MESSAGES:
                 self.errors.append(message)
+            if self.exception is None and exc is not None:
+                self.exception = exc
+        if self.app.stop_on_error:
+            self.stop(f"stop_on_error: {message}")
         if first:
             detail = getattr(exc, "trace", None) or (
                 "".join(traceback.format_exception(exc)) if exc is not None else ""
@@ -709,4 +719,5 @@ class Runtime:
             list(self.errors),
             self.stop_reason,
             led.peak_in_flight,
+            self.exception,
         )

@@ -1,4 +1,4 @@
-"""ImageSource: image files (PNG, JPEG, ...) as Frames, read with Pillow.
+"""ImageSource: image files (PNG, JPEG, ...) as Frames, read with Pillow (tinydl.images).
 
 Inputs:  none (a source)
 Outputs: out (Frame) — HxWx3 uint8 RGB (or HxW for format "gray")
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import glob
 
-import numpy as np
-
+from tinydl.images import read_image
 from tinydl.pipeline.component import Component
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Frame
@@ -40,9 +39,6 @@ class ImageSource(Component):
         self.paths, self.repeat, self.format, self.flow_id = paths, repeat, format, flow_id
 
     def open(self, ctx):
-        from PIL import Image
-
-        self.Image = Image
         files = sorted(glob.glob(self.paths)) if isinstance(self.paths, str) else list(self.paths)
         if not files:
             raise PipelineError(f"ImageSource: no files match {self.paths!r}")
@@ -56,6 +52,7 @@ class ImageSource(Component):
             return None
         path = self.files[self.index % len(self.files)]
         self.index += 1
-        with self.Image.open(path) as im:
-            image = np.asarray(im.convert("L" if self.format == "gray" else "RGB"))
+        image = read_image(path, 1 if self.format == "gray" else 3)
+        if self.format == "gray":
+            image = image[..., 0]
         return {"out": Frame(image, self.format)}

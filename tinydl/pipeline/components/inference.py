@@ -5,21 +5,30 @@ Inputs:  in (Tensor, DeviceTensor or Frame, or a Batch of one of them: the items
 Outputs: out (Tensor, DeviceTensor or Frame per `output_as`; a Batch in gives a Batch out, item
          by item with the items' ids; a DeviceTensor names the backend whose partition makes the
          output, Session.output_backends: with backends "cuda,cpu", "cpu" for a cpu node's)
-Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, or an
-         ir.Graph), backends (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" |
-         "fp16"), strict (bool: no fallback), input / output (names; default the model's only
-         input and its first output), channels (list of frame channels fed to the model, default
-         all), output_as ("tensor" | "device" | "frame"), keep_channels (bool, with output_as
+Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, an
+         ir.Graph, or a Session already compiled — used as it is, by every instance), backends
+         (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" | "fp16"), strict
+         (bool: no fallback), input / output (names; default the model's only input and its
+         first output), channels (list of frame channels fed to the model, default all),
+         output_as ("tensor" | "device" | "frame"), keep_channels (bool, with output_as
          "frame": channels not fed to the model are resized to the output's size and kept, so a
-         luma-only super-resolution model gives a color frame)
+         luma-only super-resolution model gives a color frame), layout ("NCHW" | "NHWC": how
+         a frame is laid out for the model), normalize (bool, True: uint8 pixels fed as x/255
+         and answered back from 0..1; False: the pixels as they are, for a model that takes and
+         gives uint8 frames), mean / std (per channel, with normalize: (x/255 - mean) / std)
 
-Frames are fed as NCHW float32: uint8 pixels divided by 255. A frame out is HWC, clipped to
+Frames are fed through tinydl.images.image_to_tensor: by default NCHW float32, uint8 pixels
+divided by 255. A frame out is the reverse (tinydl.images.tensor_to_image): HWC, clipped to
 [0, 1], and back to uint8 if the input frame was. An item whose rank is one less than the model
-input's gets a batch axis of 1, removed again on the way out.
+input's gets a batch axis of 1, removed again on the way out. A DeviceTensor that carries a
+frame (ToDevice of a Frame) keeps it through output_as="device", so ToHost(frames=True) can
+give the frame back.
 
 Example (ESPCN x2 on the Y channel of YCbCr frames, four streams batched together):
     app.add("sr", Inference(model="espcn_x2.tdl", channels=[0], output_as="frame",
                             keep_channels=True))
+Example (a frame graph that takes and gives uint8 (N, H, W, 3), as tinydl superres runs it):
+    app.add("sr", Inference(model=session, layout="NHWC", normalize=False, output_as="frame"))
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from tinydl.images import LAYOUTS, image_to_tensor, tensor_to_image
 from tinydl.pipeline.component import Component
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, DeviceTensor, Frame, Tensor, union
@@ -68,14 +78,25 @@ class Inference(Component):
         channels: list[int] | None = None,
         output_as: str = "tensor",
         keep_channels: bool = False,
+        layout: str = "NCHW",
+        normalize: bool = True,
+        mean: float | list[float] | None = None,
+        std: float | list[float] | None = None,
     ):
         if output_as not in _OUT:
             raise PipelineError(f"Inference: output_as must be one of {list(_OUT)}")
-        if keep_channels and (output_as != "frame" or channels is None):
-            raise PipelineError("Inference: keep_channels needs output_as='frame' and channels")
+        if keep_channels and (output_as != "frame" or channels is None or not normalize):
+            raise PipelineError(
+                "Inference: keep_channels needs output_as='frame', channels and normalize"
+            )
+        if layout not in LAYOUTS:
+            raise PipelineError(f"Inference: layout must be one of {list(LAYOUTS)}")
+        if not normalize and (mean is not None or std is not None):
+            raise PipelineError("Inference: mean and std go with normalize=True")
         self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
         self.input, self.output, self.channels = input, output, channels
         self.output_as, self.keep_channels = output_as, keep_channels
+        self.layout, self.normalize, self.mean, self.std = layout, normalize, mean, std
         if output_as == "frame":
             self.inputs = {"in": union(Frame, Batch[Frame])}
 
@@ -88,12 +109,15 @@ class Inference(Component):
     def open(self, ctx):
         import tinydl
 
-        self.session = tinydl.compile(
-            resolve_model(self.model),
-            backends=self.backends,
-            precision=self.precision,
-            strict=self.strict,
-        )
+        if isinstance(self.model, tinydl.Session):
+            self.session = self.model
+        else:
+            self.session = tinydl.compile(
+                resolve_model(self.model),
+                backends=self.backends,
+                precision=self.precision,
+                strict=self.strict,
+            )
         names = [v.name for v in self.session.inputs]
         if self.input is None and len(names) != 1:
             raise PipelineError(f"Inference: the model has inputs {names}; choose one with input=")
@@ -114,9 +138,10 @@ class Inference(Component):
             image = item.image if item.image.ndim == 3 else item.image[..., None]
             if self.channels is not None:
                 image = image[..., self.channels]
-            x = image.transpose(2, 0, 1).astype(np.float32)
-            if item.image.dtype == np.uint8:
-                x *= np.float32(1 / 255)
+            if self.normalize:
+                x = image_to_tensor(image, self.layout, self.mean, self.std)
+            else:
+                x = image if self.layout == "NHWC" else image.transpose(2, 0, 1)
         elif isinstance(item, Tensor):
             x = np.asarray(item.data)
         else:
@@ -129,22 +154,27 @@ class Inference(Component):
         if self.output_as == "device":
             # No partition makes an output that is an input passed through (as it was fed).
             fed = source.backend if isinstance(source, DeviceTensor) else "cpu"
+            if isinstance(source, DeviceTensor):  # keeps the frame it carries, if any
+                return DeviceTensor(out, self.owner or fed, source.frame, source.batch_axis)
             return DeviceTensor(out, self.owner or fed)
         if self.output_as == "tensor":
             return Tensor(out)
         if not isinstance(source, Frame):
             raise PipelineError("Inference: output_as='frame' needs frames in")
-        y = np.clip(out, 0.0, 1.0).transpose(1, 2, 0)
+        if not self.normalize:
+            y = out if self.layout == "NHWC" else np.moveaxis(out, 0, -1)
+            if source.image.ndim == 2 and y.shape[-1] == 1:
+                y = y[..., 0]
+            return replace(source, image=y)
+        y = tensor_to_image(out, self.layout, self.mean, self.std, dtype=np.float32)
         if self.keep_channels:
             h, w = y.shape[:2]
             image = source.image if source.image.ndim == 3 else source.image[..., None]
-            full = resize(
-                image.astype(np.float32) / (255 if image.dtype == np.uint8 else 1), w, h, "linear"
-            )
+            full = resize(image_to_tensor(image, "NHWC"), w, h, "linear")
             full[..., self.channels] = y
             y = full
         if source.image.dtype == np.uint8:
-            y = np.rint(y * 255).astype(np.uint8)
+            y = tensor_to_image(y, "NHWC")
         if source.image.ndim == 2 and y.shape[-1] == 1:
             y = y[..., 0]
         return replace(source, image=y)
