@@ -365,3 +365,59 @@ def test_an_op_failing_at_run_time_is_a_clear_error(tmp_path, capsys):
     sess = td.compile(graph, backends=("cpu",))
     with pytest.raises(td.OpError, match=r"Reshape\) failed"):
         sess.run({"x": np.ones((3, 4), np.float32)})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "tinydl:espcn_x3", "--tolerance", "nan"], "finite number"),
+        (["pipeline", "run", "examples/apps/superres4.yaml", "--timeout", "-1"], "positive"),
+        (["superres", "--demo", "--crf", "99"], "0 to 51"),
+        (["pipeline", "run", "examples/apps/superres4.yaml", "--set", "nosuch=1"], "nosuch"),
+        (["inspect", "tinydl:espcn_x9"], "shipped: tinydl:espcn_x2, tinydl:espcn_x3"),
+    ],
+    ids=["tolerance-nan", "timeout-negative", "crf-99", "unknown-set", "unknown-shipped"],
+)
+def test_bad_arguments_are_refused_with_one_line(capsys, argv, message):
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code, out, err = run_cli(capsys, *argv)
+    finally:
+        os.chdir(cwd)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_shipped_models_by_name_and_clear_file_errors(tmp_path, capsys):
+    """tinydl:NAME works in run, inspect and convert; a decompression bomb and an unwritable
+    output are one `error:` line each."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    code, out, err = run_cli(capsys, "run", "tinydl:espcn_x3", "--shape", "y=1,1,8,8")
+    assert code == 0 and "[1,1,24,24]" in out
+    code, out, _ = run_cli(capsys, "inspect", "tinydl:espcn_x2")
+    assert code == 0 and "DepthToSpace" in out
+    dst = tmp_path / "espcn.tdl"
+    assert run_cli(capsys, "convert", "tinydl:espcn_x3", "-o", dst)[0] == 0 and dst.is_file()
+    bomb = tmp_path / "bomb.png"
+    Image.new("L", (1, 1)).save(bomb)
+    previous = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = 0  # any image is then over twice the limit: Pillow's bomb error
+    try:
+        code, _, err = run_cli(capsys, "run", "tinydl:espcn_x3", "--input", f"y={bomb}")
+    finally:
+        Image.MAX_IMAGE_PIXELS = previous
+    assert code == 2 and "larger than Pillow's limit" in err and "Traceback" not in err
+    # Not writable even by root (CI runs as root): the kernel's /proc.
+    target = Path("/proc/tinydl-cannot-write.tdl")
+    if not target.parent.is_dir():
+        pytest.skip("no /proc here to write into")
+    code, _, err = run_cli(capsys, "convert", "tinydl:espcn_x3", "-o", target)
+    assert code == 2 and "cannot write" in err and "Traceback" not in err

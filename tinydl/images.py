@@ -54,6 +54,11 @@ def read_image(
             pixels = np.asarray(image)
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file") from None
+    except Image.DecompressionBombError as exc:
+        raise InvalidInputError(
+            f"{path}: refused, larger than Pillow's limit for untrusted images ({exc}); "
+            "raise PIL.Image.MAX_IMAGE_PIXELS if the file is trusted"
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise InvalidInputError(f"{path}: not a readable image ({exc})") from None
     return pixels[:, :, None] if pixels.ndim == 2 else pixels

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tinydl.cli.common import _count, _Formatter, _names, _parse_dims, _positive
+from tinydl.cli.common import _count, _Formatter, _names, _parse_dims, _positive, _tolerance
 from tinydl.errors import InvalidInputError
 
 
@@ -90,7 +90,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=_tolerance,
         metavar="REL",
         help="largest relative error a peer's output may have (default: 1e-3, fp16: 2e-2)",
     )

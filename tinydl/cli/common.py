@@ -4,6 +4,7 @@ compiling with fallback warnings printed."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from tinydl.errors import InvalidInputError
@@ -64,6 +65,35 @@ def _count(text: str, least: int = 0) -> int:
 
 def _positive(text: str) -> int:
     return _count(text, least=1)
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    """A finite relative error >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def _crf(text: str) -> int:
+    value = _count(text)
+    if value > 51:
+        raise argparse.ArgumentTypeError(f"H.264 quality goes from 0 to 51, got {value}")
+    return value
 
 
 class _Formatter(argparse.HelpFormatter):

@@ -39,8 +39,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     import tinydl
     from tinydl.ir.tdl import graph_json_text
 
+    graph = tinydl.load(args.model)
     source = Path(args.model)
-    graph = tinydl.load(source)
+    if args.model.startswith("tinydl:"):
+        from tinydl.runtime.loader import shipped_path
+
+        source = shipped_path(args.model)
+        if args.output is None:
+            raise InvalidInputError(f"{args.model} is a shipped model: name the output with -o")
     if args.output is None:
         out = source.with_suffix(".json" if args.json else ".tdl")
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tinydl.cli.common import _Formatter
+from tinydl.cli.common import _Formatter, _seconds
 from tinydl.errors import InvalidInputError
 
 
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
         help="set an app variable ${NAME} (repeatable)",
     )
     p.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace of the run")
-    p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
+    p.add_argument("--timeout", type=_seconds, metavar="S", help="stop the app after S seconds")
     p.set_defaults(func=cmd_pipeline)
 
 

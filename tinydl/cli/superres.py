@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tinydl.cli.common import _count, _Formatter, _positive
+from tinydl.cli.common import _crf, _Formatter, _positive
 from tinydl.errors import InvalidInputError
 
 
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--frames", type=_positive, metavar="N", help="stop after N video frames")
     p.add_argument(
-        "--crf", type=_count, metavar="N", help="H.264 quality, 0 (lossless) to 51 (default: 18)"
+        "--crf", type=_crf, metavar="N", help="H.264 quality, 0 (lossless) to 51 (default: 18)"
     )
     p.add_argument(
         "--preset",

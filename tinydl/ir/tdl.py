@@ -81,9 +81,15 @@ def save(graph: Graph, path: str | os.PathLike) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     try:
-        save_file(
-            {k: np.asarray(v, order="C") for k, v in tensors.items()}, str(tmp), metadata=meta
-        )
+        try:
+            save_file(
+                {k: np.asarray(v, order="C") for k, v in tensors.items()}, str(tmp), metadata=meta
+            )
+        except Exception as exc:  # noqa: BLE001 - safetensors reports I/O errors as its own
+            if isinstance(exc, OSError):
+                raise
+            # SafetensorError ("I/O error: ... os error 13"): say it as the OSError it is.
+            raise OSError(f"cannot write {path}: {exc}") from None
         # The container writer creates private (0600) files; give the file the usual mode.
         umask = os.umask(0)
         os.umask(umask)

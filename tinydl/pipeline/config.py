@@ -71,6 +71,13 @@ def load_app(path: str | Path, variables: dict[str, Any] | None = None) -> App:
     if not isinstance(spec, dict):
         raise PipelineError(f"{path}: expected a mapping with 'components' and 'connections'")
     spec.setdefault("app", path.stem)
+    # A value set for a variable the app neither declares nor uses is a typo: say so.
+    known = set(spec.get("vars") or {}) | set(re.findall(r"\$\{(\w+)\}", text))
+    unknown = sorted(set(variables or {}) - known)
+    if unknown:
+        raise PipelineError(
+            f"{path}: no variable {', '.join(unknown)} in this app; it has {sorted(known)}"
+        )
     return build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
 
 

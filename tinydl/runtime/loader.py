@@ -40,11 +40,30 @@ def detect_format(path: Path) -> str:
     )
 
 
+SHIPPED = "tinydl:"
+
+
+def shipped_path(name: str) -> Path:
+    """The file of a model shipped with tinydl ("tinydl:espcn_x3" -> tinydl/models/espcn_x3.tdl)."""
+    from importlib.resources import files
+
+    stem = name[len(SHIPPED) :]
+    folder = Path(str(files("tinydl.models")))
+    path = folder / f"{stem}.tdl"
+    if not stem or "/" in stem or "\\" in stem or not path.is_file():
+        names = ", ".join(sorted(f"{SHIPPED}{p.stem}" for p in folder.glob("*.tdl")))
+        raise InvalidModelError(f"{name}: no such shipped model (shipped: {names})")
+    return path
+
+
 def load(path: str | os.PathLike) -> Graph:
-    """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph.
+    """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph;
+    "tinydl:NAME" names a model shipped with tinydl (tinydl:espcn_x2, tinydl:espcn_x3).
 
     Raises InvalidModelError (or its subclass UnsupportedOpError) when the file cannot be used.
     """
+    if isinstance(path, str) and path.startswith(SHIPPED):
+        path = shipped_path(path)
     path = Path(path)
     if not path.exists():
         raise InvalidModelError(f"{path}: no such file")

@@ -34,12 +34,12 @@ Example (a frame graph that takes and gives uint8 (N, H, W, 3), as tinydl superr
 from __future__ import annotations
 
 from dataclasses import replace
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tinydl.errors import InvalidModelError
 from tinydl.images import LAYOUTS, image_to_tensor, tensor_to_image
 from tinydl.pipeline.component import Component
 from tinydl.pipeline.errors import PipelineError
@@ -55,10 +55,12 @@ def resolve_model(model: Any) -> Any:
     """A path, "tinydl:NAME" (tinydl/models/NAME.tdl), or a Graph as is."""
     if not isinstance(model, str | Path) or not str(model).startswith("tinydl:"):
         return model
-    path = Path(str(files("tinydl.models") / f"{str(model)[len('tinydl:') :]}.tdl"))
-    if not path.exists():
-        raise PipelineError(f"{model}: {path} is not there (not shipped with this install)")
-    return path
+    from tinydl.runtime.loader import shipped_path
+
+    try:
+        return shipped_path(str(model))
+    except InvalidModelError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 class Inference(Component):
