@@ -10,6 +10,7 @@ import pytest
 import tinydl as td
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 onnx = pytest.importorskip("onnx")
 
@@ -246,11 +247,13 @@ def test_run_time_prints_statistics(capsys, model):
 
 
 def test_run_sanitizes_output_file_names(capsys, tmp_path):
-    graph = Graph(
-        inputs=[Value("x", "float32", (2, 3))],
-        outputs=[Value("../out:0", "float32", (2, 3))],
-        nodes=[Node("Relu", ["x"], ["../out:0"], name="relu")],
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 3))],
+            outputs=[Value("../out:0", "float32", (2, 3))],
+            nodes=[Node("Relu", ["x"], ["../out:0"], name="relu")],
+        )
+    )
     td.save(graph, tmp_path / "relu.tdl")
     code, out, _ = run_cli(capsys, "run", tmp_path / "relu.tdl", "-o", tmp_path / "out")
     assert code == 0
@@ -317,12 +320,14 @@ def test_run_image_into_an_nhwc_input(capsys, tmp_path, rng):
     """TFLite/Keras models keep NHWC inputs; an image fills them without a transpose."""
     from PIL import Image
 
-    graph = Graph(
-        inputs=[Value("img", "float32", (1, 5, 7, 3))],
-        outputs=[Value("y")],
-        nodes=[Node("Identity", ["img"], ["y"], name="id")],
-        metadata={"input_layout": "NHWC"},
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("img", "float32", (1, 5, 7, 3))],
+            outputs=[Value("y")],
+            nodes=[Node("Identity", ["img"], ["y"], name="id")],
+            metadata={"input_layout": "NHWC"},
+        )
+    )
     td.save(graph, tmp_path / "nhwc.tdl")
     pixels = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(tmp_path / "img.png")

@@ -31,6 +31,7 @@ if not BACKEND.available():
 import cupy as cp  # noqa: E402
 
 from tinydl.backends.cuda.kernels.chain import OP as CHAIN  # noqa: E402
+from tinydl.ops import validate  # noqa: E402
 
 # -- the fused chain -----------------------------------------------------------------------------
 
@@ -107,17 +108,19 @@ def test_ppocrv4_rec_matches_onnxruntime(rapidocr_models, rng):
 
 
 def small_graph() -> Graph:
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8))],
-        outputs=[Value("y", "float32", None)],
-        nodes=[
-            Node("Mul", ["x", "two"], ["a"], name="mul"),
-            Node("Relu", ["a"], ["r"], name="relu"),
-            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
-            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
-        ],
-        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 8))],
+            outputs=[Value("y", "float32", None)],
+            nodes=[
+                Node("Mul", ["x", "two"], ["a"], name="mul"),
+                Node("Relu", ["a"], ["r"], name="relu"),
+                Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+                Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+            ],
+            initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
+        )
+    )
 
 
 def reference(x):
@@ -240,12 +243,14 @@ def residual_graph(rng, late: bool) -> Graph:
         r = "s"
     nodes.append(Node("Add", ["a", r], ["sum"], name="add"))
     nodes.append(Node("Relu", ["sum"], ["y"], name="relu2"))
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8, 13, 21))],
-        outputs=[Value("y", "float32", None)],
-        nodes=nodes,
-        initializers={"w": w, "b": b},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 8, 13, 21))],
+            outputs=[Value("y", "float32", None)],
+            nodes=nodes,
+            initializers={"w": w, "b": b},
+        )
+    )
 
 
 @pytest.mark.parametrize("late", [False, True])

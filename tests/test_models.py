@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
+from tinydl.ops import validate
 
 BACKEND = __import__("os").environ.get("TINYDL_BACKEND", "cpu")
 # A GPU backend under test runs what it can; the rest (int64 shape arithmetic) falls back.
@@ -111,19 +112,21 @@ def shape_tables_graph():
     (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""
     from tinydl.ir.graph import Graph, Node, Value
 
-    return Graph(
-        [Value("x", "float32", (1, 3, "h", "w"))],
-        [Value("y", "float32", None)],
-        [
-            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
-            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
-            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
-        ],
-        {
-            "scales": np.array([1, 1, 2, 3], np.float32),
-            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
-        },
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (1, 3, "h", "w"))],
+            [Value("y", "float32", None)],
+            [
+                Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+                Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+                Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+            ],
+            {
+                "scales": np.array([1, 1, 2, 3], np.float32),
+                "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+            },
+        )
+    )
 
 
 def check_every_shape(graph, backend: str, rng) -> None:

@@ -24,6 +24,7 @@ from tinydl.backends.cuda.kernels import activation_code, kernel, load, store
 from tinydl.backends.cuda.kernels.conv import FUSED, geometry
 from tinydl.backends.fusion import epilogue, weights_and_bias
 from tinydl.ir.graph import Node
+from tinydl.ops.activation import ACTIVATIONS
 
 OP = "tinydl.cuda.ConvChain"
 TILE_ENV = "TINYDL_CUDA_CHAIN"
@@ -35,7 +36,7 @@ ACC_REGS = 64
 def _act_code(acts) -> list[str] | None:
     out = []
     for kind, params in acts:
-        if kind == "PRelu":
+        if ACTIVATIONS[kind].slope:
             return None
         out.append("tanh_fast_(r)" if kind == "Tanh" else activation_code(kind, "r", params))
     return out
