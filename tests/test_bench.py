@@ -13,6 +13,7 @@ from tinydl.bench import SCHEMA, Config, run_bench
 from tinydl.bench.harness import PHASES
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 STATUSES = {"ok", "skipped", "mismatch", "error"}
 STATS = {"n", "mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms"}
@@ -200,13 +201,15 @@ def cnn_graph(rng) -> Graph:
         Node("DepthToSpace", ["lr"], ["d2s"], {"blocksize": 2, "mode": "DCR"}),
         Node("Sigmoid", ["d2s"], ["y"]),
     ]
-    return Graph(
-        [Value("x", "float32", (1, 3, 16, 16))],
-        [Value("y", "float32", None)],
-        nodes,
-        inits,
-        name="cnn",
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (1, 3, 16, 16))],
+            [Value("y", "float32", None)],
+            nodes,
+            inits,
+            name="cnn",
+        )
+    )
 
 
 def strided_graph(rng) -> Graph:
@@ -226,25 +229,29 @@ def strided_graph(rng) -> Graph:
         conv("b", "ap", inits["b.w"], inits["b.b"], pads=[2, 2, 2, 2]),
         Node("DepthToSpace", ["b"], ["y"], {"blocksize": 2, "mode": "CRD"}),
     ]
-    return Graph(
-        [Value("x", "float32", ("N", 3, "H", "W"))],
-        [Value("y", "float32", None)],
-        nodes,
-        inits,
-        name="strided",
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", ("N", 3, "H", "W"))],
+            [Value("y", "float32", None)],
+            nodes,
+            inits,
+            name="strided",
+        )
+    )
 
 
 def softmax_graph(rng) -> Graph:
     inits = {"c.w": rng.standard_normal((4, 3, 1, 1)).astype(np.float32)}
     nodes = [conv("c", "x", inits["c.w"]), Node("Softmax", ["c"], ["y"], {"axis": 1})]
-    return Graph(
-        [Value("x", "float32", (1, 3, 8, 8))],
-        [Value("y", "float32", None)],
-        nodes,
-        inits,
-        name="softmax",
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (1, 3, 8, 8))],
+            [Value("y", "float32", None)],
+            nodes,
+            inits,
+            name="softmax",
+        )
+    )
 
 
 PEER_MODULES = {
@@ -288,6 +295,53 @@ def test_ops_a_writer_lacks_are_skips_with_the_reason(tmp_path, rng):
         assert "Softmax" in targets["litert/cpu"]["reason"]
     if installed("onnxruntime"):
         assert targets["onnxruntime/cpu"]["status"] == "ok"
+
+
+def activation_graph(rng, ops) -> Graph:
+    """A conv, then each activation op of `ops` in a row (Clip with a lower bound only,
+    LeakyRelu and HardSigmoid with their default parameters, PRelu with a slope per channel)."""
+    inits = {
+        "c.w": (rng.standard_normal((4, 3, 3, 3)) / 5).astype(np.float32),
+        "lo": np.array(-0.5, np.float32),
+        "slope": rng.uniform(0.1, 0.3, (4, 1, 1)).astype(np.float32),
+    }
+    extra = {"Clip": ["lo"], "PRelu": ["slope"]}
+    nodes, x = [conv("c", "x", inits["c.w"], pads=[1, 1, 1, 1])], "c"
+    for k, op in enumerate(ops):
+        nodes.append(Node(op, [x, *extra.get(op, [])], [f"a{k}"], name=f"{op}_{k}"))
+        x = f"a{k}"
+    nodes.append(Node("Identity", [x], ["y"]))
+    return validate(
+        Graph([Value("x", "float32", (1, 3, 8, 8))], [Value("y", "float32", None)], nodes, inits)
+    )
+
+
+@pytest.mark.parametrize("case", ["all-but-PRelu", "PRelu"])
+def test_peers_write_the_activations_or_give_their_reason(tmp_path, rng, case):
+    """Each peer runs every activation of tinydl's table it does not refuse (compared with
+    tinydl by the harness), and skips a graph with one it refuses, giving its reason."""
+    from tinydl.bench.peers import litert, ncnn
+    from tinydl.bench.peers import torch as torch_peer
+    from tinydl.ops.activation import ACTIVATION_OPS
+
+    ops = ["PRelu"] if case == "PRelu" else [op for op in ACTIVATION_OPS if op != "PRelu"]
+    graph = activation_graph(rng, ops)
+    graph.name = case
+    targets = bench_graph(tmp_path, graph)
+    peers = {
+        "torch/cpu": ("torch", torch_peer.REFUSED_ACTIVATIONS),
+        "ncnn/cpu": ("ncnn", ncnn.REFUSED_ACTIVATIONS),
+        "litert/cpu": ("ai_edge_litert", litert.REFUSED_ACTIVATIONS),
+    }
+    for name, (module, refused) in peers.items():
+        if not installed(module):
+            continue
+        first = next((op for op in ops if op in refused), None)
+        if first is None:
+            assert targets[name]["status"] == "ok", f"{name}: {targets[name]['reason']}"
+        else:
+            assert targets[name]["status"] == "skipped", name
+            assert refused[first] in targets[name]["reason"], targets[name]["reason"]
 
 
 def test_a_wrong_peer_output_is_a_mismatch_without_times(tmp_path, rng, monkeypatch):

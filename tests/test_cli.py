@@ -11,6 +11,7 @@ import pytest
 import tinydl as td
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 onnx = pytest.importorskip("onnx")
 
@@ -248,11 +249,13 @@ def test_run_time_prints_statistics(capsys, model):
 
 
 def test_run_sanitizes_output_file_names(capsys, tmp_path):
-    graph = Graph(
-        inputs=[Value("x", "float32", (2, 3))],
-        outputs=[Value("../out:0", "float32", (2, 3))],
-        nodes=[Node("Relu", ["x"], ["../out:0"], name="relu")],
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 3))],
+            outputs=[Value("../out:0", "float32", (2, 3))],
+            nodes=[Node("Relu", ["x"], ["../out:0"], name="relu")],
+        )
+    )
     td.save(graph, tmp_path / "relu.tdl")
     code, out, _ = run_cli(capsys, "run", tmp_path / "relu.tdl", "-o", tmp_path / "out")
     assert code == 0
@@ -319,12 +322,14 @@ def test_run_image_into_an_nhwc_input(capsys, tmp_path, rng):
     """TFLite/Keras models keep NHWC inputs; an image fills them without a transpose."""
     from PIL import Image
 
-    graph = Graph(
-        inputs=[Value("img", "float32", (1, 5, 7, 3))],
-        outputs=[Value("y")],
-        nodes=[Node("Identity", ["img"], ["y"], name="id")],
-        metadata={"input_layout": "NHWC"},
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("img", "float32", (1, 5, 7, 3))],
+            outputs=[Value("y")],
+            nodes=[Node("Identity", ["img"], ["y"], name="id")],
+            metadata={"input_layout": "NHWC"},
+        )
+    )
     td.save(graph, tmp_path / "nhwc.tdl")
     pixels = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(tmp_path / "img.png")
@@ -346,12 +351,14 @@ def test_an_op_failing_at_run_time_is_a_clear_error(tmp_path, capsys):
     """Inputs that fit the model's symbolic dims but not its ops: `tinydl run` prints one
     `error:` line naming the node, op and shapes (no NumPy traceback); --debug adds the
     traceback; the library raises OpError."""
-    graph = Graph(
-        [Value("x", "float32", ("N", 4))],
-        [Value("y", "float32", None)],
-        [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
-        initializers={"s": np.array([2, 4], np.int64)},
-    ).validate()
+    graph = validate(
+        Graph(
+            [Value("x", "float32", ("N", 4))],
+            [Value("y", "float32", None)],
+            [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
+            initializers={"s": np.array([2, 4], np.int64)},
+        )
+    )
     model = tmp_path / "m.tdl"
     td.save(graph, model)
     x = tmp_path / "x.npy"

@@ -25,6 +25,7 @@ if not BACKEND.available():
 import cupy as cp  # noqa: E402
 
 from tinydl.backends.cuda.kernels.chain import OP as CHAIN  # noqa: E402
+from tinydl.ops import validate  # noqa: E402
 
 # -- the fused chain -----------------------------------------------------------------------------
 
@@ -198,12 +199,14 @@ def residual_graph(rng, late: bool) -> Graph:
         r = "s"
     nodes.append(Node("Add", ["a", r], ["sum"], name="add"))
     nodes.append(Node("Relu", ["sum"], ["y"], name="relu2"))
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8, 13, 21))],
-        outputs=[Value("y", "float32", None)],
-        nodes=nodes,
-        initializers={"w": w, "b": b},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 8, 13, 21))],
+            outputs=[Value("y", "float32", None)],
+            nodes=nodes,
+            initializers={"w": w, "b": b},
+        )
+    )
 
 
 @pytest.mark.parametrize("late", [False, True])

@@ -26,6 +26,7 @@ from helpers.cuda_fake import FakeContext  # noqa: E402
 
 from tinydl.backends.cuda import CUDABackend  # noqa: E402
 from tinydl.backends.cuda.program import CUDAKernel  # noqa: E402
+from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS  # noqa: E402
 
 BACKEND = CUDABackend()
 CTX = FakeContext()
@@ -159,3 +160,35 @@ def test_a_machine_without_nvidia_driver_is_told_so(monkeypatch):
     monkeypatch.undo()
     if not context.driver_loadable():
         assert CUDABackend().unavailable_reason().startswith("no NVIDIA GPU")
+
+
+@pytest.mark.parametrize("activation", ["none", *ACTIVATIONS])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fused_conv_epilogues_compile(activation, precision):
+    """A FusedConv with each activation of the table, followed by that activation again as a
+    node (fused into the conv's epilogue where it can be), compiles."""
+    import numpy as np
+
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    act = ACTIVATIONS.get(activation)
+    rng = np.random.default_rng(0)
+    params = {"Clip": {"min": -0.5}, "LeakyRelu": {"alpha": 0.2}}.get(activation, {})
+    inits = {
+        "w": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
+        "slope": rng.uniform(0.1, 0.3, (8, 1, 1)).astype(np.float32),
+        "lo": np.array(-0.5, np.float32),
+    }
+    inputs = ["x", "w", "", *(["slope"] if act and act.slope else [])]
+    nodes = [Node("tinydl.FusedConv", inputs, ["c"], {"activation": activation, **params})]
+    after = {"Clip": ["c", "lo"], "PRelu": ["c", "slope"]}.get(activation, ["c"])
+    if activation in ACTIVATION_OPS:
+        nodes.append(Node(activation, after, ["y"], params if activation != "Clip" else {}))
+    else:
+        nodes.append(Node("Relu", ["c"], ["y"]))
+    graph = validate(
+        Graph([Value("x", "float32", (1, 4, 9, 10))], [Value("y")], nodes, initializers=inits)
+    )
+    kernel = CUDAKernel(CTX, graph, CompileOptions(precision=precision))
+    assert kernel.plans

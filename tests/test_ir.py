@@ -16,6 +16,7 @@ import tinydl
 from tinydl.errors import InvalidModelError
 from tinydl.ir import tdl
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 
 def _graph(nodes, outputs=("y",), inputs=None, initializers=None, **kw) -> Graph:
@@ -31,7 +32,7 @@ def _graph(nodes, outputs=("y",), inputs=None, initializers=None, **kw) -> Graph
 
 def _error(graph: Graph) -> str:
     with pytest.raises(InvalidModelError) as info:
-        graph.validate()
+        validate(graph)
     return str(info.value)
 
 
@@ -143,7 +144,7 @@ def test_invalid_graph_input_is_refused(field, value):
     x = Value("x", "float32", (2, 3))
     setattr(x, field, value)
     with pytest.raises(InvalidModelError):
-        _graph([Node("Relu", ["x"], ["y"], name="r")], inputs=[x]).validate()
+        validate(_graph([Node("Relu", ["x"], ["y"], name="r")], inputs=[x]))
 
 
 def test_cycle_error_names_a_node_on_the_cycle_not_one_downstream():
@@ -169,10 +170,10 @@ def test_validate_fills_defaults_and_is_idempotent():
         inputs=[Value("x4", "float32", (1, 3, 8, 8))],
         initializers={"w": np.ones((4, 3, 3, 3), np.float32)},
     )
-    graph.validate()
+    validate(graph)
     attrs = dict(graph.nodes[0].attrs)
     assert attrs["group"] == 1 and "pads" in attrs
-    graph.validate()  # defaults filled in (some None) must pass the attribute check again
+    validate(graph)  # defaults filled in (some None) must pass the attribute check again
     assert graph.nodes[0].attrs == attrs
     assert graph.outputs[0].shape == (1, 4, 6, 6)
 
@@ -184,7 +185,7 @@ def test_unnamed_and_repeated_nodes_get_fresh_unique_names():
         Node("Relu", ["b"], ["c"], name="Relu_0"),
         Node("Relu", ["c"], ["y"], name="Relu_2"),
     ]
-    graph = _graph(nodes).validate()
+    graph = validate(_graph(nodes))
     names = [n.name for n in graph.nodes]
     assert len(set(names)) == len(names)
     # Names the file gave stay with their nodes.
@@ -247,7 +248,7 @@ def test_toposort_keeps_an_ordered_graph_unchanged():
         Node("Relu", ["a1"], ["a2"], name="a2_relu"),
         Node("Add", ["a2", "b"], ["y"], name="join"),
     ]
-    assert _graph(nodes).validate().nodes == nodes
+    assert validate(_graph(nodes)).nodes == nodes
 
 
 # -- constant folding stays small ---------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_constant_folding_does_not_allocate_huge_outputs():
     )
     tracemalloc.start()
     try:
-        graph.validate()
+        validate(graph)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -282,7 +283,7 @@ def test_small_constants_are_still_folded():
         ],
         initializers={"target": np.array([3, 2], np.int64), "zeros": np.zeros(2, np.int64)},
     )
-    graph.validate()
+    validate(graph)
     assert graph.outputs[0].shape == (3, 2)
 
 
@@ -335,7 +336,7 @@ def _sample_graph() -> Graph:
         },
         name="round trip",
     )
-    return graph.validate()
+    return validate(graph)
 
 
 def test_tdl_round_trip_is_exact(tmp_path):
@@ -484,14 +485,26 @@ def test_type_constraints_name_the_node(op, inputs, initializers, message):
         initializers=initializers,
     )
     with pytest.raises(InvalidModelError, match=f"node 'the_node' \\({op}\\): {message}"):
-        graph.validate()
+        validate(graph)
 
 
 def test_saved_file_has_the_usual_permissions(tmp_path):
     graph = Graph(
         [Value("x", "float32", (2,))], [Value("y")], [Node("Relu", ["x"], ["y"], name="r")]
     )
-    tinydl.save(graph.validate(), tmp_path / "m.tdl")
+    tinydl.save(validate(graph), tmp_path / "m.tdl")
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "m.tdl").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_graph_validate_without_an_op_set_checks_the_structure_only():
+    """ir knows no ops: Graph.validate() orders and checks the structure; ops.validate adds the
+    ops, attributes and shapes."""
+    nodes = [Node("NoSuchOp", ["a"], ["y"], {"k": 1}), Node("Relu", ["x"], ["a"])]
+    graph = _graph(nodes).validate()
+    assert [n.op for n in graph.nodes] == ["Relu", "NoSuchOp"] and graph.values == {}
+    with pytest.raises(InvalidModelError, match="unknown op 'NoSuchOp'"):
+        validate(graph)
+    with pytest.raises(InvalidModelError, match="cycle"):
+        _graph([Node("Relu", ["y"], ["a"]), Node("Relu", ["a"], ["y"])]).validate()

@@ -3,13 +3,14 @@ helpers/cases.py, the checker in helpers/opcheck.py)."""
 
 import numpy as np
 import pytest
-from helpers.cases import CASES, N, draw, f32, i64
+from helpers.cases import CASES, N, U, draw, f32, i64
 from helpers.opcheck import check_op
 
 from tinydl.errors import InvalidModelError
 from tinydl.ir.graph import Node
 from tinydl.ops import TensorType, schema_of
 from tinydl.ops import conv as conv_module
+from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params, check_covers
 from tinydl.ops.base import InferContext
 
 
@@ -93,3 +94,66 @@ def test_shape_value_is_known_when_its_dims_are():
     (y,) = infer("Shape", f32_type("N", 3, 4, 5), start=1)
     assert y.shape == (3,) and y.value.tolist() == [3, 4, 5]
     assert infer("Shape", f32_type("N", 3))[0].value is None
+
+
+# -- the activation table -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ACTIVATION_OPS)
+def test_activation_table_matches_the_op(op):
+    """The table's parameters of an op node and its reference give what the op gives."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32)
+    constants = {"lo": f32(-0.5), "slope": U(3, 1).draw(rng)}
+    extra = {"Clip": ["lo"], "PRelu": ["slope"]}.get(op, [])
+    attrs = {"LeakyRelu": {"alpha": 0.3}}.get(op, {})
+    node = Node(op, ["x", *extra], ["y"], schema_of(op).check_attrs(Node(op, [], [], attrs)))
+    act = ACTIVATIONS[op]
+    params = activation_params(node, constants.get)
+    want = schema_of(op).run(node, [x, *(constants[n] for n in extra)])[0]
+    got = act.apply(x, params, constants["slope"] if act.slope else None)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_activation_params_refuse_computed_bounds_and_take_defaults():
+    clip = Node("Clip", ["x", "lo", "hi"], ["y"], {})
+    assert activation_params(clip, {"lo": f32(-1), "hi": f32(2)}.get) == {"min": -1.0, "max": 2.0}
+    assert activation_params(clip, {"lo": f32(-1)}.get) is None  # hi is computed at run time
+    assert activation_params(Node("Clip", ["x", "", "hi"], ["y"], {}), {"hi": f32(2)}.get) == {
+        "min": None,
+        "max": 2.0,
+    }
+    hard_sigmoid = Node("HardSigmoid", ["x"], ["y"], {"alpha": None, "beta": 0.25})
+    assert activation_params(hard_sigmoid, {}.get) == {"alpha": 0.2, "beta": 0.25}
+
+
+def test_check_covers_names_what_is_missing_unknown_or_both():
+    snippets = dict.fromkeys(ACTIVATIONS, "")
+    check_covers("full", snippets)
+    check_covers("with a refusal", snippets.keys() - {"PRelu"}, {"PRelu": "no"})
+    check_covers("ops", ACTIVATION_OPS, ops_only=True)
+    with pytest.raises(RuntimeError, match=r"missing \['Tanh'\]"):
+        check_covers("x", snippets.keys() - {"Tanh"})
+    with pytest.raises(RuntimeError, match=r"unknown \['Gelu'\]"):
+        check_covers("x", [*snippets, "Gelu"])
+    with pytest.raises(RuntimeError, match=r"both \['Relu'\]"):
+        check_covers("x", snippets, {"Relu": "no"})
+    with pytest.raises(RuntimeError, match=r"unknown \['SiLU'\]"):
+        check_covers("x", ACTIVATIONS, ops_only=True)
+
+
+def test_render_activation_skips_the_parts_of_an_absent_parameter():
+    from tinydl.backends.fusion import render_activation
+
+    snippets = {"Clip": ("lo({x}, {min})", "hi({x}, {max})"), "LeakyRelu": "lr({x}, {alpha})"}
+    snippets["PRelu"] = "pr({x}, {slope})"
+
+    def render(kind, params):
+        return render_activation(snippets, kind, "v", params, lambda f: f"<{f}>")
+
+    assert render("Clip", {"min": 1.0, "max": 2.0}) == "hi(lo(v, <1.0>), <2.0>)"
+    assert render("Clip", {"max": 2.0}) == "hi(v, <2.0>)"
+    assert render("Clip", {"min": 1.0, "max": None}) == "lo(v, <1.0>)"
+    assert render("Clip", {}) == "v"
+    assert render("LeakyRelu", {}) == "lr(v, <0.01>)"  # the default, from the schema
+    assert render("PRelu", {"slope": "s[c]"}) == "pr(v, s[c])"

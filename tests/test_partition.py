@@ -13,6 +13,7 @@ import tinydl as td
 from tinydl.backends import register_backend, unregister_backend
 from tinydl.backends.partition import HOST, Transfer, partition
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 UNARY = ("Relu", "Sigmoid", "Tanh", "Softmax")
 BINARY = ("Add", "Mul", "Sub")
@@ -41,7 +42,7 @@ def chain(*ops: str, shape=(2, 3)) -> Graph:
         inputs = [prev, prev] if op in BINARY else [prev]
         nodes.append(Node(op, inputs, [out], name=f"{op.lower()}{k}"))
         prev = out
-    return Graph([Value("x", "float32", shape)], [Value("y")], nodes).validate()
+    return validate(Graph([Value("x", "float32", shape)], [Value("y")], nodes))
 
 
 def placed(placement) -> list[tuple[str, list[str]]]:
@@ -71,17 +72,19 @@ def test_independent_branches_merge_into_one_partition(fakes):
     # Two branches: TFLite's first subset stops at the cpu node; the fake nodes after it join
     # the first fake subset, since no path between them leaves the fake backend.
     fake = fakes("fake", {"Relu", "Tanh", "Add"})
-    g = Graph(
-        [Value("x", "float32", (2, 3)), Value("z", "float32", (2, 3))],
-        [Value("y"), Value("w")],
-        [
-            Node("Relu", ["x"], ["r"], name="relu"),
-            Node("Sigmoid", ["z"], ["s"], name="sigmoid"),
-            Node("Tanh", ["s"], ["t"], name="tanh"),
-            Node("Add", ["r", "r"], ["y"], name="add"),
-            Node("Add", ["t", "t"], ["w"], name="add2"),
-        ],
-    ).validate()
+    g = validate(
+        Graph(
+            [Value("x", "float32", (2, 3)), Value("z", "float32", (2, 3))],
+            [Value("y"), Value("w")],
+            [
+                Node("Relu", ["x"], ["r"], name="relu"),
+                Node("Sigmoid", ["z"], ["s"], name="sigmoid"),
+                Node("Tanh", ["s"], ["t"], name="tanh"),
+                Node("Add", ["r", "r"], ["y"], name="add"),
+                Node("Add", ["t", "t"], ["w"], name="add2"),
+            ],
+        )
+    )
     p = partition(g, [fake, td.backends.get_backend("cpu")])
     assert placed(p) == [("cpu", ["sigmoid"]), ("fake", ["relu", "tanh", "add", "add2"])]
 
@@ -89,15 +92,17 @@ def test_independent_branches_merge_into_one_partition(fakes):
 def test_merging_never_creates_a_cycle(fakes):
     # relu -> sigmoid (cpu) -> add <- relu: relu and add cannot share a partition.
     fake = fakes("fake", {"Relu", "Add"})
-    g = Graph(
-        [Value("x", "float32", (4,))],
-        [Value("y")],
-        [
-            Node("Relu", ["x"], ["r"], name="relu"),
-            Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
-            Node("Add", ["r", "s"], ["y"], name="add"),
-        ],
-    ).validate()
+    g = validate(
+        Graph(
+            [Value("x", "float32", (4,))],
+            [Value("y")],
+            [
+                Node("Relu", ["x"], ["r"], name="relu"),
+                Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
+                Node("Add", ["r", "s"], ["y"], name="add"),
+            ],
+        )
+    )
     p = partition(g, [fake, td.backends.get_backend("cpu")])
     assert placed(p) == [("fake", ["relu"]), ("cpu", ["sigmoid"]), ("fake", ["add"])]
 
@@ -113,7 +118,7 @@ def random_graph(rng, n: int) -> Graph:
     read = {i for node in nodes for i in node.inputs}
     outputs = [Value(v) for v in values[1:] if v not in read]
     order = rng.permutation(n)  # file order is not execution order
-    return Graph([Value("x", "float32", (2, 3))], outputs, [nodes[i] for i in order]).validate()
+    return validate(Graph([Value("x", "float32", (2, 3))], outputs, [nodes[i] for i in order]))
 
 
 def check_partitions(g: Graph, p, backends) -> None:

@@ -12,21 +12,25 @@ from helpers.models import espcn_onnx
 import tinydl as td
 from tinydl.backends.cpu import CPUKernel
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
+from tinydl.ops.activation import ACTIVATION_PARAMS, ACTIVATIONS
 from tinydl.passes import LEVELS, PASSES, PassManager, optimize
 
 F32 = "float32"
 
 
 def graph(nodes, inputs, outputs=("y",), inits=None) -> Graph:
-    return Graph(
-        inputs=[Value(name, F32, shape) for name, shape in inputs.items()],
-        outputs=[Value(name) for name in outputs],
-        nodes=[
-            Node(op, list(i), list(o), dict(a or {}), name=f"n{k}")
-            for k, (op, i, o, a) in enumerate(nodes)
-        ],
-        initializers={k: np.asarray(v) for k, v in (inits or {}).items()},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value(name, F32, shape) for name, shape in inputs.items()],
+            outputs=[Value(name) for name in outputs],
+            nodes=[
+                Node(op, list(i), list(o), dict(a or {}), name=f"n{k}")
+                for k, (op, i, o, a) in enumerate(nodes)
+            ],
+            initializers={k: np.asarray(v) for k, v in (inits or {}).items()},
+        )
+    )
 
 
 def f32(rng, *shape, scale=1.0):
@@ -49,7 +53,7 @@ def check(g: Graph, passes, feeds, tol=1e-5) -> Graph:
     snapshot = structure(g)
     out = optimize(g, passes)
     assert structure(g) == snapshot, "the source graph must not change"
-    out.validate()
+    validate(out)
     after = CPUKernel(out).run(feeds)
     for name, ref in before.items():
         assert after[name].shape == ref.shape and after[name].dtype == ref.dtype, name
@@ -367,34 +371,47 @@ def test_hard_swish_patterns(rng):
     assert ops(out) == ["HardSwish"] * 3
 
 
+# case -> (activation nodes after the conv, FusedConv activation, its parameters)
 CONV_ACTIVATIONS = {
-    "relu": ([("Relu", ["c"], ["y"], None)], {}),
-    "relu6": ([("Clip", ["c", "zero", "six"], ["y"], None)], {}),
-    "clip": ([("Clip", ["c", "lo", "hi"], ["y"], None)], {"min": -0.5, "max": 0.25}),
-    "clip_min_only": ([("Clip", ["c", "lo"], ["y"], None)], {"min": -0.5, "max": None}),
-    "tanh": ([("Tanh", ["c"], ["y"], None)], {}),
-    "sigmoid": ([("Sigmoid", ["c"], ["y"], None)], {}),
-    "leaky_relu": ([("LeakyRelu", ["c"], ["y"], {"alpha": 0.3})], {"alpha": 0.3}),
-    "prelu": ([("PRelu", ["c", "slope"], ["y"], None)], {}),
-    "hard_swish": ([("HardSwish", ["c"], ["y"], None)], {}),
+    "relu": ([("Relu", ["c"], ["y"], None)], "Relu", {}),
+    "relu6": ([("Clip", ["c", "zero", "six"], ["y"], None)], "Clip", {"min": 0.0, "max": 6.0}),
+    "clip": ([("Clip", ["c", "lo", "hi"], ["y"], None)], "Clip", {"min": -0.5, "max": 0.25}),
+    "clip_min_only": ([("Clip", ["c", "lo"], ["y"], None)], "Clip", {"min": -0.5, "max": None}),
+    "tanh": ([("Tanh", ["c"], ["y"], None)], "Tanh", {}),
+    "sigmoid": ([("Sigmoid", ["c"], ["y"], None)], "Sigmoid", {}),
+    "leaky_relu": ([("LeakyRelu", ["c"], ["y"], {"alpha": 0.3})], "LeakyRelu", {"alpha": 0.3}),
+    "leaky_relu_default": ([("LeakyRelu", ["c"], ["y"], None)], "LeakyRelu", {"alpha": 0.01}),
+    "prelu": ([("PRelu", ["c", "slope"], ["y"], None)], "PRelu", {}),
+    "hard_swish": ([("HardSwish", ["c"], ["y"], None)], "HardSwish", {}),
     "hard_sigmoid": (
         [("HardSigmoid", ["c"], ["y"], {"alpha": 0.3, "beta": 0.4})],
+        "HardSigmoid",
         {"alpha": 0.3, "beta": 0.4},
     ),
-    "silu": ([("Sigmoid", ["c"], ["s"], None), ("Mul", ["s", "c"], ["y"], None)], {}),
+    "silu": (
+        [("Sigmoid", ["c"], ["s"], None), ("Mul", ["s", "c"], ["y"], None)],
+        "SiLU",
+        {},
+    ),
     "x*hard_sigmoid(x)": (
         [
             ("HardSigmoid", ["c"], ["s"], {"alpha": 1 / 6, "beta": 0.5}),
             ("Mul", ["c", "s"], ["y"], None),
         ],
+        "HardSwish",
         {},
     ),
 }
 
 
+def test_conv_activation_cases_cover_the_activation_table():
+    fused = {activation for _, activation, _ in CONV_ACTIVATIONS.values()}
+    assert fused == set(ACTIVATIONS)
+
+
 @pytest.mark.parametrize("name", list(CONV_ACTIVATIONS))
 def test_conv_activation_fusion(rng, name):
-    act_nodes, attrs = CONV_ACTIVATIONS[name]
+    act_nodes, activation, params = CONV_ACTIVATIONS[name]
     g = graph(
         [("Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1]}), *act_nodes],
         {"x": ("N", 3, "H", "W")},
@@ -410,9 +427,10 @@ def test_conv_activation_fusion(rng, name):
     )
     out = check(g, "conv_activation_fusion", {"x": f32(rng, 2, 3, 5, 6, scale=3)})
     (fused,) = out.nodes
-    expected = {"x*hard_sigmoid(x)": "hard_swish", "clip_min_only": "clip"}.get(name, name)
-    assert fused.op == "tinydl.FusedConv" and fused.attrs["activation"] == expected
-    assert {k: fused.attrs[k] for k in attrs} == attrs
+    assert fused.op == "tinydl.FusedConv" and fused.attrs["activation"] == activation
+    # Every parameter attribute is set exactly when the activation takes it.
+    unset = {k: None for k in ACTIVATION_PARAMS if k not in params}
+    assert {k: fused.attrs[k] for k in ACTIVATION_PARAMS} == {**unset, **params}
     assert fused.outputs == ["y"] and fused.inputs[3:] == (["slope"] if name == "prelu" else [])
 
 
@@ -435,8 +453,11 @@ def test_fusion_leaves_conv_whose_output_is_read_twice(rng):
     "attrs, inputs, message",
     [
         ({"activation": "gelu"}, ["x", "w"], "activation must be one of"),
-        ({"activation": "prelu"}, ["x", "w"], "slope"),
-        ({"activation": "relu"}, ["x", "w", "", "slope"], "slope"),
+        ({"activation": "relu"}, ["x", "w"], "activation must be one of"),  # the old spelling
+        ({"activation": "PRelu"}, ["x", "w"], "slope"),
+        ({"activation": "Relu"}, ["x", "w", "", "slope"], "slope"),
+        ({"activation": "Relu", "alpha": 0.2}, ["x", "w"], "alpha are no parameter of Relu"),
+        ({"min": 0.0}, ["x", "w"], "min are no parameter of none"),
     ],
 )
 def test_fused_conv_checks_its_activation(rng, attrs, inputs, message):
@@ -446,6 +467,48 @@ def test_fused_conv_checks_its_activation(rng, attrs, inputs, message):
             {"x": (1, 2, 4, 4)},
             inits={"w": f32(rng, 3, 2, 1, 1), "slope": f32(rng, 3, 1, 1)},
         )
+
+
+@pytest.mark.parametrize("activation", ["none", *ACTIVATIONS])
+def test_fused_conv_reference_is_conv_then_the_activation(rng, activation):
+    """The FusedConv reference equals Conv, then the table's reference of its activation."""
+    from tinydl.ops.conv import conv
+
+    x, w, b = f32(rng, 1, 2, 5, 5, scale=3), f32(rng, 3, 2, 3, 3), f32(rng, 3)
+    slope = f32(rng, 3, 1, 1)
+    act = ACTIVATIONS.get(activation)
+    params = {"Clip": {"min": -0.5, "max": 0.5}, "LeakyRelu": {"alpha": 0.2}}.get(activation, {})
+    attrs = {"activation": activation, **params}
+    inputs = ["x", "w", "b", *(["slope"] if act and act.slope else [])]
+    g = graph(
+        [("tinydl.FusedConv", inputs, ["y"], attrs)],
+        {"x": (1, 2, 5, 5)},
+        inits={"w": w, "b": b, "slope": slope},
+    )
+    got = td.compile(g, optimize="none").run({"x": x})["y"]
+    fused = {"activation", *ACTIVATION_PARAMS}
+    y = conv(x, w, b, **{k: v for k, v in g.nodes[0].attrs.items() if k not in fused})
+    want = y if act is None else act.apply(y, params, slope)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_old_fused_conv_activation_names_load_from_tdl_files(rng, tmp_path):
+    """A .tdl file written when FusedConv spelled its activations in snake_case still loads."""
+    g = graph(
+        [("Conv", ["x", "w"], ["c"], None), ("Clip", ["c", "zero", "six"], ["y"], None)],
+        {"x": (1, 2, 4, 4)},
+        inits={"w": f32(rng, 3, 2, 1, 1), "zero": np.float32(0), "six": np.float32(6)},
+    )
+    fused = optimize(g, ["conv_activation_fusion"])
+    node = fused.nodes[0]
+    node.attrs = {**node.attrs, "activation": "relu6", "min": None, "max": None}
+    td.save(fused, tmp_path / "old.tdl")
+    loaded = td.load(tmp_path / "old.tdl")
+    attrs = loaded.nodes[0].attrs
+    assert (attrs["activation"], attrs["min"], attrs["max"]) == ("Clip", 0.0, 6.0)
+    x = f32(rng, 1, 2, 4, 4, scale=8)
+    want = td.compile(g, optimize="none").run({"x": x})["y"]
+    np.testing.assert_array_equal(td.compile(loaded, optimize="none").run({"x": x})["y"], want)
 
 
 # -- the pass manager ------------------------------------------------------------------------------
@@ -540,7 +603,7 @@ def _identity_chain(n: int) -> Graph:
     nodes = [Node("Identity", [f"v{i}"], [f"v{i + 1}"], name=f"id{i}") for i in range(n)]
     nodes.append(Node("Relu", [f"v{n}"], ["y"], name="relu"))
     nodes.append(Node("Identity", ["y"], ["z"], name="tail"))
-    return Graph([Value("v0", "float32", (1, 4))], [Value("z", "float32", None)], nodes).validate()
+    return validate(Graph([Value("v0", "float32", (1, 4))], [Value("z", "float32", None)], nodes))
 
 
 def test_identity_removal_is_linear_in_the_graph():

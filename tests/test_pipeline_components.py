@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tinydl as td
+from tinydl.ops import validate
 from tinydl.pipeline import (
     App,
     Batch,
@@ -272,12 +273,14 @@ def test_frames_keep_their_metadata_through_device_stages(rng):
     format and pts; Inference also takes a compiled Session and uint8 NHWC frames as they are."""
     from tinydl.ir.graph import Graph, Node, Value
 
-    graph = Graph(
-        [Value("x", "uint8", ("N", "H", "W", 3))],
-        [Value("y", "uint8", None)],
-        [Node("Transpose", ["x"], ["y"], {"perm": [0, 2, 1, 3]})],
-        name="swap",
-    ).validate()
+    graph = validate(
+        Graph(
+            [Value("x", "uint8", ("N", "H", "W", 3))],
+            [Value("y", "uint8", None)],
+            [Node("Transpose", ["x"], ["y"], {"perm": [0, 2, 1, 3]})],
+            name="swap",
+        )
+    )
     session = td.compile(graph)
     fs = [
         Frame(rng.integers(1, 256, (4, 6, 3), dtype=np.uint8), "bgr", pts=i / 10) for i in range(3)

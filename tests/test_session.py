@@ -11,21 +11,24 @@ from helpers.fakes import FakeBackend
 import tinydl as td
 from tinydl.backends import register_backend, unregister_backend
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 
 def small_graph() -> Graph:
     """x -> Add(w) -> Relu -> Sigmoid -> Softmax -> y, with a symbolic batch dim."""
-    return Graph(
-        inputs=[Value("x", "float32", ("N", 4))],
-        outputs=[Value("y", "float32", None)],
-        nodes=[
-            Node("Add", ["x", "w"], ["a"], name="add"),
-            Node("Relu", ["a"], ["r"], name="relu"),
-            Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
-            Node("Softmax", ["s"], ["y"], {"axis": -1}, name="softmax"),
-        ],
-        initializers={"w": np.array([0.5, -1.0, 2.0, 0.0], np.float32)},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", ("N", 4))],
+            outputs=[Value("y", "float32", None)],
+            nodes=[
+                Node("Add", ["x", "w"], ["a"], name="add"),
+                Node("Relu", ["a"], ["r"], name="relu"),
+                Node("Sigmoid", ["r"], ["s"], name="sigmoid"),
+                Node("Softmax", ["s"], ["y"], {"axis": -1}, name="softmax"),
+            ],
+            initializers={"w": np.array([0.5, -1.0, 2.0, 0.0], np.float32)},
+        )
+    )
 
 
 def reference(x: np.ndarray) -> np.ndarray:
@@ -112,11 +115,13 @@ def test_bad_feeds_name_input_expected_and_got(feeds, error, message):
 
 
 def test_symbolic_dims_must_agree_across_inputs():
-    g = Graph(
-        inputs=[Value("a", "float32", ("N", 3)), Value("b", "float32", ("N", 3))],
-        outputs=[Value("c", "float32", None)],
-        nodes=[Node("Add", ["a", "b"], ["c"], name="add")],
-    ).validate()
+    g = validate(
+        Graph(
+            inputs=[Value("a", "float32", ("N", 3)), Value("b", "float32", ("N", 3))],
+            outputs=[Value("c", "float32", None)],
+            nodes=[Node("Add", ["a", "b"], ["c"], name="add")],
+        )
+    )
     sess = td.compile(g)
     with pytest.raises(td.InvalidShapeError, match="'N' is 2 in input 'a'"):
         sess.run({"a": np.ones((2, 3), np.float32), "b": np.ones((5, 3), np.float32)})

@@ -13,6 +13,7 @@ from tinydl.backends.base import HOST
 from tinydl.backends.cpu import CPUBackend, CPUKernel
 from tinydl.backends.partition import Transfer
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 from tinydl.pipeline import ComponentRunner, DeviceTensor, Tensor
 from tinydl.pipeline.components import Inference, ToHost
 
@@ -100,9 +101,9 @@ def chain(*ops: str, shape=(2, 3), outputs=("y",)) -> Graph:
         out = "y" if k == len(ops) - 1 else f"v{k}"
         nodes.append(Node(op, [prev], [out], name=f"{op.lower()}{k}"))
         prev = out
-    return Graph(
-        [Value("x", "float32", shape)], [Value(o, "float32", None) for o in outputs], nodes
-    ).validate()
+    return validate(
+        Graph([Value("x", "float32", shape)], [Value(o, "float32", None) for o in outputs], nodes)
+    )
 
 
 def compiled(graph, backends):
@@ -230,11 +231,13 @@ def test_output_backends_name_the_producer(backends, rng):
 
 def test_an_input_passed_through_has_no_producer(backends, rng):
     backends(DeviceBackend("dev", {"Relu"}))
-    g = Graph(
-        [Value("x", "float32", (2, 3))],
-        [Value("y", "float32", None), Value("x", "float32", (2, 3))],
-        [Node("Relu", ["x"], ["y"], name="relu")],
-    ).validate()
+    g = validate(
+        Graph(
+            [Value("x", "float32", (2, 3))],
+            [Value("y", "float32", None), Value("x", "float32", (2, 3))],
+            [Node("Relu", ["x"], ["y"], name="relu")],
+        )
+    )
     sess = compiled(g, ("dev", "cpu"))
     assert sess.output_backends == {"y": "dev", "x": None}
     x = rng.standard_normal((2, 3)).astype(np.float32)
@@ -293,29 +296,33 @@ GPUS = [gpu("webgpu"), gpu("cuda")]
 def mixed(outputs=("y",)) -> Graph:
     """Relu on the GPU; Cast to float64, Sqrt and Cast back only the cpu runs (neither GPU
     backend holds float64); Sigmoid on the GPU again."""
-    return Graph(
-        [Value("x", "float32", (2, 8))],
-        [Value(o, "float32", None) for o in outputs],
-        [
-            Node("Relu", ["x"], ["a"], name="relu"),
-            Node("Cast", ["a"], ["d"], {"to": 11}, name="up"),
-            Node("Sqrt", ["d"], ["e"], name="sqrt"),
-            Node("Cast", ["e"], ["f"], {"to": 1}, name="down"),
-            Node("Sigmoid", ["f"], ["y"], name="sigmoid"),
-        ],
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (2, 8))],
+            [Value(o, "float32", None) for o in outputs],
+            [
+                Node("Relu", ["x"], ["a"], name="relu"),
+                Node("Cast", ["a"], ["d"], {"to": 11}, name="up"),
+                Node("Sqrt", ["d"], ["e"], name="sqrt"),
+                Node("Cast", ["e"], ["f"], {"to": 1}, name="down"),
+                Node("Sigmoid", ["f"], ["y"], name="sigmoid"),
+            ],
+        )
+    )
 
 
 def cpu_last() -> Graph:
     """Relu on the GPU, then a Cast to float64 that only the cpu runs."""
-    return Graph(
-        [Value("x", "float32", (2, 8))],
-        [Value("y", "float64", None)],
-        [
-            Node("Relu", ["x"], ["a"], name="relu"),
-            Node("Cast", ["a"], ["y"], {"to": 11}, name="up"),
-        ],
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (2, 8))],
+            [Value("y", "float64", None)],
+            [
+                Node("Relu", ["x"], ["a"], name="relu"),
+                Node("Cast", ["a"], ["y"], {"to": 11}, name="up"),
+            ],
+        )
+    )
 
 
 @pytest.mark.parametrize("name", GPUS)
@@ -392,12 +399,14 @@ def test_inputs_that_fit_symbolic_dims_but_not_the_graph(backend):
 
 
 def _pad_model(pad: int, shape) -> Graph:
-    return Graph(
-        [Value("x", "float32", shape)],
-        [Value("y", "float32", None)],
-        [Node("Pad", ["x", "pads"], ["y"], name="pad")],
-        initializers={"pads": np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64)},
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", shape)],
+            [Value("y", "float32", None)],
+            [Node("Pad", ["x", "pads"], ["y"], name="pad")],
+            initializers={"pads": np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64)},
+        )
+    )
 
 
 def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
@@ -413,22 +422,26 @@ def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
         sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
     small = td.compile(_pad_model(2, ("N", 3, "H", "W")), backends=("cpu",), memory_limit=1 << 30)
     assert small.run({"x": np.ones((1, 3, 8, 8), np.float32)})["y"].shape == (1, 3, 12, 12)
-    resize = Graph(
-        [Value("x", "float32", ("N", 3, "H", "W"))],
-        [Value("y", "float32", None)],
-        [Node("Resize", ["x", "", "scales"], ["y"], name="resize")],
-        initializers={"scales": np.array([1, 1, 30000, 30000], np.float32)},
-    ).validate()
+    resize = validate(
+        Graph(
+            [Value("x", "float32", ("N", 3, "H", "W"))],
+            [Value("y", "float32", None)],
+            [Node("Resize", ["x", "", "scales"], ["y"], name="resize")],
+            initializers={"scales": np.array([1, 1, 30000, 30000], np.float32)},
+        )
+    )
     monkeypatch.setenv("TINYDL_MEMORY_LIMIT", "2G")
     sess = td.compile(resize, backends=("cpu",))
     assert sess.memory_limit == 2 << 30
     with pytest.raises(td.BufferSizeError, match=r"node 'resize' \(Resize\)"):
         sess.run({"x": np.ones((1, 3, 4, 4), np.float32)})
-    convt = Graph(
-        [Value("x", "float32", (1, 1, 4, 4))],
-        [Value("y", "float32", None)],
-        [Node("ConvTranspose", ["x", "w"], ["y"], {"strides": [50000, 50000]}, name="up")],
-        initializers={"w": np.ones((1, 1, 2, 2), np.float32)},
-    ).validate()
+    convt = validate(
+        Graph(
+            [Value("x", "float32", (1, 1, 4, 4))],
+            [Value("y", "float32", None)],
+            [Node("ConvTranspose", ["x", "w"], ["y"], {"strides": [50000, 50000]}, name="up")],
+            initializers={"w": np.ones((1, 1, 2, 2), np.float32)},
+        )
+    )
     with pytest.raises(td.BufferSizeError, match="up"):
         td.compile(convt, backends=("cpu",))

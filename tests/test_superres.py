@@ -14,6 +14,7 @@ from tinydl.apps.superres import Upscaler, demo_clip, frame_graph, upscale_video
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.models import ESPCN_SCALES, espcn_path, load_espcn
+from tinydl.ops import validate
 from tinydl.ops.resize import resize
 from tinydl.pipeline.components import Inference
 
@@ -143,13 +144,15 @@ def test_frame_graph_colour_path_is_exact_around_a_linear_model():
     scale = 2
     s = np.array([1, 1, scale, scale], np.float32)
     attrs = {"mode": "cubic", "cubic_coeff_a": -0.75}
-    linear = Graph(
-        [Value("y", "float32", ("N", 1, "H", "W"))],
-        [Value("out", "float32", None)],
-        [Node("Resize", ["y", "", "s"], ["out"], attrs)],
-        {"s": s},
-        name="bicubic",
-    ).validate()
+    linear = validate(
+        Graph(
+            [Value("y", "float32", ("N", 1, "H", "W"))],
+            [Value("out", "float32", None)],
+            [Node("Resize", ["y", "", "s"], ["out"], attrs)],
+            {"s": s},
+            name="bicubic",
+        )
+    )
     rgb = skimage_image("astronaut.png")[100:140, 200:260]
     got = td.compile(frame_graph(linear, scale)).run({"frame": rgb[None]})["upscaled"][0]
     ref = resize(

@@ -26,6 +26,8 @@ if not BACKEND.available():
 
 from tinydl.backends.webgpu.context import _choose_adapter, get_context  # noqa: E402
 from tinydl.backends.webgpu.tensor import GPUTensor  # noqa: E402
+from tinydl.ops import validate  # noqa: E402
+from tinydl.ops.activation import ACTIVATIONS  # noqa: E402
 
 # -- fusion --------------------------------------------------------------------------------------
 
@@ -100,7 +102,7 @@ def test_buffers_planned_by_liveness_and_reused(rng):
         for i in range(6)
     ]
     graph = Graph([Value("v0", "float32", (64, 64))], [Value("v6", "float32", None)], nodes)
-    sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
+    sess = td.compile(validate(graph), backends=("webgpu",), strict=True)
     x = rng.standard_normal((64, 64)).astype(np.float32)
     sess.run({"v0": x})
     plan = only_plan(kernel_of(sess, "webgpu"))
@@ -145,7 +147,7 @@ def test_oversize_tensor_is_a_buffer_size_error(rng, monkeypatch):
         [Value("y", "float32", None)],
         [Node("Tanh", ["x"], ["t"], name="t"), Node("Relu", ["t"], ["y"], name="r")],
     )
-    sess = td.compile(graph.validate(), backends=("webgpu",), strict=True)
+    sess = td.compile(validate(graph), backends=("webgpu",), strict=True)
     with pytest.raises(BufferSizeError, match="max-storage-buffer-binding-size"):
         sess.run({"x": rng.standard_normal((64, 64)).astype(np.float32)})
     # Static shapes are planned when compiled, so the error comes at once.
@@ -155,7 +157,7 @@ def test_oversize_tensor_is_a_buffer_size_error(rng, monkeypatch):
         [Node("Tanh", ["x"], ["t"], name="t"), Node("Relu", ["t"], ["y"], name="r")],
     )
     with pytest.raises(BufferSizeError):
-        td.compile(static.validate(), backends=("webgpu",), strict=True)
+        td.compile(validate(static), backends=("webgpu",), strict=True)
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -170,8 +172,8 @@ def test_lost_device_raises_and_a_new_session_works():
         from tinydl.errors import DeviceLostError
         from tinydl.backends.webgpu.context import get_context
         from tinydl.ir.graph import Graph, Node, Value
-        g = Graph([Value("x", "float32", (4,))], [Value("y", "float32", None)],
-                  [Node("Relu", ["x"], ["y"], name="r")]).validate()
+        g = validate(Graph([Value("x", "float32", (4,))], [Value("y", "float32", None)],
+                  [Node("Relu", ["x"], ["y"], name="r")]))
         x = np.array([-1, 2, -3, 4], np.float32)
         sess = td.compile(g, backends=("webgpu",))
         get_context().device.destroy()
@@ -210,14 +212,16 @@ def test_adapter_override_by_name(monkeypatch):
 
 
 def test_refused_nodes_fall_back_with_a_reason():
-    graph = Graph(
-        inputs=[Value("x", "float32", (2, 3))],
-        outputs=[Value("y", "float32", None), Value("s", "int64", None)],
-        nodes=[
-            Node("Relu", ["x"], ["y"], name="relu"),
-            Node("Cast", ["x"], ["s"], {"to": 7}, name="cast"),
-        ],
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 3))],
+            outputs=[Value("y", "float32", None), Value("s", "int64", None)],
+            nodes=[
+                Node("Relu", ["x"], ["y"], name="relu"),
+                Node("Cast", ["x"], ["s"], {"to": 7}, name="cast"),
+            ],
+        )
+    )
     with pytest.warns(UserWarning, match="fall back"):
         sess = td.compile(graph, backends=("webgpu", "cpu"))
     assert sess.placement["relu"] == "webgpu" and sess.placement["cast"] == "cpu"
@@ -252,19 +256,7 @@ def test_host_outputs_are_writable_and_independent(rng):
     np.testing.assert_allclose(y1, small_reference(x1) + 1.0, rtol=1e-6)
 
 
-FUSED_ACTIVATIONS = [
-    "none",
-    "relu",
-    "relu6",
-    "clip",
-    "tanh",
-    "sigmoid",
-    "leaky_relu",
-    "prelu",
-    "hard_swish",
-    "hard_sigmoid",
-    "silu",
-]
+FUSED_ACTIVATIONS = ["none", *ACTIVATIONS]
 
 
 @pytest.mark.parametrize("activation", FUSED_ACTIVATIONS)
@@ -278,9 +270,9 @@ def test_fused_conv_matches_its_reference(rng, activation, group):
     attrs = {"activation": activation, "pads": [1, 1, 1, 1], "group": group}
     attrs.update(
         {
-            "clip": {"min": -0.5, "max": 0.7},
-            "leaky_relu": {"alpha": 0.2},
-            "hard_sigmoid": {"alpha": 0.3, "beta": 0.4},
+            "Clip": {"min": -0.5, "max": 0.7},
+            "LeakyRelu": {"alpha": 0.2},
+            "HardSigmoid": {"alpha": 0.3, "beta": 0.4},
         }.get(activation, {})
     )
     inits = {
@@ -288,15 +280,17 @@ def test_fused_conv_matches_its_reference(rng, activation, group):
         "b": rng.standard_normal(8).astype(np.float32),
     }
     inputs = ["x", "w", "b"]
-    if activation == "prelu":
+    if activation == "PRelu":
         inits["slope"] = rng.uniform(0.05, 0.5, (8, 1, 1)).astype(np.float32)
         inputs.append("slope")
-    graph = Graph(
-        [Value("x", "float32", (1, 8, 9, 10))],
-        [Value("y", "float32", None)],
-        [Node("tinydl.FusedConv", inputs, ["y"], attrs, name="fc")],
-        inits,
-    ).validate()
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (1, 8, 9, 10))],
+            [Value("y", "float32", None)],
+            [Node("tinydl.FusedConv", inputs, ["y"], attrs, name="fc")],
+            inits,
+        )
+    )
     x = rng.standard_normal((1, 8, 9, 10)).astype(np.float32) * 2
     want = td.compile(graph, backends=("cpu",), optimize="none").run({"x": x})["y"]
     got = td.compile(graph, backends=("webgpu",), strict=True, optimize="none").run({"x": x})["y"]
@@ -330,9 +324,9 @@ def _conv3x3_graph(rng, c, oc, shape, pads, act, first: bool, d2s: bool) -> Grap
     if d2s:
         nodes.append(Node("DepthToSpace", [out], ["d"], {"blocksize": 2}, name="ps"))
         out = "d"
-    return Graph(
-        [Value("x", "float32", shape)], [Value(out, "float32", None)], nodes, inits
-    ).validate()
+    return validate(
+        Graph([Value("x", "float32", shape)], [Value(out, "float32", None)], nodes, inits)
+    )
 
 
 @pytest.mark.parametrize(
@@ -379,21 +373,23 @@ def test_elementwise_run_is_one_dispatch(rng):
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Sqrt(Relu(.)): one dispatch, NumPy's results;
     a value read twice ends a run."""
     scale = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
-    graph = Graph(
-        inputs=[Value("x", "float32", (2, 4, 5, 6)), Value("z", "float32", (2, 4, 5, 6))],
-        outputs=[Value("y", "float32", None), Value("w", "float32", None)],
-        nodes=[
-            Node("Mul", ["x", "scale"], ["a"], name="mul"),
-            Node("Add", ["a", "half"], ["b"], name="add"),
-            Node("HardSwish", ["b"], ["c"], name="hswish"),
-            Node("Sub", ["z", "c"], ["d"], name="sub"),
-            Node("Relu", ["d"], ["e"], name="relu"),
-            Node("Sqrt", ["e"], ["y"], name="sqrt"),
-            Node("Tanh", ["z"], ["t"], name="tanh"),
-            Node("Mul", ["t", "t"], ["w"], name="square"),
-        ],
-        initializers={"scale": scale, "half": np.array(0.5, np.float32)},
-    ).validate()
+    graph = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 4, 5, 6)), Value("z", "float32", (2, 4, 5, 6))],
+            outputs=[Value("y", "float32", None), Value("w", "float32", None)],
+            nodes=[
+                Node("Mul", ["x", "scale"], ["a"], name="mul"),
+                Node("Add", ["a", "half"], ["b"], name="add"),
+                Node("HardSwish", ["b"], ["c"], name="hswish"),
+                Node("Sub", ["z", "c"], ["d"], name="sub"),
+                Node("Relu", ["d"], ["e"], name="relu"),
+                Node("Sqrt", ["e"], ["y"], name="sqrt"),
+                Node("Tanh", ["z"], ["t"], name="tanh"),
+                Node("Mul", ["t", "t"], ["w"], name="square"),
+            ],
+            initializers={"scale": scale, "half": np.array(0.5, np.float32)},
+        )
+    )
     feeds = {
         "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
         "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tinydl.ops import validate
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -66,7 +68,7 @@ def espcn_graph(weights, h=H, w=W):
             x = f"t{i}"
     nodes.append(Node("DepthToSpace", [x], ["y"], {"blocksize": R, "mode": "CRD"}, name="ps"))
     inputs = [Value("x", "float32", (1, 1, h, w))]
-    return Graph(inputs, [Value("y", "float32", None)], nodes, inits, name="espcn_x3").validate()
+    return validate(Graph(inputs, [Value("y", "float32", None)], nodes, inits, name="espcn_x3"))
 
 
 def max_err(got, ref) -> float:

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
+from tinydl.ops import validate
 
 
 def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
@@ -67,19 +68,21 @@ def shape_tables_graph():
     (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""
     from tinydl.ir.graph import Graph, Node, Value
 
-    return Graph(
-        [Value("x", "float32", (1, 3, "h", "w"))],
-        [Value("y", "float32", None)],
-        [
-            Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
-            Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
-            Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
-        ],
-        {
-            "scales": np.array([1, 1, 2, 3], np.float32),
-            "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
-        },
-    ).validate()
+    return validate(
+        Graph(
+            [Value("x", "float32", (1, 3, "h", "w"))],
+            [Value("y", "float32", None)],
+            [
+                Node("Resize", ["x", "", "scales"], ["r"], {"mode": "cubic"}, name="resize"),
+                Node("Transpose", ["r"], ["t"], {"perm": [0, 1, 3, 2]}, name="transpose"),
+                Node("Pad", ["t", "pads"], ["y"], {"mode": "reflect"}, name="pad"),
+            ],
+            {
+                "scales": np.array([1, 1, 2, 3], np.float32),
+                "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+            },
+        )
+    )
 
 
 def small_graph():
@@ -87,17 +90,19 @@ def small_graph():
     between elementwise ops. `small_reference` computes it."""
     from tinydl.ir.graph import Graph, Node, Value
 
-    return Graph(
-        inputs=[Value("x", "float32", (2, 8))],
-        outputs=[Value("y", "float32", None)],
-        nodes=[
-            Node("Mul", ["x", "two"], ["a"], name="mul"),
-            Node("Relu", ["a"], ["r"], name="relu"),
-            Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
-            Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
-        ],
-        initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
-    ).validate()
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 8))],
+            outputs=[Value("y", "float32", None)],
+            nodes=[
+                Node("Mul", ["x", "two"], ["a"], name="mul"),
+                Node("Relu", ["a"], ["r"], name="relu"),
+                Node("Reshape", ["r", "shape"], ["s"], name="reshape"),
+                Node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+            ],
+            initializers={"two": np.array(2.0, np.float32), "shape": np.array([4, 4], np.int64)},
+        )
+    )
 
 
 def small_reference(x):

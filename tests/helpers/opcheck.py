@@ -25,7 +25,7 @@ import tinydl
 from helpers.cases import draw
 from tinydl.ir.dtypes import dtype_name
 from tinydl.ir.graph import Graph, Node, Value
-from tinydl.ops import TensorType, schema_of
+from tinydl.ops import TensorType, schema_of, validate
 from tinydl.ops.base import InferContext
 
 
@@ -246,4 +246,4 @@ def wrap_fp16(graph: Graph) -> Graph:
             tail.append(Node("Identity", [inner], [v.name], name=f"out_{v.name}"))
         outputs.append(Value(v.name, v.dtype, v.shape))
     wrapped = Graph(inputs, outputs, nodes + body + tail, dict(graph.initializers))
-    return wrapped.validate()
+    return validate(wrapped)

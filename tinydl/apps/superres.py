@@ -46,6 +46,7 @@ import numpy as np
 
 from tinydl.errors import InvalidInputError, TinyDLError
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 SCALES = (2, 3)
 # Still images go through Pillow; anything else (GIF too: it may be animated) through FFmpeg.
@@ -139,7 +140,7 @@ def frame_graph(espcn: Graph, scale: int) -> Graph:
         name=f"superres_x{scale}",
         metadata={"scale": scale, "model": espcn.name, "color": "BT.601 full range"},
     )
-    return graph.validate()
+    return validate(graph)
 
 
 def pick_backend(name: str) -> str:

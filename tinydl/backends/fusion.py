@@ -5,20 +5,25 @@ own store. Runs on a partition's nodes when a plan is made; the graph itself is 
 The fused node keeps the conv's op and inputs, takes the last output of the chain, and carries
 `meta["bn"]` (scale, shift per output channel), `meta["epilogue"]` (activations in order) and
 `meta["d2s"]` (blocksize, mode).
+
+An activation in an epilogue or an elementwise run is (name, parameters): a name of
+tinydl.ops.activation.ACTIVATIONS and that activation's parameters (PRelu: `slope`, per output
+channel). Each GPU backend turns one into code with `render_activation` and its own snippet table
+(the WGSL or CUDA C per name), which it checks at import against ACTIVATIONS.
 """
 
 from __future__ import annotations
 
+import string
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from tinydl.ir.graph import Graph, Node
+from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
+from tinydl.ops.fused import FUSED_CONV, NO_ACTIVATION
 
-CONV_OPS = ("Conv", "ConvTranspose", "tinydl.FusedConv")
-
-
-def _scalar(graph: Graph, name: str) -> float | None:
-    arr = graph.initializers.get(name)
-    return None if arr is None or arr.size != 1 else float(arr.reshape(()))
+CONV_OPS = ("Conv", "ConvTranspose", FUSED_CONV)
 
 
 def per_channel(graph: Graph, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -37,27 +42,70 @@ def per_channel(graph: Graph, name: str, shape: tuple[int, ...]) -> np.ndarray |
 
 def activation_of(node: Node, graph: Graph, shape: tuple[int, ...]) -> tuple[str, dict] | None:
     """The epilogue form of an activation node, or None when it cannot be fused."""
-    op = node.op
-    if op in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
-        return op, {}
-    if op == "LeakyRelu":
-        return op, {"alpha": node.attrs["alpha"]}
-    if op == "HardSigmoid":
-        return op, {"alpha": node.attrs["alpha"], "beta": node.attrs["beta"]}
-    if op == "Clip":
-        bounds = {}
-        for i, key in ((1, "min"), (2, "max")):
-            name = node.inputs[i] if len(node.inputs) > i else ""
-            if name:
-                value = _scalar(graph, name)
-                if value is None:
-                    return None
-                bounds[key] = value
-        return op, bounds
-    if op == "PRelu":
+    if node.op not in ACTIVATION_OPS:
+        return None
+    params = activation_params(node, graph.initializers.get)
+    if params is None:
+        return None
+    if ACTIVATIONS[node.op].slope:
         slope = per_channel(graph, node.inputs[1], shape)
-        return None if slope is None else (op, {"slope": slope})
-    return None
+        if slope is None:
+            return None
+        params["slope"] = slope
+    return node.op, params
+
+
+def activation_supports(node: Node, graph: Graph):
+    """A GPU backend's answer for an activation node's scalar inputs (Clip's bounds): constant
+    scalars, which the kernel bakes in."""
+    from tinydl.backends.base import Support
+
+    if activation_params(node, graph.initializers.get) is None:
+        return Support(False, f"{node.op} with non-constant bounds is not implemented")
+    return Support(True)
+
+
+def activation_operands(node: Node, const) -> tuple[dict, bool]:
+    """An activation node's parameters for render_activation in an elementwise kernel, and
+    whether the kernel must pass input 1 (PRelu's slope) as its operand `a1`, the expression
+    the parameters give as the slope."""
+    params = dict(activation_params(node, const) or {})
+    slope = ACTIVATIONS[node.op].slope
+    if slope:
+        params["slope"] = "a1"
+    return params, slope
+
+
+def render_activation(
+    snippets: Mapping[str, str | tuple[str, ...]],
+    kind: str,
+    x: str,
+    params: Mapping,
+    literal: Callable[[float], str],
+    **extra: str,
+) -> str:
+    """A backend's code for activation `kind` applied to expression `x`. `snippets[kind]` is a
+    format string over {x}, the activation's parameters (numbers written with `literal`, an
+    absent one None; PRelu's `slope` is an expression, used as it is) and `extra`; or a tuple of
+    such strings applied in turn, each skipped when a parameter it names is None (Clip's
+    absent bound)."""
+    act = ACTIVATIONS[kind]
+    args: dict = {k: None if v is None else literal(v) for k, v in act.resolve(params).items()}
+    if act.slope:
+        args["slope"] = params["slope"]
+    snippet = snippets[kind]
+    for part in (snippet,) if isinstance(snippet, str) else snippet:
+        fields = {f for _, f, _, _ in string.Formatter().parse(part) if f}
+        if any(f in args and args[f] is None for f in fields):
+            continue
+        x = part.format(x=x, **args, **extra)
+    return x
+
+
+def epilogue_code(acts, code: Callable[[str, str, Mapping], str]) -> list[str]:
+    """An epilogue's activations as code over `r` (code(kind, x, params) is the backend's), a
+    PRelu's slope read from the variable `slope`."""
+    return [code(k, "r", {"slope": "slope"} if ACTIVATIONS[k].slope else p) for k, p in acts]
 
 
 def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
@@ -84,7 +132,10 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
         meta: dict = {"epilogue": []}
         label = [node.op]
         nxt = single_consumer(value)
-        plain = node.op != "tinydl.FusedConv" or node.attrs.get("activation") == "none"
+        fused_act = node.attrs.get("activation") if node.op == FUSED_CONV else NO_ACTIVATION
+        plain = fused_act == NO_ACTIVATION
+        # An epilogue has one slope (channels) buffer: one PRelu at most.
+        slopes = int(fused_act in ACTIVATIONS and ACTIVATIONS[fused_act].slope)
         if plain and nxt is not None and nxt.op == "BatchNormalization" and nxt.inputs[0] == value:
             params = [graph.initializers.get(n) for n in nxt.inputs[1:5]]
             if all(p is not None for p in params) and len(nxt.outputs) == 1:
@@ -107,8 +158,9 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
             act = None
             if len(users) == 1 and users[0].inputs[0] == value:
                 act = activation_of(users[0], graph, shape)
-            if act is None:
+            if act is None or (slopes and ACTIVATIONS[act[0]].slope):
                 break
+            slopes += ACTIVATIONS[act[0]].slope
             dropped.add(id(users[0]))
             meta["epilogue"].append(act)
             label.append(users[0].op)
@@ -148,7 +200,7 @@ def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[N
         if id(node) in dropped:
             continue
         out.append(node)
-        conv = node.op in ("Conv", "tinydl.FusedConv")
+        conv = node.op in ("Conv", FUSED_CONV)
         if not conv or "d2s" in node.meta or "residual" in node.meta:
             continue
         y = node.outputs[0]
@@ -168,7 +220,7 @@ def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[N
         after = users.get(value, [])
         if value not in keep and len(after) == 1 and after[0].inputs[0] == value:
             act = activation_of(after[0], graph, shape)
-            if act is not None and act[0] != "PRelu":
+            if act is not None and not ACTIVATIONS[act[0]].slope:
                 meta["post"] = [act]
                 dropped.add(id(after[0]))
                 label.append(after[0].op)
@@ -230,42 +282,28 @@ def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | No
     return mul if sorted(mul.inputs) == sorted([value, s]) else None
 
 
-# tinydl.FusedConv's activation attribute -> the epilogue's (op, params).
-FUSED_ACTIVATIONS = {
-    "relu": lambda a: ("Relu", {}),
-    "relu6": lambda a: ("Clip", {"min": 0.0, "max": 6.0}),
-    "clip": lambda a: ("Clip", {"min": a["min"], "max": a["max"]}),
-    "tanh": lambda a: ("Tanh", {}),
-    "sigmoid": lambda a: ("Sigmoid", {}),
-    "leaky_relu": lambda a: ("LeakyRelu", {"alpha": _or(a["alpha"], 0.01)}),
-    "hard_swish": lambda a: ("HardSwish", {}),
-    "hard_sigmoid": lambda a: (
-        "HardSigmoid",
-        {"alpha": _or(a["alpha"], 0.2), "beta": _or(a["beta"], 0.5)},
-    ),
-    "silu": lambda a: ("SiLU", {}),
-}
-
-
-def _or(value, default):
-    return default if value is None else value
+def conv_label(node: Node) -> str:
+    """Conv+Tanh+DepthToSpace: the ops a fused conv node stands for."""
+    parts = ["ConvTranspose" if node.op == "ConvTranspose" else "Conv"]
+    if node.op == FUSED_CONV and node.attrs["activation"] != NO_ACTIVATION:
+        parts.append(node.attrs["activation"])
+    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
 
 
 def epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
     """A conv node's activations in order (its FusedConv activation, then the fused chain of
     meta["epilogue"]), and a per-channel PRelu slope (or None). `b` is a backend's Build."""
     acts = []
-    if b.node.op == "tinydl.FusedConv":
-        name = b.attrs["activation"]
-        if name == "prelu":
-            slope = per_channel(b.plan.graph, b.inputs[3], b.out().shape)
-            if slope is None:
+    name = b.attrs["activation"] if b.node.op == FUSED_CONV else NO_ACTIVATION
+    if name != NO_ACTIVATION:
+        params = ACTIVATIONS[name].resolve(b.attrs)
+        if ACTIVATIONS[name].slope:
+            params["slope"] = per_channel(b.plan.graph, b.inputs[3], b.out().shape)
+            if params["slope"] is None:
                 raise ValueError(f"{b.label}: PRelu slope must be per channel")
-            acts.append(("PRelu", {"slope": slope}))
-        elif name != "none":
-            acts.append(FUSED_ACTIVATIONS[name](b.attrs))
+        acts.append((name, params))
     acts += b.node.meta.get("epilogue", [])
-    slopes = [p["slope"] for k, p in acts if k == "PRelu"]
+    slopes = [p["slope"] for k, p in acts if ACTIVATIONS[k].slope]
     if len(slopes) > 1:
         raise ValueError(f"{b.label}: at most one PRelu can be fused")
     return acts, (np.broadcast_to(slopes[0], (channels,)) if slopes else None)
@@ -332,7 +370,8 @@ def conv_transpose_geometry(b) -> tuple[np.ndarray, np.ndarray, dict]:
 
 CHAIN = "tinydl.ElementwiseChain"
 _BINARY = ("Add", "Sub", "Mul", "Div")
-_UNARY = ("Sqrt", "Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+# One-input ops: Sqrt and the activations without a slope tensor.
+_UNARY = ("Sqrt", *(k for k in ACTIVATION_OPS if not ACTIVATIONS[k].slope))
 
 
 def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> list[Node]:
@@ -461,7 +500,7 @@ def conv_supports(node: Node, graph: Graph):
         name = node.inputs[i] if len(node.inputs) > i else ""
         if name and name not in graph.initializers:
             return Support(False, f"{node.op} with {what} computed at run time is not implemented")
-    activation = node.attrs.get("activation") if node.op == "tinydl.FusedConv" else None
-    if activation is not None and activation not in (*FUSED_ACTIVATIONS, "none", "prelu"):
+    activation = node.attrs.get("activation") if node.op == FUSED_CONV else None
+    if activation is not None and activation not in (*ACTIVATIONS, NO_ACTIVATION):
         return Support(False, f"FusedConv activation {activation} not implemented")
     return Support(True)

@@ -21,6 +21,7 @@ import numpy as np
 from tinydl.errors import InvalidModelError, UnsupportedOpError
 from tinydl.ir.dtypes import ONNX_NAMES, dtype_name
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 Perm = tuple[int, ...]
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
@@ -476,7 +477,7 @@ class GraphBuilder:
             metadata=metadata,
             name=graph_name or "graph",
         )
-        graph.validate()
+        validate(graph)
         _resolve_same_padding(graph)
         return graph
 

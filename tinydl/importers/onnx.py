@@ -18,6 +18,7 @@ import numpy as np
 from tinydl.errors import InvalidModelError, UnsupportedOpError
 from tinydl.ir.dtypes import ONNX_CODES
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 MIN_OPSET, MAX_OPSET = 11, 23
 
@@ -116,7 +117,7 @@ class _Converter:
         graph = Graph(
             inputs, outputs, self.nodes, self.initializers, metadata=meta, name=g.name or "graph"
         )
-        return graph.validate()
+        return validate(graph)
 
     def _opset(self) -> int:
         versions = {o.domain: o.version for o in self.model.opset_import}

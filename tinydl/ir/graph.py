@@ -1,11 +1,15 @@
-"""Graph, Node and Value: the in-memory model every importer produces and every backend consumes."""
+"""Graph, Node and Value: the in-memory model every importer produces and every backend consumes.
+
+The IR knows no ops: validating ops, attributes and shapes takes an op set (tinydl.ops.validate
+passes tinydl's registry), so this package imports nothing of tinydl above it.
+"""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -15,6 +19,18 @@ from tinydl.ir.dtypes import DTYPES, dtype_name
 # A dimension is a concrete size, a symbol (e.g. "H") or None when nothing is known.
 Dim = int | str | None
 Shape = tuple[Dim, ...]
+
+
+class OpSet(Protocol):
+    """What Graph.validate asks of an op registry (tinydl.ops.base.REGISTRY_OPS is tinydl's)."""
+
+    def check_node(self, node: Node) -> None:
+        """Raise InvalidModelError unless the node's op is known and its attributes and arity
+        fit it; replace node.attrs by the checked attributes with every default filled in."""
+
+    def infer(self, graph: Graph) -> None:
+        """Infer every value's dtype and shape into graph.values (InvalidModelError when the
+        inputs of a node do not fit its op)."""
 
 
 @dataclass
@@ -174,13 +190,15 @@ class Graph:
         self.nodes = self.toposort()
         return self
 
-    def validate(self, infer: bool = True) -> Graph:
-        """Check structure, ops, attributes and (with `infer`) shapes; fill inferred types.
+    def validate(self, ops: OpSet | None = None, infer: bool = True) -> Graph:
+        """Check the structure (names, dtypes, node fields, no cycle, every output produced),
+        name unnamed nodes and order the nodes topologically; with `ops`, also each node's op,
+        attributes and arity, and (with `infer`) shapes, filling in the inferred types.
+        `tinydl.ops.validate(graph)` is the whole check with tinydl's registry: use it; without
+        `ops` nothing about the ops is checked.
 
         Raises InvalidModelError naming the offending node.
         """
-        from tinydl.ops import infer_graph, schema_of
-
         names = set()
         for v in self.inputs:
             if not isinstance(v.name, str) or not v.name:
@@ -208,11 +226,8 @@ class Graph:
                 node.name = _unique(f"{node.op}_{index}", taken)
                 taken.add(node.name)
             seen_names.add(node.name)
-            schema = schema_of(node.op)
-            if schema is None:
-                raise InvalidModelError(f"node '{node.name}': unknown op '{node.op}'")
-            node.attrs = schema.check_attrs(node)
-            schema.check_arity(node)
+            if ops is not None:
+                ops.check_node(node)
         order = self.toposort()
         produced = {o for n in self.nodes for o in n.outputs if o} | names | set(self.initializers)
         for v in self.outputs:
@@ -222,8 +237,8 @@ class Graph:
                 raise InvalidModelError(f"graph output '{v.name}' is not produced by any node")
             _check_value_type(v, "graph output")
         self.nodes = order
-        if infer:
-            infer_graph(self)
+        if ops is not None and infer:
+            ops.infer(self)
         return self
 
 

@@ -1,9 +1,11 @@
 """The .tdl model file: a safetensors container whose tensors are the weights and whose
 `__metadata__` holds {"format": "tinydl", "version": "1", "graph": "<graph JSON>"}.
 
-Reading validates the header, every tensor's offsets, the graph JSON's structure, every op,
-attribute and weight reference before returning; anything wrong is an InvalidModelError. Weights
-are memory-mapped read-only (no copy). Nothing in the file is ever executed.
+Reading validates the header, every tensor's offsets, the graph JSON's structure, every weight
+reference and the graph's structure before returning; anything wrong is an InvalidModelError.
+The ops, attributes and shapes are checked by the caller with the op registry
+(tinydl.load does: tinydl.ops.validate). Weights are memory-mapped read-only (no copy). Nothing
+in the file is ever executed.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ def save(graph: Graph, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> Graph:
-    """Read and validate a .tdl file; raises InvalidModelError for anything malformed."""
+    """Read a .tdl file and validate all but its ops (tinydl.load checks those too); raises
+    InvalidModelError for anything malformed."""
     path = Path(path)
     try:
         size = path.stat().st_size

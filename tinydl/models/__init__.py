@@ -34,6 +34,7 @@ def espcn_graph(layers, scale: int, name: str | None = None):
     import numpy as np
 
     from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
 
     nodes, inits, x = [], {}, "y"
     for i, (w, b) in enumerate(layers, start=1):
@@ -66,7 +67,7 @@ def espcn_graph(layers, scale: int, name: str | None = None):
         name=name or f"espcn_x{scale}",
         metadata={"scale": scale, "input": "luma (BT.601 full range) in [0, 1]"},
     )
-    return graph.validate()
+    return validate(graph)
 
 
 def load_espcn(scale: int):

@@ -1,6 +1,6 @@
 """Op registry: every op's schema, shape inference and NumPy reference, keyed by its ONNX name.
 
-Importing this package registers all op modules.
+Importing this package registers all op modules. `validate(graph)` checks a graph against it.
 """
 
 from tinydl.ops import (  # noqa: F401  (imported for their registrations)
@@ -15,6 +15,24 @@ from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     resize,
     shape,
 )
-from tinydl.ops.base import REGISTRY, Attr, OpSchema, TensorType, infer_graph, op, schema_of
+from tinydl.ops.base import (
+    REGISTRY,
+    Attr,
+    OpSchema,
+    TensorType,
+    infer_graph,
+    op,
+    schema_of,
+    validate,
+)
 
-__all__ = ["REGISTRY", "Attr", "OpSchema", "TensorType", "infer_graph", "op", "schema_of"]
+__all__ = [
+    "REGISTRY",
+    "Attr",
+    "OpSchema",
+    "TensorType",
+    "infer_graph",
+    "op",
+    "schema_of",
+    "validate",
+]

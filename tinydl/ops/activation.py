@@ -1,8 +1,22 @@
-"""Activations: Relu, Clip, LeakyRelu, PRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax."""
+"""Activations: Relu, Clip, LeakyRelu, PRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax.
+
+ACTIVATIONS (at the end) is the one table of the activations that fuse into a convolution or an
+elementwise run: tinydl.FusedConv's `activation` attribute, the optimizer's fusion pass, the GPU
+backends' epilogues and elementwise kernels and the bench peers all take their names, parameters
+and references from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from tinydl.ir.graph import Node
 from tinydl.ops.base import (
+    REGISTRY,
     Attr,
     InferContext,
     TensorType,
@@ -84,3 +98,104 @@ def softmax(x, axis):
     """Softmax along one axis (opset 13 semantics; the importer rewrites older forms)."""
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def silu(x):
+    """SiLU (swish): x * Sigmoid(x). No ONNX op; the fusions' name for that two-node pattern."""
+    return x * sigmoid(x)
+
+
+# -- the activation table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation as the fusions carry it: `name` is the ONNX op (SiLU: x * Sigmoid(x)),
+    `params` its scalar parameters with their defaults (an attribute's is its schema's; a Clip
+    bound's is None: no bound), `inputs` the parameters an ONNX node gives as constant scalar
+    inputs 1, 2, ... instead of attributes (Clip's min and max), `slope` whether it takes
+    PRelu's slope tensor (node input 1; FusedConv input 3; per channel in a GPU epilogue).
+    `reference(x, **params)`, plus `slope=` when it takes one, is the NumPy reference."""
+
+    name: str
+    reference: Callable[..., np.ndarray]
+    params: dict[str, float | None] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
+    slope: bool = False
+
+    def resolve(self, attrs: Mapping[str, Any]) -> dict[str, float | None]:
+        """This activation's parameters read from `attrs` (a FusedConv's attributes, an
+        epilogue's parameters); a missing or None one takes its default."""
+        return {
+            k: default if attrs.get(k) is None else float(attrs[k])
+            for k, default in self.params.items()
+        }
+
+    def apply(self, x: np.ndarray, params: Mapping[str, Any], slope=None) -> np.ndarray:
+        """The reference on x with `params` (resolved first) and PRelu's slope."""
+        extra = {"slope": slope} if self.slope else {}
+        return np.asarray(self.reference(x, **self.resolve(params), **extra))
+
+
+def _entry(name: str, reference, inputs: tuple[str, ...] = (), slope: bool = False) -> Activation:
+    """A table entry whose attribute parameters and defaults are the op schema's."""
+    schema = REGISTRY.get(name)
+    params = {k: a.default for k, a in schema.attrs.items()} if schema else {}
+    return Activation(name, reference, {**params, **dict.fromkeys(inputs)}, inputs, slope)
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    a.name: a
+    for a in (
+        _entry("Relu", relu),
+        _entry("Clip", clip, inputs=("min", "max")),
+        _entry("LeakyRelu", leaky_relu),
+        _entry("PRelu", prelu, slope=True),
+        _entry("HardSigmoid", hard_sigmoid),
+        _entry("HardSwish", hard_swish),
+        _entry("Sigmoid", sigmoid),
+        _entry("Tanh", tanh),
+        _entry("SiLU", silu),
+    )
+}
+# The table's names that are ops of the registry (all but SiLU, a two-node pattern).
+ACTIVATION_OPS = tuple(name for name in ACTIVATIONS if name in REGISTRY)
+# Every scalar parameter of the table (FusedConv has one optional attribute for each).
+ACTIVATION_PARAMS = tuple(dict.fromkeys(k for a in ACTIVATIONS.values() for k in a.params))
+
+
+def activation_params(
+    node: Node, const: Callable[[str], np.ndarray | None]
+) -> dict[str, float | None] | None:
+    """The parameters of activation node `node` (op in ACTIVATION_OPS): its attributes, and its
+    scalar inputs read with `const(name)` (None: not a constant; graph.initializers.get, say);
+    an omitted one is None. None when such an input is not a one-element numeric constant.
+    PRelu's slope (input 1) is the caller's."""
+    act = ACTIVATIONS[node.op]
+    params = act.resolve(node.attrs)
+    for i, key in enumerate(act.inputs, start=1):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if not name:
+            continue
+        arr = const(name)
+        if arr is None or arr.size != 1 or arr.dtype.kind not in "fiu":
+            return None
+        params[key] = float(arr.reshape(()))
+    return params
+
+
+def check_covers(
+    where: str, names: Iterable[str], refused: Mapping[str, str] | None = None, ops_only=False
+) -> None:
+    """For a backend or peer at import: its per-activation table (`names`) and the activations
+    it refuses (name -> the reason, given when a node needs one) are exactly ACTIVATIONS (with
+    `ops_only`, ACTIVATION_OPS: a table for graph nodes, which SiLU never is)."""
+    names, refused = set(names), dict(refused or {})
+    want = set(ACTIVATION_OPS if ops_only else ACTIVATIONS)
+    both = names & refused.keys()
+    if names | refused.keys() != want or both:
+        raise RuntimeError(
+            f"{where}: activation table out of step with tinydl.ops.activation.ACTIVATIONS: "
+            f"missing {sorted(want - names - refused.keys())}, "
+            f"unknown {sorted((names | refused.keys()) - want)}, both {sorted(both)}"
+        )

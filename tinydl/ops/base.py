@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.errors import InvalidModelError
-from tinydl.ir.graph import Dim, Node, Shape
+from tinydl.ir.graph import Dim, Graph, Node, Shape
 
 REQUIRED = object()
 
@@ -286,6 +286,32 @@ def normalize_axis(axis: int, rank: int) -> int:
 
 def schema_of(name: str) -> OpSchema | None:
     return REGISTRY.get(name)
+
+
+class _RegistryOps:
+    """The registry as the op set ir.Graph.validate takes."""
+
+    @staticmethod
+    def check_node(node: Node) -> None:
+        schema = REGISTRY.get(node.op)
+        if schema is None:
+            raise InvalidModelError(f"node '{node.name}': unknown op '{node.op}'")
+        node.attrs = schema.check_attrs(node)
+        schema.check_arity(node)
+
+    @staticmethod
+    def infer(graph: Graph) -> None:
+        infer_graph(graph)
+
+
+REGISTRY_OPS = _RegistryOps()
+
+
+def validate(graph: Graph, infer: bool = True) -> Graph:
+    """Check `graph` against the registry: its structure, then every node's op, attributes
+    (defaults filled in) and arity, its topological order, and (with `infer`) shapes, filling
+    in the inferred types. Returns the graph; raises InvalidModelError naming the node."""
+    return graph.validate(REGISTRY_OPS, infer=infer)
 
 
 # Constants up to this many elements are computed during shape inference (Shape→Slice→Concat).

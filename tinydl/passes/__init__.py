@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from tinydl.ir.graph import Graph, Node
+from tinydl.ops import validate
 from tinydl.passes import (
     activation_patterns,
     affine_folding,
@@ -124,7 +125,7 @@ def optimize(
 def revalidate(graph: Graph) -> Graph:
     """Order and re-type a rewritten graph (dropping the types of values that are gone)."""
     graph.values = {}
-    return graph.validate()
+    return validate(graph)
 
 
 def copy_graph(graph: Graph) -> Graph:

@@ -1,21 +1,20 @@
 """Conv + activation fusion: a Conv (with its bias) and the activation that is the only reader of
 its output become one tinydl.FusedConv (ops/fused.py).
 
-Activations: Relu, Clip (Relu6 when it clips to [0, 6]), Tanh, Sigmoid, LeakyRelu, PRelu (its
-slope becomes input 3), HardSwish, HardSigmoid, y * Sigmoid(y) as SiLU and y * HardSigmoid(y)
-with alpha 1/6, beta 0.5 as HardSwish. Bias adds and BatchNormalization have been folded into
-the Conv by the passes that run before this one.
+Activations: every op of tinydl.ops.activation.ACTIVATIONS (Clip with constant bounds; PRelu's
+slope becomes input 3), y * Sigmoid(y) as SiLU and y * HardSigmoid(y) with alpha 1/6, beta 0.5
+as HardSwish. Bias adds and BatchNormalization have been folded into the Conv by the passes that
+run before this one.
 """
 
 from __future__ import annotations
 
 from tinydl.ir.graph import Graph, Node
+from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.base import broadcast
-from tinydl.passes.rewrite import Accepts, Uses, allowed, near, repeat, scalar
+from tinydl.passes.rewrite import Accepts, Uses, allowed, near, repeat
 
 NAME = "conv_activation_fusion"
-
-_SIMPLE = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "HardSwish": "hard_swish"}
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
@@ -59,7 +58,7 @@ def _activation(graph: Graph, uses: Uses, y: str):
         attrs = _single(graph, act)
         if attrs is None or act.inputs[0] != y:
             return None
-        slope = act.inputs[1] if act.op == "PRelu" else ""
+        slope = act.inputs[1] if ACTIVATIONS[act.op].slope else ""
         if slope and not _slope_fits(graph, y, slope):
             return None
         return act, [act], attrs, slope
@@ -71,31 +70,21 @@ def _activation(graph: Graph, uses: Uses, y: str):
         if not uses.sole_reader(gate.outputs[0], mul) or gate.inputs[0] != y:
             return None
         if gate.op == "Sigmoid":
-            return mul, [gate, mul], {"activation": "silu"}, ""
+            return mul, [gate, mul], {"activation": "SiLU"}, ""
         if gate.op == "HardSigmoid" and near(gate.attrs["alpha"], 1 / 6):
             if near(gate.attrs["beta"], 0.5):
-                return mul, [gate, mul], {"activation": "hard_swish"}, ""
+                return mul, [gate, mul], {"activation": "HardSwish"}, ""
     return None
 
 
 def _single(graph: Graph, act: Node) -> dict | None:
-    if act.op in _SIMPLE:
-        return {"activation": _SIMPLE[act.op]}
-    if act.op == "LeakyRelu":
-        return {"activation": "leaky_relu", "alpha": act.attrs["alpha"]}
-    if act.op == "HardSigmoid":
-        return {"activation": "hard_sigmoid", **{k: act.attrs[k] for k in ("alpha", "beta")}}
-    if act.op == "PRelu":
-        return {"activation": "prelu"}
-    if act.op == "Clip":
-        bounds = [act.inputs[i] if len(act.inputs) > i else "" for i in (1, 2)]
-        lo, hi = (scalar(graph, b) if b else None for b in bounds)
-        if any(b and v is None for b, v in zip(bounds, (lo, hi), strict=True)):
-            return None
-        if (lo, hi) == (0, 6):
-            return {"activation": "relu6"}
-        return {"activation": "clip", "min": lo, "max": hi}
-    return None
+    """FusedConv's attributes for activation node `act`: its name and parameters."""
+    if act.op not in ACTIVATION_OPS:
+        return None
+    params = activation_params(act, graph.initializers.get)
+    if params is None:
+        return None
+    return {"activation": act.op, **params}
 
 
 def _slope_fits(graph: Graph, y: str, slope: str) -> bool:

@@ -21,8 +21,6 @@ which `Component.__new__` records.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -110,45 +108,6 @@ class Component:
         """A fresh, unopened instance built with the same constructor arguments."""
         args, kwargs = self._init_args
         return type(self)(*args, **kwargs)
-
-
-def component_class(name: str) -> type[Component]:
-    """A component class by its registered name ('Resize') or import path ('pkg.mod:Class')."""
-    import tinydl.pipeline.components  # noqa: F401  (registers the library)
-
-    if name in Component.registry:
-        return Component.registry[name]
-    module, _, attr = name.replace(":", ".").rpartition(".")
-    if module:
-        try:
-            cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise PipelineError(f"component type {name!r}: cannot import it ({exc})") from None
-        if isinstance(cls, type) and issubclass(cls, Component):
-            return cls
-        raise PipelineError(f"component type {name!r} is not a Component subclass")
-    known = ", ".join(sorted(Component.registry))
-    raise PipelineError(
-        f"unknown component type {name!r}: expected one of {known}, "
-        "or an import path such as 'mypackage.module:MyComponent'"
-    )
-
-
-def build_component(type_: str, options: dict[str, Any] | None = None) -> Component:
-    """Instantiate a component from its type name and options, naming a bad option clearly."""
-    cls = component_class(type_)
-    options = dict(options or {})
-    params = inspect.signature(cls).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        unknown = [k for k in options if k not in params]
-        if unknown:
-            raise PipelineError(
-                f"{cls.__name__}: unknown option(s) {unknown}; its options are {list(params)}"
-            )
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise PipelineError(f"{cls.__name__}: {exc}") from None
 
 
 def output_packets(

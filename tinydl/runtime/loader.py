@@ -85,8 +85,12 @@ def load(path: str | os.PathLike) -> Graph:
             ) from None
         return importlib.import_module(module).load(path)
     from tinydl.ir import tdl
+    from tinydl.ops import validate
+    from tinydl.ops.fused import upgrade_legacy_activations
 
-    return tdl.load(path)
+    graph = tdl.load(path)
+    upgrade_legacy_activations(graph)  # FusedConv activations written in snake_case before
+    return validate(graph)
 
 
 def save(graph: Graph, path: str | os.PathLike) -> None:

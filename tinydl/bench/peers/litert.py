@@ -19,9 +19,25 @@ import numpy as np
 
 from tinydl.bench.harness import Config, Model, Skip, Skipped, Target, captured_stderr
 from tinydl.bench.peers import installed, missing
+from tinydl.ops.activation import activation_params, check_covers
 
 NHWC = (0, 2, 3, 1)
 NCHW = (0, 3, 1, 2)
+# The builtin per activation op of tinydl.ops.activation.ACTIVATIONS (LeakyRelu and Clip have
+# their own writers); REFUSED_ACTIVATIONS are not written, for the reason given.
+ACTIVATIONS = {
+    "Relu": "RELU",
+    "Tanh": "TANH",
+    "Sigmoid": "LOGISTIC",
+    "HardSwish": "HARD_SWISH",
+    "LeakyRelu": "LEAKY_RELU",
+    "Clip": None,
+}
+REFUSED_ACTIVATIONS = {
+    "PRelu": "PRelu (PRELU) is not written",
+    "HardSigmoid": "HardSigmoid has no tflite builtin",
+}
+check_covers("tflite writer", ACTIVATIONS, REFUSED_ACTIVATIONS, ops_only=True)
 
 
 def _tf_same(size: int, k: int, s: int, d: int) -> tuple[int, int]:
@@ -186,26 +202,26 @@ class _Writer:
             return self.op(
                 code, [src], [self.activation(node.outputs[0])], s.BuiltinOptions.Pool2DOptions, o
             )
-        if op in ("Relu", "Tanh", "Sigmoid", "HardSwish"):
-            code = {
-                "Relu": B.RELU,
-                "Tanh": B.TANH,
-                "Sigmoid": B.LOGISTIC,
-                "HardSwish": B.HARD_SWISH,
-            }[op]
-            return self.op(code, [self.value(x)], [self.activation(node.outputs[0])])
-        if op == "LeakyRelu":
+        if op in ACTIVATIONS:
+            params = activation_params(node, g.initializers.get)
+            if params is None:
+                raise self.fail(node, "computed min/max")
+            if op == "Clip":
+                return self.clip(node, params["min"], params["max"])
+            code = getattr(B, ACTIVATIONS[op])
+            if op != "LeakyRelu":
+                return self.op(code, [self.value(x)], [self.activation(node.outputs[0])])
             o = s.LeakyReluOptionsT()
-            o.alpha = a.get("alpha", 0.01)
+            o.alpha = params["alpha"]
             return self.op(
-                B.LEAKY_RELU,
+                code,
                 [self.value(x)],
                 [self.activation(node.outputs[0])],
                 s.BuiltinOptions.LeakyReluOptions,
                 o,
             )
-        if op == "Clip":
-            return self.clip(node)
+        if op in REFUSED_ACTIVATIONS:
+            raise self.fail(node, REFUSED_ACTIVATIONS[op])
         if op == "DepthToSpace":
             r = a["blocksize"]
             c_out = self.model.shape(node.outputs[0])[1]
@@ -287,16 +303,9 @@ class _Writer:
             )
         raise self.fail(node, "op not covered")
 
-    def clip(self, node) -> None:
-        s, g = self.s, self.graph
+    def clip(self, node, lo: float | None, hi: float | None) -> None:
+        s = self.s
         B = s.BuiltinOperator
-        bounds = []
-        for i in (1, 2):
-            name = node.inputs[i] if len(node.inputs) > i else ""
-            if name and name not in g.initializers:
-                raise self.fail(node, "computed min/max")
-            bounds.append(float(g.initializers[name]) if name else None)
-        lo, hi = bounds
         out = node.outputs[0]
         if (lo, hi) in ((0.0, 6.0), (0.0, None)):
             code = B.RELU6 if hi == 6.0 else B.RELU

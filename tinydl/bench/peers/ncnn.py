@@ -19,18 +19,29 @@ import numpy as np
 
 from tinydl.bench.harness import Config, Model, Skip, Skipped, Target, captured_stderr
 from tinydl.bench.peers import installed, missing
+from tinydl.ops.activation import activation_params, check_covers
 
 BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
-ACTIVATIONS = {
-    "Relu": "ReLU",
-    "LeakyRelu": "ReLU",
-    "Tanh": "TanH",
-    "Sigmoid": "Sigmoid",
-    "Clip": "Clip",
-    "HardSwish": "HardSwish",
-    "HardSigmoid": "HardSigmoid",
-}
 PASS_THROUGH = {"Identity", "Dropout"}
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+# The ncnn layer, and its parameters from the node's (activation_params), per activation op of
+# tinydl.ops.activation.ACTIVATIONS; REFUSED_ACTIVATIONS are not written, for the reason given.
+ACTIVATIONS = {
+    "Relu": ("ReLU", lambda p: {}),
+    "LeakyRelu": ("ReLU", lambda p: {0: p["alpha"]}),
+    "Tanh": ("TanH", lambda p: {}),
+    "Sigmoid": ("Sigmoid", lambda p: {}),
+    "Clip": ("Clip", lambda p: {0: _or(p["min"], -3.4e38), 1: _or(p["max"], 3.4e38)}),
+    "HardSwish": ("HardSwish", lambda p: {0: 1 / 6, 1: 0.5}),
+    "HardSigmoid": ("HardSigmoid", lambda p: {0: p["alpha"], 1: p["beta"]}),
+}
+REFUSED_ACTIVATIONS = {"PRelu": "PRelu (ncnn's PReLU layer) is not written"}
+check_covers("ncnn writer", ACTIVATIONS, REFUSED_ACTIVATIONS, ops_only=True)
 
 
 class _Writer:
@@ -140,30 +151,18 @@ class _Writer:
         if op == "Conv":
             self.conv(node, splits)
         elif op in ACTIVATIONS:
-            params = {}
-            if op == "LeakyRelu":
-                params = {0: a.get("alpha", 0.01)}
-            elif op == "Clip":
-                lo, hi = (
-                    g.initializers.get(n) if n else None
-                    for n in (list(node.inputs) + ["", ""])[1:3]
-                )
-                if any(n and n not in g.initializers for n in node.inputs[1:]):
-                    raise self.fail(node, "computed min/max")
-                params = {
-                    0: float(lo) if lo is not None else -3.4e38,
-                    1: float(hi) if hi is not None else 3.4e38,
-                }
-            elif op == "HardSwish":
-                params = {0: 1 / 6, 1: 0.5}
-            elif op == "HardSigmoid":
-                params = {0: a.get("alpha", 0.2), 1: a.get("beta", 0.5)}
+            params = activation_params(node, g.initializers.get)
+            if params is None:
+                raise self.fail(node, "computed min/max")
+            layer, layer_params = ACTIVATIONS[op]
             self.layer(
-                ACTIVATIONS[op],
+                layer,
                 [self.take(node.inputs[0], splits)],
                 [self.new_blob(node.outputs[0])],
-                params,
+                layer_params(params),
             )
+        elif op in REFUSED_ACTIVATIONS:
+            raise self.fail(node, REFUSED_ACTIVATIONS[op])
         elif op == "DepthToSpace":
             mode = 0 if a.get("mode", "DCR") == "CRD" else 1
             self.layer(

@@ -14,6 +14,21 @@ import numpy as np
 
 from tinydl.bench.harness import Config, Model, Skip, Skipped, Target, TransferMode
 from tinydl.bench.peers import installed, missing
+from tinydl.ops.activation import activation_params, check_covers
+
+# torch per activation op of tinydl.ops.activation.ACTIVATIONS: fn(torch, x, **the node's
+# parameters) (activation_params); REFUSED_ACTIVATIONS are not run, for the reason given.
+ACTIVATIONS = {
+    "Relu": lambda t, x: t.relu(x),
+    "Clip": lambda t, x, min, max: x if min is None and max is None else t.clamp(x, min, max),
+    "LeakyRelu": lambda t, x, alpha: t.nn.functional.leaky_relu(x, alpha),
+    "HardSigmoid": lambda t, x, alpha, beta: t.clamp(alpha * x + beta, 0, 1),
+    "HardSwish": lambda t, x: t.nn.functional.hardswish(x),
+    "Sigmoid": lambda t, x: t.sigmoid(x),
+    "Tanh": lambda t, x: t.tanh(x),
+}
+REFUSED_ACTIVATIONS = {"PRelu": "PRelu is not mapped to torch"}
+check_covers("torch runner", ACTIVATIONS, REFUSED_ACTIVATIONS, ops_only=True)
 
 
 def _pads(node) -> tuple[int, ...]:
@@ -75,12 +90,13 @@ def _op_table(torch, F) -> dict[str, Any]:
 
         return dcr
 
-    def clip(node, const):
-        lo = const(1) if len(node.inputs) > 1 and node.inputs[1] else None
-        hi = const(2) if len(node.inputs) > 2 and node.inputs[2] else None
-        lo = None if lo is None else float(lo)
-        hi = None if hi is None else float(hi)
-        return lambda x, *_: torch.clamp(x, lo, hi)
+    def activation(node, const):
+        values = {name: const(i) for i, name in enumerate(node.inputs) if name}
+        params = activation_params(node, values.get)
+        if params is None:
+            raise Skip(f"torch runner: {node.op} '{node.name}' has computed min/max")
+        fn = ACTIVATIONS[node.op]
+        return lambda x, *_: fn(torch, x, **params)
 
     def gemm(node, const):
         a = node.attrs
@@ -115,17 +131,13 @@ def _op_table(torch, F) -> dict[str, Any]:
         return lambda node, const: lambda *xs: f(node.attrs, *xs)
 
     return {
+        **dict.fromkeys(ACTIVATIONS, activation),
         "Conv": conv,
         "MaxPool": pool("max"),
         "AveragePool": pool("avg"),
         "DepthToSpace": d2s,
-        "Clip": clip,
         "Gemm": gemm,
         "Reshape": reshape,
-        "Relu": simple(F.relu),
-        "Tanh": simple(torch.tanh),
-        "Sigmoid": simple(torch.sigmoid),
-        "HardSwish": simple(F.hardswish),
         "Identity": simple(lambda x: x),
         "Dropout": simple(lambda x, *_: x),
         "Add": simple(torch.add),
@@ -134,10 +146,6 @@ def _op_table(torch, F) -> dict[str, Any]:
         "Div": simple(torch.div),
         "MatMul": simple(torch.matmul),
         "GlobalAveragePool": simple(lambda x: x.mean(dim=(2, 3), keepdim=True)),
-        "LeakyRelu": with_attrs(lambda a, x: F.leaky_relu(x, a.get("alpha", 0.01))),
-        "HardSigmoid": with_attrs(
-            lambda a, x: torch.clamp(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1)
-        ),
         "Concat": with_attrs(lambda a, *xs: torch.cat(xs, a["axis"])),
         "Softmax": with_attrs(lambda a, x: torch.softmax(x, a.get("axis", -1))),
         "Transpose": with_attrs(
@@ -160,7 +168,11 @@ def graph_module(graph, device: str = "cpu", dtype: str = "float32"):
     table = _op_table(torch, F)
     missing_ops = sorted({n.op for n in graph.nodes if n.op not in table})
     if missing_ops:
-        raise Skip(f"torch runner: ops not covered: {', '.join(missing_ops)}")
+        why = [
+            f"{op} ({REFUSED_ACTIVATIONS[op]})" if op in REFUSED_ACTIVATIONS else op
+            for op in missing_ops
+        ]
+        raise Skip(f"torch runner: ops not covered: {', '.join(why)}")
     tdtype = getattr(torch, dtype)
 
     class GraphModule(torch.nn.Module):

@@ -17,8 +17,10 @@ import pkgutil
 from collections.abc import Sequence
 
 from tinydl.backends.base import Support
+from tinydl.backends.fusion import render_activation
 from tinydl.backends.planned import KernelRegistry, templates
 from tinydl.ir.graph import Graph, Node
+from tinydl.ops.activation import check_covers
 
 REGISTRY = KernelRegistry("cuda")
 kernel = REGISTRY.kernel
@@ -117,36 +119,25 @@ def store(ctype: str, expr: str) -> str:
     return f"f2h({expr})" if ctype == "half_t" else f"({ctype})({expr})"
 
 
+# CUDA C per activation of tinydl.ops.activation.ACTIVATIONS, for fusion.render_activation: {x}
+# is a float expression; the functions ending in _ are common.cuh's.
+CUDA_ACTIVATIONS = {
+    "Relu": "fmaxf({x}, 0.0f)",
+    "Clip": ("fmaxf({x}, {min})", "fminf({x}, {max})"),
+    "LeakyRelu": "leaky_({x}, {alpha})",
+    "PRelu": "leaky_({x}, {slope})",
+    "HardSigmoid": "hard_sigmoid_({x}, {alpha}, {beta})",
+    "HardSwish": "hard_swish_({x})",
+    "Sigmoid": "sigmoid_({x})",
+    "Tanh": "tanhf({x})",
+    "SiLU": "silu_({x})",
+}
+check_covers("cuda kernels", CUDA_ACTIVATIONS)
+
+
 def activation_code(kind: str, v: str, params: dict) -> str:
     """C for activation `kind` applied to float expression `v`."""
-    c = cfloat
-    if kind == "Relu":
-        return f"fmaxf({v}, 0.0f)"
-    if kind == "Clip":
-        e = v
-        if params.get("min") is not None:
-            e = f"fmaxf({e}, {c(params['min'])})"
-        if params.get("max") is not None:
-            e = f"fminf({e}, {c(params['max'])})"
-        return e
-    if kind == "LeakyRelu":
-        return f"leaky_({v}, {c(params['alpha'])})"
-    if kind == "PRelu":
-        return f"leaky_({v}, {params['slope']})"
-    if kind == "HardSigmoid":
-        return f"hard_sigmoid_({v}, {c(params['alpha'])}, {c(params['beta'])})"
-    if kind == "HardSwish":
-        return f"hard_swish_({v})"
-    if kind == "Sigmoid":
-        return f"sigmoid_({v})"
-    if kind == "Tanh":
-        return f"tanhf({v})"
-    if kind == "SiLU":
-        return f"silu_({v})"
-    raise KeyError(kind)
-
-
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "PRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+    return render_activation(CUDA_ACTIVATIONS, kind, v, params, cfloat)
 
 
 def blocks(total: int, per_block: int) -> int:

@@ -23,6 +23,7 @@ from tinydl.backends.cuda.kernels import activation_code, kernel, load, store
 from tinydl.backends.cuda.kernels.conv import FUSED, geometry
 from tinydl.backends.fusion import epilogue, fuse_runs, weights_and_bias
 from tinydl.ir.graph import Node
+from tinydl.ops.activation import ACTIVATIONS
 
 OP = "tinydl.cuda.ConvChain"
 DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
@@ -33,7 +34,7 @@ ACC_REGS = 64
 def _act_code(acts) -> list[str] | None:
     out = []
     for kind, params in acts:
-        if kind == "PRelu":
+        if ACTIVATIONS[kind].slope:
             return None
         out.append("tanh_fast_(r)" if kind == "Tanh" else activation_code(kind, "r", params))
     return out

@@ -18,9 +18,11 @@ import numpy as np
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
 from tinydl.backends.fusion import (
     as_2d,
+    conv_label,
     conv_supports,
     conv_transpose_geometry,
     epilogue,
+    epilogue_code,
     weights_and_bias,
 )
 from tinydl.ops.conv import (
@@ -28,26 +30,9 @@ from tinydl.ops.conv import (
     window_attrs,
     window_geometry,
 )
+from tinydl.ops.fused import FUSED_CONV as FUSED
 
-FUSED = "tinydl.FusedConv"
 BLOCK = 128
-
-
-def label_of(node) -> str:
-    """Conv+tanh+DepthToSpace: the ops a fused node stands for."""
-    parts = ["Conv" if node.op != "ConvTranspose" else "ConvTranspose"]
-    if node.op == FUSED and node.attrs["activation"] != "none":
-        parts.append(node.attrs["activation"])
-    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
-
-
-def epilogue_code(acts) -> list[str]:
-    out = []
-    for kind, params in acts:
-        if kind == "PRelu":
-            params = {"slope": "slope"}
-        out.append(activation_code(kind, "r", params))
-    return out
 
 
 def geometry(b):
@@ -92,7 +77,7 @@ def _block(mg: int) -> int:
 
 @kernel("Conv", FUSED, supports=conv_supports)
 def conv(b):
-    b.label = label_of(b.node)
+    b.label = conv_label(b.node)
     xi, yo = b.info(0), b.out()
     g = geometry(b)
     group = b.attrs["group"]
@@ -140,9 +125,9 @@ def conv(b):
         residual=residual is not None,
         rt=b.info(residual).ctype if residual else "float",
         rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
-        post=epilogue_code(b.node.meta.get("post", [])),
+        post=epilogue_code(b.node.meta.get("post", []), activation_code),
         has_slope=slope is not None,
-        epilogue=epilogue_code(acts),
+        epilogue=epilogue_code(acts, activation_code),
         d2s=d2s is not None,
         BS=d2s[0] if d2s else 1,
         dcr=d2s is not None and d2s[1] == "DCR",
@@ -151,7 +136,7 @@ def conv(b):
 
 @kernel("ConvTranspose", supports=conv_supports)
 def conv_transpose(b):
-    b.label = label_of(b.node)
+    b.label = conv_label(b.node)
     xi, yo = b.info(0), b.out()
     w, bias, g = conv_transpose_geometry(b)
     group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
@@ -179,5 +164,5 @@ def conv_transpose(b):
         xload=load(xi.ctype, f"xc[iy * {g['IW']} + ix]"),
         ystore=store(yo.ctype, "r"),
         has_slope=slope is not None,
-        epilogue=epilogue_code(acts),
+        epilogue=epilogue_code(acts, activation_code),
     )  # fmt: skip

@@ -15,7 +15,6 @@ import numpy as np
 
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import (
-    ACTIVATIONS,
     CTYPES,
     FLOATS,
     activation_code,
@@ -28,8 +27,14 @@ from tinydl.backends.cuda.kernels import (
     offset,
     store,
 )
-from tinydl.backends.fusion import bn_affine, bn_supports
+from tinydl.backends.fusion import (
+    activation_operands,
+    activation_supports,
+    bn_affine,
+    bn_supports,
+)
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of
+from tinydl.ops.activation import ACTIVATION_OPS
 
 BLOCK = 256
 BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
@@ -163,17 +168,15 @@ def sqrt(b):
 
 
 def _activation_supports(node, graph) -> Support:
-    if node.op == "Clip":
-        for i in (1, 2):
-            name = node.inputs[i] if len(node.inputs) > i else ""
-            if name and (name not in graph.initializers or graph.initializers[name].size != 1):
-                return Support(False, "Clip with non-constant bounds is not implemented")
+    support = activation_supports(node, graph)
+    if not support.ok:
+        return support
     if node.op in ("Relu", "Clip"):
         return _int_arithmetic(node, graph)
     return _float_only(node, graph)
 
 
-@kernel(*ACTIVATIONS, supports=_activation_supports)
+@kernel(*ACTIVATION_OPS, supports=_activation_supports)
 def activation(b):
     op = b.node.op
     ct = compute_type(b.out().dtype)
@@ -187,17 +190,9 @@ def activation(b):
             expr = f"({expr} > ({ct}){int(hi.reshape(()))} ? ({ct}){int(hi.reshape(()))} : {expr})"
         emit(b, expr, ops, b.outputs[0], ct)
         return
-    params: dict = {}
-    if op == "Clip":
-        for i, key in ((1, "min"), (2, "max")):
-            arr = b.const(i)
-            if arr is not None:
-                params[key] = float(arr.reshape(()))
-    elif op == "PRelu":
+    params, slope = activation_operands(b.node, b.plan.const)
+    if slope:
         ops.append(operand(b, 1, ct))
-        params["slope"] = "a1"
-    elif op in ("LeakyRelu", "HardSigmoid"):
-        params = dict(b.attrs)
     emit(b, activation_code(op, "a0", params), ops, b.outputs[0], ct)
 
 

@@ -14,9 +14,11 @@ import math
 import pkgutil
 
 from tinydl.backends.base import Support
+from tinydl.backends.fusion import render_activation
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of  # noqa: F401 (re-export)
 from tinydl.backends.planned import KernelRegistry, templates
 from tinydl.ir.graph import Graph, Node
+from tinydl.ops.activation import check_covers
 
 REGISTRY = KernelRegistry("webgpu")
 kernel = REGISTRY.kernel
@@ -54,41 +56,28 @@ def wgsl_float(x: float) -> str:
 # -- activations (shared by the elementwise kernels and the fused conv epilogues) ----------------
 
 
+# WGSL per activation of tinydl.ops.activation.ACTIVATIONS, for fusion.render_activation: {x}
+# is a vec{vec}<ct> (or a scalar, {t} its type) expression.
+WGSL_ACTIVATIONS = {
+    "Relu": "max({x}, {t}(0.0))",
+    "Clip": ("max({x}, {min})", "min({x}, {max})"),
+    "LeakyRelu": "select({x} * {alpha}, {x}, {x} >= {t}(0.0))",
+    "PRelu": "select({x} * {slope}, {x}, {x} >= {t}(0.0))",
+    "HardSigmoid": "clamp({x} * {alpha} + {beta}, {t}(0.0), {t}(1.0))",
+    "HardSwish": "{x} * clamp({x} * {t}(0.16666666666666666) + {t}(0.5), {t}(0.0), {t}(1.0))",
+    "Sigmoid": "sigmoid_{vec}({x})",
+    "Tanh": "tanh_{vec}({x})",
+    "SiLU": "{x} * sigmoid_{vec}({x})",
+}
+check_covers("webgpu kernels", WGSL_ACTIVATIONS)
+
+
 def activation_expr(kind: str, v: str, params: dict, vec: int = 4, ctype: str = "f32") -> str:
     """WGSL for activation `kind` applied to expression `v` (a vec`vec`<ctype>, or a scalar)."""
     t = f"vec{vec}<{ctype}>" if vec > 1 else ctype
-
-    def c(x):
-        return f"{t}({wgsl_float(x)})"
-
-    if kind == "Relu":
-        return f"max({v}, {c(0)})"
-    if kind == "Clip":
-        lo, hi = params.get("min"), params.get("max")
-        e = v
-        if lo is not None:
-            e = f"max({e}, {c(lo)})"
-        if hi is not None:
-            e = f"min({e}, {c(hi)})"
-        return e
-    if kind == "LeakyRelu":
-        return f"select({v} * {c(params['alpha'])}, {v}, {v} >= {c(0)})"
-    if kind == "PRelu":
-        return f"select({v} * {params['slope']}, {v}, {v} >= {c(0)})"
-    if kind == "HardSigmoid":
-        return f"clamp({v} * {c(params['alpha'])} + {c(params['beta'])}, {c(0)}, {c(1)})"
-    if kind == "HardSwish":
-        return f"{v} * clamp({v} * {c(1 / 6)} + {c(0.5)}, {c(0)}, {c(1)})"
-    if kind == "Sigmoid":
-        return f"sigmoid_{vec}({v})"
-    if kind == "Tanh":
-        return f"tanh_{vec}({v})"
-    if kind == "SiLU":
-        return f"{v} * sigmoid_{vec}({v})"
-    raise KeyError(kind)
-
-
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "PRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+    return render_activation(
+        WGSL_ACTIVATIONS, kind, v, params, lambda x: f"{t}({wgsl_float(x)})", t=t, vec=vec
+    )
 
 
 # Importing every module of this package registers its kernels: adding an op is adding a file.

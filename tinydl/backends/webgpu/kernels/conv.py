@@ -22,8 +22,10 @@ import numpy as np
 
 from tinydl.backends.fusion import (
     as_2d,
+    conv_label,
     conv_supports,
     conv_transpose_geometry,
+    epilogue_code,
 )
 from tinydl.backends.fusion import epilogue as _epilogue
 from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
@@ -33,8 +35,8 @@ from tinydl.ops.conv import (
     window_attrs,
     window_geometry,
 )
+from tinydl.ops.fused import FUSED_CONV as FUSED
 
-FUSED = "tinydl.FusedConv"
 # Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
 # weight mode: every thread of a workgroup reads the same weight at once).
 UNIFORM_WEIGHT_BYTES = 16 << 10
@@ -66,26 +68,9 @@ def _packed4(node, plan) -> bool:
     return direct_ok(node) and len(plan.infos[node.inputs[0]].shape) == 4
 
 
-def _epilogue_code(acts, vec: int) -> list[str]:
-    out = []
-    for kind, params in acts:
-        if kind == "PRelu":
-            params = {"slope": "slope"}
-        out.append(activation_expr(kind, "r", params, vec))
-    return out
-
-
-def _label(node) -> str:
-    """Conv+Tanh+DepthToSpace: the ops a fused node stands for."""
-    parts = ["Conv"]
-    if node.op == FUSED and node.attrs["activation"] != "none":
-        parts.append(node.attrs["activation"])
-    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
-
-
 @kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
 def conv(b):
-    b.label = _label(b.node)
+    b.label = conv_label(b.node)
     xi, yo = b.info(0), b.out()
     w, bias = _weights_and_bias(b, 0)
     kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
@@ -125,7 +110,7 @@ def _store_params(b, bias, slope, acts, oc: int):
         out_mode="d2s" if d2s else yo.layout,
         ot=yo.stype,
         has_slope=slope is not None,
-        epilogue=_epilogue_code(acts, 4),
+        epilogue=epilogue_code(acts, activation_expr),
         BS=bs,
         CO=oc // (bs * bs),
         dcr=bool(d2s) and d2s[1] == "DCR",
@@ -434,7 +419,7 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
         st=xi.stype,
         ot=yo.stype,
         has_slope=slope is not None,
-        epilogue=_epilogue_code(acts, 4),
+        epilogue=epilogue_code(acts, activation_expr),
     )
 
 
@@ -467,5 +452,5 @@ def conv_transpose(b):
         st=xi.stype,
         ot=yo.stype,
         has_slope=slope is not None,
-        epilogue=_epilogue_code(acts, 4),
+        epilogue=epilogue_code(acts, activation_expr),
     )

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinydl.backends.base import Support
-from tinydl.backends.fusion import CHAIN, bn_affine, bn_supports
+from tinydl.backends.fusion import (
+    CHAIN,
+    activation_operands,
+    activation_supports,
+    bn_affine,
+    bn_supports,
+)
 from tinydl.backends.webgpu.kernels import (
-    ACTIVATIONS,
     activation_expr,
     broadcast_strides,
     collapse,
@@ -24,6 +29,7 @@ from tinydl.backends.webgpu.kernels import (
     strides_of,
     wgsl_float,
 )
+from tinydl.ops.activation import ACTIVATION_OPS
 
 WG = 256
 BINARY = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}"}
@@ -167,33 +173,21 @@ def sqrt(b):
 
 
 def _activation_supports(node, graph) -> Support:
-    if node.op == "Clip":
-        for i in (1, 2):
-            name = node.inputs[i] if len(node.inputs) > i else ""
-            if name and (name not in graph.initializers or graph.initializers[name].size != 1):
-                return Support(False, "Clip with non-constant bounds is not implemented")
-    return _float_only(node, graph)
+    support = activation_supports(node, graph)
+    return _float_only(node, graph) if support.ok else support
 
 
-@kernel(*ACTIVATIONS, supports=_activation_supports)
+@kernel(*ACTIVATION_OPS, supports=_activation_supports)
 def activation(b):
     op = b.node.op
     ct = _ctype(b.out().dtype)
     ops = [operand(b, 0, ct)]
-    params: dict = {}
     if op == "Relu" and ct == "i32":
         emit(b, lambda vec: "max(a0, a0 * 0)", ops, b.outputs[0], ct)
         return
-    if op == "Clip":
-        for i, key in ((1, "min"), (2, "max")):
-            arr = b.const(i)
-            if arr is not None:
-                params[key] = arr.reshape(()).item()
-    elif op == "PRelu":
+    params, slope = activation_operands(b.node, b.plan.graph.initializers.get)
+    if slope:
         ops.append(operand(b, 1, ct))
-        params["slope"] = "a1"
-    elif op in ("LeakyRelu", "HardSigmoid"):
-        params = dict(b.attrs)
     emit(b, lambda vec: activation_expr(op, "a0", params, vec), ops, b.outputs[0], ct)
 
 
