@@ -52,7 +52,7 @@ def shipped_path(name: str) -> Path:
     path = folder / f"{stem}.tdl"
     if not stem or "/" in stem or "\\" in stem or not path.is_file():
         names = ", ".join(sorted(f"{SHIPPED}{p.stem}" for p in folder.glob("*.tdl")))
-        raise InvalidModelError(f"{name}: no such shipped model (shipped: {names})")
+        raise InvalidModelError(f"{name}: not shipped with tinydl (shipped: {names})")
     return path
 
 
