@@ -172,6 +172,7 @@ def test_lost_device_raises_and_a_new_session_works():
         from tinydl.errors import DeviceLostError
         from tinydl.backends.webgpu.context import get_context
         from tinydl.ir.graph import Graph, Node, Value
+        from tinydl.ops import validate
         g = validate(Graph([Value("x", "float32", (4,))], [Value("y", "float32", None)],
                   [Node("Relu", ["x"], ["y"], name="r")]))
         x = np.array([-1, 2, -3, 4], np.float32)
