@@ -117,6 +117,7 @@ case("Pow-float", "Pow", a=U(3, 4), b=N(3, 4))
 case("Pow-broadcast", "Pow", a=U(2, 3, 4), b=N(4))
 case("Pow-int-exponent", "Pow", a=N(3, 4), b=i64(2), consts={"b"})
 case("Sqrt", "Sqrt", x=U(2, 3, 4, lo=0.01, hi=9))
+case("Erf", "Erf", x=N(3, 4, 16, scale=2.0))  # both branches of the WGSL erf, both signs
 
 # -- activations ----------------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""Binary arithmetic with NumPy broadcasting: Add, Sub, Mul, Div, Pow; and Sqrt."""
+"""Binary arithmetic with NumPy broadcasting: Add, Sub, Mul, Div, Pow; and Sqrt, Erf."""
+
+import math
 
 import numpy as np
 
@@ -46,3 +48,12 @@ def pow_(a, b):
 @op("Sqrt", types="float", infer=same_as_input(0))
 def sqrt(x):
     return np.sqrt(x)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+@op("Erf", types="float", infer=same_as_input(0))
+def erf(x):
+    # math.erf in float64 (NumPy has no erf), rounded to the input's dtype
+    return _ERF(x.astype(np.float64)).astype(x.dtype)

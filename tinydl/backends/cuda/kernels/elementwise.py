@@ -167,6 +167,11 @@ def sqrt(b):
     emit(b, "sqrtf(a0)", [operand(b, 0, "float")], b.outputs[0], "float")
 
 
+@kernel("Erf", supports=_float_only)
+def erf(b):
+    emit(b, "erff(a0)", [operand(b, 0, "float")], b.outputs[0], "float")
+
+
 def _activation_supports(node, graph) -> Support:
     support = activation_supports(node, graph)
     if not support.ok:
