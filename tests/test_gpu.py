@@ -69,3 +69,38 @@ def test_each_input_shape_gets_its_own_tables(backend, rng):
         np.testing.assert_allclose(
             dev.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
         )
+
+
+def test_nan_follows_the_reference(backend, rng):
+    """A NaN pixel through Conv -> activation gives NaN where the NumPy reference does (min,
+    max and clamp may drop a NaN on GPUs; the activations use comparisons instead)."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    x = rng.standard_normal((1, 2, 8, 8)).astype(np.float32)
+    x[0, 1, 3, 4] = np.nan
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    for act, extra, inits in [
+        ("Relu", [], {}),
+        ("Clip", ["lo", "hi"], {"lo": np.float32(-0.5), "hi": np.float32(0.5)}),
+        ("HardSigmoid", [], {}),
+        ("HardSwish", [], {}),
+        ("Tanh", [], {}),
+    ]:
+        graph = validate(
+            Graph(
+                [Value("x", "float32", x.shape)],
+                [Value("y", "float32", None)],
+                [
+                    Node("Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"),
+                    Node(act, ["c", *extra], ["y"], name="act"),
+                ],
+                initializers={"w": w, **{k: np.asarray(v) for k, v in inits.items()}},
+            )
+        )
+        want = td.compile(graph, backends=("cpu",)).run({"x": x})["y"]
+        got = td.compile(graph, backends=(backend,), strict=True).run({"x": x})["y"]
+        assert np.isnan(want).sum() == 36, act  # the 3x3 windows over the NaN, 4 channels
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=act)
+        ok = ~np.isnan(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=act)

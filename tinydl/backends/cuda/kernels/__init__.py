@@ -122,8 +122,9 @@ def store(ctype: str, expr: str) -> str:
 # CUDA C per activation of tinydl.ops.activation.ACTIVATIONS, for fusion.render_activation: {x}
 # is a float expression; the functions ending in _ are common.cuh's.
 CUDA_ACTIVATIONS = {
-    "Relu": "fmaxf({x}, 0.0f)",
-    "Clip": ("fmaxf({x}, {min})", "fminf({x}, {max})"),
+    # comparisons rather than fmaxf/fminf, which drop a NaN: NaN passes through, as in NumPy
+    "Relu": "({x} < 0.0f ? 0.0f : {x})",
+    "Clip": ("({x} < {min} ? {min} : {x})", "({x} > {max} ? {max} : {x})"),
     "LeakyRelu": "leaky_({x}, {alpha})",
     "PRelu": "leaky_({x}, {slope})",
     "HardSigmoid": "hard_sigmoid_({x}, {alpha}, {beta})",

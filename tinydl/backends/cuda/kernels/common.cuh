@@ -14,11 +14,13 @@ __device__ __forceinline__ half_t f2h(float f) {
 __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu_(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float leaky_(float x, float a) { return x >= 0.0f ? x : x * a; }
+// Clamps by comparison, not fminf/fmaxf (which drop a NaN): a NaN passes through, as in NumPy.
+__device__ __forceinline__ float clamp01_(float y) { return y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y); }
 __device__ __forceinline__ float hard_sigmoid_(float x, float a, float b) {
-    return fminf(fmaxf(x * a + b, 0.0f), 1.0f);
+    return clamp01_(x * a + b);
 }
 __device__ __forceinline__ float hard_swish_(float x) {
-    return x * fminf(fmaxf(x * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f);
+    return x * clamp01_(x * (1.0f / 6.0f) + 0.5f);
 }
 // NumPy's power: a negative base gives a real result for integral exponents, NaN otherwise.
 __device__ __forceinline__ float pow_(float a, float b) {

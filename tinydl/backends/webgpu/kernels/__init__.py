@@ -59,12 +59,14 @@ def wgsl_float(x: float) -> str:
 # WGSL per activation of tinydl.ops.activation.ACTIVATIONS, for fusion.render_activation: {x}
 # is a vec{vec}<ct> (or a scalar, {t} its type) expression.
 WGSL_ACTIVATIONS = {
-    "Relu": "max({x}, {t}(0.0))",
-    "Clip": ("max({x}, {min})", "min({x}, {max})"),
+    # select on comparisons rather than max/min/clamp, whose NaN result WGSL leaves to the
+    # implementation: NaN passes through, as in NumPy
+    "Relu": "select({x}, {t}(0.0), {x} < {t}(0.0))",
+    "Clip": ("select({x}, {min}, {x} < {min})", "select({x}, {max}, {x} > {max})"),
     "LeakyRelu": "select({x} * {alpha}, {x}, {x} >= {t}(0.0))",
     "PRelu": "select({x} * {slope}, {x}, {x} >= {t}(0.0))",
-    "HardSigmoid": "clamp({x} * {alpha} + {beta}, {t}(0.0), {t}(1.0))",
-    "HardSwish": "{x} * clamp({x} * {t}(0.16666666666666666) + {t}(0.5), {t}(0.0), {t}(1.0))",
+    "HardSigmoid": "clamp01_{vec}({x} * {alpha} + {beta})",
+    "HardSwish": "{x} * clamp01_{vec}({x} * {t}(0.16666666666666666) + {t}(0.5))",
     "Sigmoid": "sigmoid_{vec}({x})",
     "Tanh": "tanh_{vec}({x})",
     "SiLU": "{x} * sigmoid_{vec}({x})",

@@ -1,6 +1,14 @@
 // Shared helpers, pasted at the top of every kernel.
-fn tanh_1(x: f32) -> f32 { return tanh(clamp(x, -10.0, 10.0)); }
-fn tanh_4(x: vec4<f32>) -> vec4<f32> { return tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0))); }
+// Bounds by select on comparisons (clamp, min and max leave a NaN's result to the
+// implementation): a NaN passes through, as in NumPy.
+fn tanh_1(x: f32) -> f32 { return tanh(select(x, sign(x) * 10.0, abs(x) > 10.0)); }
+fn tanh_4(x: vec4<f32>) -> vec4<f32> {
+    return tanh(select(x, sign(x) * vec4<f32>(10.0), abs(x) > vec4<f32>(10.0)));
+}
+fn clamp01_1(y: f32) -> f32 { return select(select(y, 0.0, y < 0.0), 1.0, y > 1.0); }
+fn clamp01_4(y: vec4<f32>) -> vec4<f32> {
+    return select(select(y, vec4<f32>(0.0), y < vec4<f32>(0.0)), vec4<f32>(1.0), y > vec4<f32>(1.0));
+}
 fn sigmoid_1(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
 fn sigmoid_4(x: vec4<f32>) -> vec4<f32> { return vec4<f32>(1.0) / (vec4<f32>(1.0) + exp(-x)); }
 // NumPy's power: a negative base gives a real result for integral exponents, NaN otherwise.
