@@ -267,7 +267,7 @@ def bench_graph(tmp_path, graph: Graph, shapes=None) -> dict[str, dict]:
     td.save(graph, path)
     report = run_bench(
         path,
-        backends=["cpu"],
+        backends=["numpy"],
         peers=["onnxruntime", "torch", "ncnn", "litert"],
         input_shapes=shapes,
         config=Config(warmup=0, runs=1, transfer_runs=0),

@@ -35,7 +35,7 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
     """fp16: conv+tanh, conv+tanh, conv+pixel shuffle run as one kernel, at tile edges too."""
     graph = espcn(tmp_path, rng)
     y = rng.random(shape, dtype=np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
     sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
     got = sess.run({"y": y})["out"]
     plan = only_plan(kernel_of(sess, "cuda"))
@@ -59,7 +59,7 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
 def test_espcn_fp32_matches_cpu(tmp_path, rng):
     graph = espcn(tmp_path, rng)
     y = rng.random((2, 1, 37, 53), dtype=np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
     got = td.compile(graph, backends=("cuda",), strict=True).run({"y": y})["out"]
     assert rel_err(got, want) <= 1e-5
 
@@ -173,7 +173,7 @@ def test_superres_frame_path_runs_whole_on_cuda(rng, precision, levels):
     from tinydl.apps.superres import Upscaler
 
     frames = rng.integers(0, 256, (2, 48, 80, 3), dtype=np.uint8)
-    cpu = Upscaler(3, backend="cpu")(frames).astype(int)
+    cpu = Upscaler(3, backend="numpy")(frames).astype(int)
     up = Upscaler(3, backend="cuda", precision=precision)
     refused = up.session.placement.refusals
     assert set(up.session.placement.nodes.values()) == {"cuda"}, refused
@@ -214,7 +214,7 @@ def residual_graph(rng, late: bool) -> Graph:
 def test_residual_add_fused_into_conv(rng, late, precision):
     graph = residual_graph(rng, late)
     x = rng.standard_normal((2, 8, 13, 21)).astype(np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"x": x})["y"]
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
     got = sess.run({"x": x})["y"]
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]

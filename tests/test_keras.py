@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras", reason="pip install 'tinydl[test]'")
 L = keras.layers
 ops = keras.ops
 
-BACKEND = os.environ.get("TINYDL_BACKEND", "cpu")
+BACKEND = os.environ.get("TINYDL_BACKEND", "numpy")
 # Keras's torch backend trips a NumPy 2 deprecation on every predict; it is theirs, not ours.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"

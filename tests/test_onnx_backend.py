@@ -81,7 +81,7 @@ class TinyDLRep(onnx.backend.base.BackendRep):
         initializers = {t.name for t in model.graph.initializer}
         self.input_names = [v.name for v in model.graph.input if v.name not in initializers]
         self.output_names = [v.name for v in model.graph.output]
-        backend = os.environ.get("TINYDL_BACKEND", "cpu")
+        backend = os.environ.get("TINYDL_BACKEND", "numpy")
         self.session = tinydl.compile(from_model(model), backends=(backend,))
 
     def run(self, inputs, **kwargs):

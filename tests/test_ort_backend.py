@@ -26,7 +26,7 @@ def test_espcn_runs_whole_on_onnxruntime_and_matches_the_reference():
     assert "tinydl.FusedConv" not in {n.op for n in sess.graph.nodes}
     x = np.random.default_rng(0).random((2, 1, 17, 23), dtype=np.float32)
     (got,) = sess.run({"y": x}).values()
-    (want,) = td.compile(graph, backends=("cpu",)).run({"y": x}).values()
+    (want,) = td.compile(graph, backends=("numpy",)).run({"y": x}).values()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -51,7 +51,7 @@ def test_a_failure_inside_onnxruntime_is_an_op_error():
         )
     )
     sess = td.compile(graph, backends=("onnxruntime",), strict=True)
-    with pytest.raises(td.OpError, match="onnxruntime failed on inputs"):
+    with pytest.raises(td.OpError, match=r"node 'reshape' \(Reshape\) failed in onnxruntime"):
         sess.run({"x": np.ones((3, 4), np.float32)})
 
 
@@ -60,18 +60,46 @@ def test_threads_option_and_fallback_of_tinydl_ops():
     saved after the optimizer) runs that node on the NumPy backend, the rest on onnxruntime."""
     from tinydl.models import load_espcn
 
-    fused = td.compile(load_espcn(3), backends=("cpu",)).graph
+    fused = td.compile(load_espcn(3), backends=("numpy",)).graph
     assert "tinydl.FusedConv" in {n.op for n in fused.nodes}
     with pytest.warns(UserWarning, match="fall back from 'onnxruntime'"):
         sess = td.compile(
             fused,
-            backends=("onnxruntime", "cpu"),
+            backends=("onnxruntime", "numpy"),
             optimize="none",
             backend_options={"onnxruntime": {"threads": 1}},
         )
     placed = {p.backend for p in sess.partitions}
-    assert placed == {"onnxruntime", "cpu"}
+    assert placed == {"onnxruntime", "numpy"}
     x = np.random.default_rng(1).random((1, 1, 9, 11), dtype=np.float32)
     (got,) = sess.run({"y": x}).values()
-    (want,) = td.compile(fused, backends=("cpu",), optimize="none").run({"y": x}).values()
+    (want,) = td.compile(fused, backends=("numpy",), optimize="none").run({"y": x}).values()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_means_the_fastest_cpu_path():
+    """backends=("cpu",) (the default) is onnxruntime with the NumPy reference after it, and
+    placement says which ran; "numpy" names the reference alone; a node onnxruntime cannot take
+    (tinydl's own fused op) runs on numpy without a fallback warning, since both are the cpu."""
+    import warnings
+
+    from tinydl.backends import cpu_path
+    from tinydl.models import load_espcn
+
+    assert cpu_path() == ("onnxruntime", "numpy")
+    graph = load_espcn(3)
+    sess = td.compile(graph)
+    assert sess.backends == ["onnxruntime", "numpy"]
+    assert set(sess.placement.counts()) == {"onnxruntime"}
+    ref = td.compile(graph, backends=("numpy",))
+    assert set(ref.placement.counts()) == {"numpy"}
+    assert "tinydl.FusedConv" in {n.op for n in ref.graph.nodes}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mixed = td.compile(ref.graph, backends=("cpu",), optimize="none")
+    assert set(mixed.placement.counts()) == {"onnxruntime", "numpy"}
+    x = np.random.default_rng(2).random((1, 1, 8, 9), dtype=np.float32)
+    (want,) = ref.run({"y": x}).values()
+    for s in (sess, mixed):
+        (got,) = s.run({"y": x}).values()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -485,7 +485,7 @@ def test_fused_conv_reference_is_conv_then_the_activation(rng, activation):
         {"x": (1, 2, 5, 5)},
         inits={"w": w, "b": b, "slope": slope},
     )
-    got = td.compile(g, optimize="none").run({"x": x})["y"]
+    got = td.compile(g, backends=("numpy",), optimize="none").run({"x": x})["y"]
     fused = {"activation", *ACTIVATION_PARAMS}
     y = conv(x, w, b, **{k: v for k, v in g.nodes[0].attrs.items() if k not in fused})
     want = y if act is None else act.apply(y, params, slope)
@@ -507,8 +507,10 @@ def test_old_fused_conv_activation_names_load_from_tdl_files(rng, tmp_path):
     attrs = loaded.nodes[0].attrs
     assert (attrs["activation"], attrs["min"], attrs["max"]) == ("Clip", 0.0, 6.0)
     x = f32(rng, 1, 2, 4, 4, scale=8)
-    want = td.compile(g, optimize="none").run({"x": x})["y"]
-    np.testing.assert_array_equal(td.compile(loaded, optimize="none").run({"x": x})["y"], want)
+    want = td.compile(g, backends=("numpy",), optimize="none").run({"x": x})["y"]
+    np.testing.assert_array_equal(
+        td.compile(loaded, backends=("numpy",), optimize="none").run({"x": x})["y"], want
+    )
 
 
 # -- the pass manager ------------------------------------------------------------------------------
@@ -550,7 +552,10 @@ def test_compile_optimizes_and_keeps_the_source_graph(rng):
         inits={"w": f32(rng, 3, 2, 1, 1)},
     )
     x = f32(rng, 1, 2, 4, 4)
-    fast, plain = td.compile(g), td.compile(g, optimize="none")
+    fast, plain = (
+        td.compile(g, backends=("numpy",)),
+        td.compile(g, backends=("numpy",), optimize="none"),
+    )
     assert fast.source_graph is g and len(g.nodes) == 2
     assert ops(fast.graph) == ["tinydl.FusedConv"] and ops(plain.graph) == ["Conv", "Relu"]
     assert fast.profile()["optimize"]["nodes_after"] == 1
@@ -594,7 +599,7 @@ def test_optimized_graph_round_trips_through_tdl(models, rng, tmp_path):
     assert ops(loaded) == ops(fast)
     x = rng.uniform(-1, 1, MODELS["ppocrv4_det"]).astype(np.float32)
     a = CPUKernel(fast).run({"x": x})
-    b = td.compile(loaded, optimize="none").run({"x": x})
+    b = td.compile(loaded, backends=("numpy",), optimize="none").run({"x": x})
     for name in a:
         np.testing.assert_array_equal(a[name], b[name])
 

@@ -46,25 +46,25 @@ def fake():
 
 
 def test_run_matches_numpy(rng):
-    sess = td.compile(small_graph(), backends=("cpu",))
+    sess = td.compile(small_graph(), backends=("numpy",))
     x = rng.standard_normal((3, 4)).astype(np.float32)
     out = sess.run({"x": x})
     assert list(out) == ["y"]
     np.testing.assert_allclose(out["y"], reference(x), rtol=1e-6)
-    assert sess.placement.counts() == {"cpu": 4}
+    assert sess.placement.counts() == {"numpy": 4}
     assert sess.outputs[0].shape == ("N", 4)
 
 
 def test_fallback_warns_once_naming_ops_and_placement_has_reasons(fake, rng):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sess = td.compile(small_graph(), backends=("fake", "cpu"))
+        sess = td.compile(small_graph(), backends=("fake", "numpy"))
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "Sigmoid" in messages[0] and "fake" in messages[0]
     p = sess.placement
-    assert p["add"] == "fake" and p["sigmoid"] == "cpu" and p["softmax"] == "fake"
+    assert p["add"] == "fake" and p["sigmoid"] == "numpy" and p["softmax"] == "fake"
     assert p.refusals["sigmoid"] == {"fake": "fake has no Sigmoid kernel"}
-    assert [part.backend for part in p.partitions] == ["fake", "cpu", "fake"]
+    assert [part.backend for part in p.partitions] == ["fake", "numpy", "fake"]
     assert p.partitions[1].inputs == ["r"] and p.partitions[1].outputs == ["s"]
     x = rng.standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x), rtol=1e-6)
@@ -75,7 +75,7 @@ def test_strict_raises_naming_refused_node(fake):
     with pytest.raises(
         td.UnsupportedOpError, match=r"sigmoid \(Sigmoid\): fake: fake has no Sigmoid"
     ):
-        td.compile(small_graph(), backends=("fake", "cpu"), strict=True)
+        td.compile(small_graph(), backends=("fake", "numpy"), strict=True)
 
 
 def test_no_backend_can_run_a_node(fake):
@@ -87,7 +87,7 @@ def test_unknown_backend_and_precision():
     with pytest.raises(td.BackendUnavailableError, match="unknown backend 'tpu'"):
         td.compile(small_graph(), backends=("tpu",))
     with pytest.raises(ValueError, match="precision"):
-        td.compile(small_graph(), precision="int3")
+        td.compile(small_graph(), backends=("numpy",), precision="int3")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_unknown_backend_and_precision():
     ],
 )
 def test_bad_feeds_name_input_expected_and_got(feeds, error, message):
-    sess = td.compile(small_graph())
+    sess = td.compile(small_graph(), backends=("numpy",))
     with pytest.raises(error, match=message):
         sess.run(feeds)
 
@@ -122,7 +122,7 @@ def test_symbolic_dims_must_agree_across_inputs():
             nodes=[Node("Add", ["a", "b"], ["c"], name="add")],
         )
     )
-    sess = td.compile(g)
+    sess = td.compile(g, backends=("numpy",))
     with pytest.raises(td.InvalidShapeError, match="'N' is 2 in input 'a'"):
         sess.run({"a": np.ones((2, 3), np.float32), "b": np.ones((5, 3), np.float32)})
 
@@ -150,9 +150,9 @@ def test_partitions_are_public():
     import tinydl as td
     from tinydl.models import load_espcn
 
-    sess = td.compile(load_espcn(3), backends=("cpu",))
+    sess = td.compile(load_espcn(3), backends=("numpy",))
     (part,) = sess.partitions
-    assert part.backend == "cpu"
+    assert part.backend == "numpy"
     assert [n.op for n in part.partition.nodes] == [n.op for n in sess.graph.nodes]
     assert set(part.partition.outputs) == {v.name for v in sess.graph.outputs}
     assert hasattr(part.kernel, "run")
@@ -167,7 +167,7 @@ def test_environment_options_are_read_into_backend_options():
     assert environment_options("cuda", {"TINYDL_CUDA_CHAIN": "16,32,256"}) == {
         "chain_tile": "16,32,256"
     }
-    assert environment_options("cpu", env) == {}
+    assert environment_options("numpy", env) == {}
 
 
 def test_public_api_lists_backends_saves_and_moves_tensors(tmp_path):
@@ -177,12 +177,12 @@ def test_public_api_lists_backends_saves_and_moves_tensors(tmp_path):
     from tinydl.models import load_espcn
 
     infos = {b.name: b for b in td.list_backends()}
-    assert {"cpu", "webgpu", "cuda"} <= set(infos)
-    assert infos["cpu"].available and infos["cpu"].devices and infos["cpu"].memory == "host"
+    assert {"numpy", "webgpu", "cuda"} <= set(infos)
+    assert infos["numpy"].available and infos["numpy"].devices and infos["numpy"].memory == "host"
     for info in infos.values():
         assert info.available == (info.reason == ""), info
     graph = load_espcn(3)
-    sess = td.compile(graph, backends=("cpu",))
+    sess = td.compile(graph, backends=("numpy",))
     path = tmp_path / "optimized.tdl"
     sess.save(path)
     again = td.load(path)
@@ -191,10 +191,10 @@ def test_public_api_lists_backends_saves_and_moves_tensors(tmp_path):
     x = np.random.default_rng(0).random((1, 1, 6, 7), dtype=np.float32)
     (name,) = [v.name for v in graph.outputs]
     want = sess.run({"y": x})[name]
-    got = td.compile(again, backends=("cpu",), optimize="none").run({"y": x}, outputs=name)
+    got = td.compile(again, backends=("numpy",), optimize="none").run({"y": x}, outputs=name)
     assert list(got) == [name]
     np.testing.assert_array_equal(got[name], want)
-    assert td.to_host(td.to_device(x, "cpu")) is not None
+    assert td.to_host(td.to_device(x, "numpy")) is not None
     if infos["webgpu"].available:
         dev = td.to_device(x, "webgpu")
         np.testing.assert_array_equal(td.to_host(dev), x)

@@ -128,12 +128,12 @@ def test_each_backend_declares_its_memory():
 def test_backends_sharing_host_memory_need_no_transfer(backends, rng):
     fake = backends(HostBackend("hostfake", {"Relu", "Tanh"}))
     g = chain("Relu", "Sigmoid", "Tanh")
-    sess = compiled(g, ("hostfake", "cpu"))
-    assert [p.backend for p in sess.placement.partitions] == ["hostfake", "cpu", "hostfake"]
-    assert sess.placement.memory == {"hostfake": HOST, "cpu": HOST}
+    sess = compiled(g, ("hostfake", "numpy"))
+    assert [p.backend for p in sess.placement.partitions] == ["hostfake", "numpy", "hostfake"]
+    assert sess.placement.memory == {"hostfake": HOST, "numpy": HOST}
     assert sess.placement.transfers == [] and sess.placement.bytes_per_run() == 0
     x = rng.standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_allclose(sess.run({"x": x})["y"], compiled(g, ("cpu",)).run({"x": x})["y"])
+    np.testing.assert_allclose(sess.run({"x": x})["y"], compiled(g, ("numpy",)).run({"x": x})["y"])
     assert sess.profile()["transfers"] == [] and fake.asked == 0
 
 
@@ -141,15 +141,15 @@ def test_backends_sharing_a_device_memory_need_no_transfer(backends, rng):
     a = backends(DeviceBackend("a", {"Relu"}, memory="dev"))
     b = backends(DeviceBackend("b", {"Tanh"}, memory="dev"))
     g = chain("Relu", "Tanh", "Sigmoid")
-    sess = compiled(g, ("a", "b", "cpu"))
+    sess = compiled(g, ("a", "b", "numpy"))
     size = 2 * 3 * 4
-    assert [p.backend for p in sess.placement.partitions] == ["a", "b", "cpu"]
+    assert [p.backend for p in sess.placement.partitions] == ["a", "b", "numpy"]
     assert sess.placement.transfers == [
         Transfer("x", HOST, "dev", size),
         Transfer("v1", "dev", HOST, size),
     ]
     x = rng.standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_allclose(sess.run({"x": x})["y"], compiled(g, ("cpu",)).run({"x": x})["y"])
+    np.testing.assert_allclose(sess.run({"x": x})["y"], compiled(g, ("numpy",)).run({"x": x})["y"])
     assert moves(sess) == [("x", HOST, "dev"), ("v1", "dev", HOST)]
     # v0 went from a's kernel to b's as it was (b's kernel asserts it is a "dev" tensor).
     assert (a.runs, b.runs) == (1, 1) and a.uploads + b.uploads == 1
@@ -158,10 +158,10 @@ def test_backends_sharing_a_device_memory_need_no_transfer(backends, rng):
 def test_each_feed_is_asked_about_once_per_run(backends, rng):
     dev = backends(DeviceBackend("dev", {"Relu", "Tanh"}))
     g = chain("Relu", "Sigmoid", "Tanh")
-    sess = compiled(g, ("dev", "cpu"))
-    assert [p.backend for p in sess.placement.partitions] == ["dev", "cpu", "dev"]
+    sess = compiled(g, ("dev", "numpy"))
+    assert [p.backend for p in sess.placement.partitions] == ["dev", "numpy", "dev"]
     x = rng.standard_normal((2, 3)).astype(np.float32)
-    want = compiled(g, ("cpu",)).run({"x": x})["y"]
+    want = compiled(g, ("numpy",)).run({"x": x})["y"]
     fed = DevTensor(x, "dev")
     for outputs in ("host", "device", ["y"], "host"):
         dev.asked = dev.uploads = dev.downloads = 0
@@ -184,16 +184,16 @@ def test_each_feed_is_asked_about_once_per_run(backends, rng):
 def test_a_device_feed_for_another_memory_moves_at_the_boundary(backends, rng):
     dev = backends(DeviceBackend("dev", {"Relu"}))
     g = chain("Sigmoid", "Tanh")  # all cpu
-    sess = compiled(g, ("dev", "cpu"))
+    sess = compiled(g, ("dev", "numpy"))
     x = rng.standard_normal((2, 3)).astype(np.float32)
     y = sess.run({"x": DevTensor(x, "dev")})["y"]
-    np.testing.assert_allclose(y, compiled(g, ("cpu",)).run({"x": x})["y"], rtol=1e-6)
+    np.testing.assert_allclose(y, compiled(g, ("numpy",)).run({"x": x})["y"], rtol=1e-6)
     assert moves(sess) == [("x", "dev", HOST)] and dev.downloads == 1
 
 
 def test_one_partition_with_device_feed_and_outputs_moves_nothing(backends, rng):
     dev = backends(DeviceBackend("dev", {"Relu", "Tanh"}))
-    sess = compiled(chain("Relu", "Tanh"), ("dev", "cpu"))
+    sess = compiled(chain("Relu", "Tanh"), ("dev", "numpy"))
     x = rng.standard_normal((2, 3)).astype(np.float32)
     fed = DevTensor(x, "dev")
     for _ in range(3):
@@ -211,22 +211,22 @@ def test_output_backends_name_the_producer(backends, rng):
     backends(DeviceBackend("dev", {"Relu", "Tanh"}))
     x = rng.standard_normal((2, 3)).astype(np.float32)
     # The device makes y, with the cpu in the middle.
-    made_on_dev = compiled(chain("Relu", "Sigmoid", "Tanh"), ("dev", "cpu"))
+    made_on_dev = compiled(chain("Relu", "Sigmoid", "Tanh"), ("dev", "numpy"))
     assert made_on_dev.output_backends == {"y": "dev"}
     assert isinstance(made_on_dev.run({"x": x}, outputs="device")["y"], DevTensor)
     # Only the cpu runs the last node.
-    made_on_cpu = compiled(chain("Relu", "Sigmoid"), ("dev", "cpu"))
-    assert made_on_cpu.output_backends == {"y": "cpu"}
+    made_on_cpu = compiled(chain("Relu", "Sigmoid"), ("dev", "numpy"))
+    assert made_on_cpu.output_backends == {"y": "numpy"}
     assert isinstance(made_on_cpu.run({"x": x}, outputs="device")["y"], np.ndarray)
     # Two outputs, one of each; v0 is also read by the cpu, and still comes back as dev's.
-    both = compiled(chain("Relu", "Sigmoid", outputs=("v0", "y")), ("dev", "cpu"))
-    assert both.output_backends == {"v0": "dev", "y": "cpu"}
+    both = compiled(chain("Relu", "Sigmoid", outputs=("v0", "y")), ("dev", "numpy"))
+    assert both.output_backends == {"v0": "dev", "y": "numpy"}
     out = both.run({"x": x}, outputs="device")
     assert isinstance(out["v0"], DevTensor) and isinstance(out["y"], np.ndarray)
     np.testing.assert_allclose(out["v0"].array, np.maximum(x, 0))
     # A copy, so callers cannot change the session's.
     both.output_backends["y"] = "dev"
-    assert both.output_backends["y"] == "cpu"
+    assert both.output_backends["y"] == "numpy"
 
 
 def test_an_input_passed_through_has_no_producer(backends, rng):
@@ -238,7 +238,7 @@ def test_an_input_passed_through_has_no_producer(backends, rng):
             [Node("Relu", ["x"], ["y"], name="relu")],
         )
     )
-    sess = compiled(g, ("dev", "cpu"))
+    sess = compiled(g, ("dev", "numpy"))
     assert sess.output_backends == {"y": "dev", "x": None}
     x = rng.standard_normal((2, 3)).astype(np.float32)
     fed = DevTensor(x, "dev")
@@ -251,7 +251,7 @@ def test_an_input_passed_through_has_no_producer(backends, rng):
 
 def test_unknown_output_names_fail_before_running(backends, rng):
     dev = backends(DeviceBackend("dev", {"Relu"}))
-    sess = compiled(chain("Relu", "Sigmoid"), ("dev", "cpu"))
+    sess = compiled(chain("Relu", "Sigmoid"), ("dev", "numpy"))
     with pytest.raises(td.InvalidInputError, match=r"unknown output\(s\) \['nope'\]"):
         sess.run({"x": np.zeros((2, 3), np.float32)}, outputs=["y", "nope"])
     assert dev.runs == 0
@@ -269,15 +269,15 @@ def test_inference_labels_device_outputs_with_their_producer(backends, rng):
     x = rng.standard_normal((2, 3)).astype(np.float32)
     for graph, owner in (
         (chain("Relu", "Sigmoid", "Tanh"), "dev"),
-        (chain("Tanh", "Sigmoid"), "cpu"),
+        (chain("Tanh", "Sigmoid"), "numpy"),
     ):
-        want = compiled(graph, ("cpu",)).run({"x": x})["y"]
+        want = compiled(graph, ("numpy",)).run({"x": x})["y"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             (dev,) = one(
-                Inference(model=graph, backends="dev,cpu", output_as="device"), [Tensor(x)]
+                Inference(model=graph, backends="dev,numpy", output_as="device"), [Tensor(x)]
             )
-        # backends[-1] would say "cpu" for both
+        # backends[-1] would say "numpy" for both
         assert isinstance(dev, DeviceTensor) and dev.backend == owner
         np.testing.assert_allclose(one(ToHost(), [dev])[0].data, want, rtol=1e-6)
 
@@ -329,10 +329,10 @@ def cpu_last() -> Graph:
 def test_gpu_and_cpu_outputs_and_owners(name, rng):
     backend = get_backend(name)
     x = rng.random((2, 8), dtype=np.float32)
-    sess = compiled(mixed(("a", "y")), (name, "cpu"))
-    assert [p.backend for p in sess.partitions] == [name, "cpu", name]
+    sess = compiled(mixed(("a", "y")), (name, "numpy"))
+    assert [p.backend for p in sess.partitions] == [name, "numpy", name]
     assert sess.output_backends == {"a": name, "y": name}
-    want = compiled(mixed(("a", "y")), ("cpu",)).run({"x": x})
+    want = compiled(mixed(("a", "y")), ("numpy",)).run({"x": x})
     out = sess.run({"x": x}, outputs="device")
     # a is also read by the cpu (read back with the compute), yet comes back as the GPU's.
     assert backend.is_device_tensor(out["a"]) and backend.is_device_tensor(out["y"])
@@ -343,8 +343,8 @@ def test_gpu_and_cpu_outputs_and_owners(name, rng):
         np.testing.assert_allclose(host[key], want[key], rtol=1e-5, atol=1e-6)
     assert ("x", HOST, name) not in moves(sess)
 
-    last = compiled(cpu_last(), (name, "cpu"))
-    assert last.output_backends == {"y": "cpu"}
+    last = compiled(cpu_last(), (name, "numpy"))
+    assert last.output_backends == {"y": "numpy"}
     y = last.run({"x": x}, outputs="device")["y"]
     assert isinstance(y, np.ndarray) and y.dtype == np.float64
     np.testing.assert_allclose(y, np.maximum(x, 0))
@@ -353,17 +353,17 @@ def test_gpu_and_cpu_outputs_and_owners(name, rng):
 @pytest.mark.parametrize("name", GPUS)
 def test_inference_on_gpu_and_cpu_labels_each_output(name, rng):
     x = rng.random((2, 8), dtype=np.float32)
-    for graph, owner in ((mixed(), name), (cpu_last(), "cpu")):
-        want = compiled(graph, ("cpu",)).run({"x": x})["y"]
+    for graph, owner in ((mixed(), name), (cpu_last(), "numpy")):
+        want = compiled(graph, ("numpy",)).run({"x": x})["y"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            inference = Inference(model=graph, backends=(name, "cpu"), output_as="device")
+            inference = Inference(model=graph, backends=(name, "numpy"), output_as="device")
             (dev,) = one(inference, [Tensor(x)])
         assert dev.backend == owner
         np.testing.assert_allclose(one(ToHost(), [dev])[0].data, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "webgpu"])
+@pytest.mark.parametrize("backend", ["numpy", "webgpu"])
 def test_big_endian_feeds_give_the_same_results(backend):
     """A big-endian float32 feed (`>f4`) holds the same numbers as a native one; every backend
     gives the same result for it (webgpu used to upload its raw bytes: off by up to 3e38)."""
@@ -381,7 +381,7 @@ def test_big_endian_feeds_give_the_same_results(backend):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "webgpu"])
+@pytest.mark.parametrize("backend", ["numpy", "webgpu"])
 def test_inputs_that_fit_symbolic_dims_but_not_the_graph(backend):
     """ESPCN takes (N, 1, H, W): a zero batch gives an empty output; a zero height fits the
     symbols but not the 5x5 convolution, an OpError on every backend (not a raw ValueError)."""
@@ -415,12 +415,12 @@ def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
     at compile when shapes are static, at run when they are symbolic; the limit is
     configurable."""
     with pytest.raises(td.BufferSizeError, match=r"node 'pad' \(Pad\).*memory limit"):
-        td.compile(_pad_model(40000, (1, 3, 8, 8)), backends=("cpu",), memory_limit=1 << 30)
-    sess = td.compile(_pad_model(40000, ("N", 3, "H", "W")), backends=("cpu",))
+        td.compile(_pad_model(40000, (1, 3, 8, 8)), backends=("numpy",), memory_limit=1 << 30)
+    sess = td.compile(_pad_model(40000, ("N", 3, "H", "W")), backends=("numpy",))
     sess.memory_limit = 1 << 30
     with pytest.raises(td.BufferSizeError, match="'y'"):
         sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
-    small = td.compile(_pad_model(2, ("N", 3, "H", "W")), backends=("cpu",), memory_limit=1 << 30)
+    small = td.compile(_pad_model(2, ("N", 3, "H", "W")), backends=("numpy",), memory_limit=1 << 30)
     assert small.run({"x": np.ones((1, 3, 8, 8), np.float32)})["y"].shape == (1, 3, 12, 12)
     resize = validate(
         Graph(
@@ -431,7 +431,7 @@ def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
         )
     )
     monkeypatch.setenv("TINYDL_MEMORY_LIMIT", "2G")
-    sess = td.compile(resize, backends=("cpu",))
+    sess = td.compile(resize, backends=("numpy",))
     assert sess.memory_limit == 2 << 30
     with pytest.raises(td.BufferSizeError, match=r"node 'resize' \(Resize\)"):
         sess.run({"x": np.ones((1, 3, 4, 4), np.float32)})
@@ -444,4 +444,4 @@ def test_absurd_allocations_are_refused_before_anything_runs(monkeypatch):
         )
     )
     with pytest.raises(td.BufferSizeError, match="up"):
-        td.compile(convt, backends=("cpu",))
+        td.compile(convt, backends=("numpy",))

@@ -109,7 +109,7 @@ def test_shipped_espcn_loads_and_upscales(scale, rng):
     assert graph.op_counts() == {"Conv": 3, "Tanh": 2, "DepthToSpace": 1}
     assert graph.parameter_count() == 64 * 25 + 64 + 32 * 64 * 9 + 32 + scale**2 * (32 * 9 + 1)
     y = rng.random((1, 1, 10, 14), dtype=np.float32)
-    out = td.compile(graph).run({"y": y})["hr"]
+    out = td.compile(graph, backends=("numpy",)).run({"y": y})["hr"]
     assert out.shape == (1, 1, 10 * scale, 14 * scale)
 
 
@@ -129,7 +129,7 @@ def test_espcn_x3_beats_bicubic_on_a_held_out_image():
     lr = np.asarray(PIL_Image.fromarray(hr).resize((w // scale, h // scale), PIL_Image.BICUBIC))
     y_lr = ((lr / 255.0) @ LUMA).astype(np.float32)
     y_hr = (hr / 255.0) @ LUMA
-    sr = td.compile(load_espcn(scale)).run({"y": y_lr[None, None]})["hr"][0, 0]
+    sr = td.compile(load_espcn(scale), backends=("numpy",)).run({"y": y_lr[None, None]})["hr"][0, 0]
     bicubic = np.asarray(PIL_Image.fromarray(y_lr, mode="F").resize((w, h), PIL_Image.BICUBIC))
     gain = psnr_y(sr, y_hr, scale) - psnr_y(bicubic, y_hr, scale)
     assert gain > 0.2, f"ESPCN x3 gains only {gain:.2f} dB over bicubic"
@@ -154,7 +154,9 @@ def test_frame_graph_colour_path_is_exact_around_a_linear_model():
         )
     )
     rgb = skimage_image("astronaut.png")[100:140, 200:260]
-    got = td.compile(frame_graph(linear, scale)).run({"frame": rgb[None]})["upscaled"][0]
+    got = td.compile(frame_graph(linear, scale), backends=("numpy",)).run({"frame": rgb[None]})[
+        "upscaled"
+    ][0]
     ref = resize(
         rgb.transpose(2, 0, 1)[None].astype(np.float32),
         None,
@@ -175,7 +177,7 @@ def test_frame_graph_colour_path_is_exact_around_a_linear_model():
 
 
 def test_frame_graph_uses_only_graph_ops():
-    graph = Upscaler(3, backend="cpu").graph
+    graph = Upscaler(3, backend="numpy").graph
     assert graph.inputs[0].dtype == "uint8" and graph.outputs[0].dtype == "uint8"
     assert set(graph.op_counts()) == {
         "Cast",
@@ -191,7 +193,7 @@ def test_frame_graph_uses_only_graph_ops():
 
 
 def test_upscaler_accepts_frames_and_batches():
-    up = Upscaler(2, backend="cpu")
+    up = Upscaler(2, backend="numpy")
     frame = skimage_image("astronaut.png")[:24, :32]
     one = up(frame)
     both = up(np.stack([frame, frame[::-1]]))
@@ -208,7 +210,7 @@ def test_cli_upscales_an_image(tmp_path, capsys):
     src = tmp_path / "cat.png"
     PIL_Image.fromarray(skimage_image("chelsea.png")[:40, :60]).save(src)
     out = tmp_path / "cat_x2.jpg"
-    assert main(["superres", str(src), "-o", str(out), "--scale", "2", "--backend", "cpu"]) == 0
+    assert main(["superres", str(src), "-o", str(out), "--scale", "2", "--backend", "numpy"]) == 0
     assert PIL_Image.open(out).size == (120, 80)
     assert "1 frame(s) 60x40 -> 120x80 (x2)" in capsys.readouterr().out
     assert not out.with_name(out.name + ".partial").exists()
@@ -222,7 +224,7 @@ def test_bundled_clip_cpu_and_webgpu_agree(tmp_path):
     output frames equal within tolerance (crf 0: x264 lossless, so only rounding differs)."""
     src = clip("carphone_pristine.mp4")
     outputs = {}
-    for backend in ("cpu", "webgpu"):
+    for backend in ("numpy", "webgpu"):
         if backend == "webgpu":
             webgpu_or_skip()
         out = tmp_path / f"{backend}.mp4"
@@ -233,7 +235,7 @@ def test_bundled_clip_cpu_and_webgpu_agree(tmp_path):
         assert frames[0].shape == (288, 352, 3)
         outputs[backend] = np.stack(frames).astype(int)
     if "webgpu" in outputs:
-        diff = np.abs(outputs["cpu"] - outputs["webgpu"])
+        diff = np.abs(outputs["numpy"] - outputs["webgpu"])
         assert diff.mean() < 0.5 and np.percentile(diff, 99.9) <= 2
 
 
@@ -242,7 +244,7 @@ def test_webgpu_frame_graph_matches_cpu():
     frames = np.stack(
         [skimage_image("chelsea.png")[:36, :44], skimage_image("coffee.png")[:36, :44]]
     )
-    cpu = Upscaler(3, backend="cpu")(frames).astype(int)
+    cpu = Upscaler(3, backend="numpy")(frames).astype(int)
     diff = np.abs(Upscaler(3, backend="webgpu")(frames).astype(int) - cpu)
     assert diff.max() <= 1 and (diff > 0).mean() < 0.01
 
@@ -251,7 +253,7 @@ def test_webgpu_frame_graph_matches_cpu_at_every_size():
     """One upscaler, frames of several sizes in turn (a plan per size): each matches the cpu
     backend (a Resize tap table cached from the first size once broke every later size)."""
     webgpu_or_skip()
-    cpu, gpu = Upscaler(3, backend="cpu"), Upscaler(3, backend="webgpu")
+    cpu, gpu = Upscaler(3, backend="numpy"), Upscaler(3, backend="webgpu")
     image = skimage_image("chelsea.png")
     for h, w in ((36, 44), (48, 64), (30, 52), (36, 44)):
         frame = image[:h, :w]
@@ -278,7 +280,7 @@ def td_upscale(src, out, scale, backend, **options):
 def test_audio_is_copied_and_frames_kept(tmp_path):
     src = make_clip(tmp_path / "tone.mp4", 10, audio="aac")
     out = tmp_path / "tone_x2.mp4"
-    summary = td_upscale(src, out, 2, "cpu")
+    summary = td_upscale(src, out, 2, "numpy")
     assert summary.audio == "aac copied"
     frames, kinds = read_video(out)
     assert sorted(kinds) == ["audio", "video"] and len(frames) == 10
@@ -291,7 +293,7 @@ def test_audio_is_copied_and_frames_kept(tmp_path):
 def test_audio_the_container_cannot_hold_is_reencoded(tmp_path):
     src = make_clip(tmp_path / "tone.mkv", 6, audio="pcm_u8")
     out = tmp_path / "tone_x3.mp4"
-    summary = td_upscale(src, out, 3, "cpu")
+    summary = td_upscale(src, out, 3, "numpy")
     assert summary.audio == "pcm_u8 re-encoded to aac"
     with av.open(str(out)) as c:
         assert c.streams.audio[0].codec_context.name == "aac"
@@ -301,10 +303,10 @@ def test_audio_the_container_cannot_hold_is_reencoded(tmp_path):
 def test_odd_sizes_are_cropped_to_even(tmp_path):
     src = make_clip(tmp_path / "odd.mp4", 2, size=(34, 22))
     out = tmp_path / "odd_x3.mp4"
-    summary = td_upscale(src, out, 3, "cpu")
+    summary = td_upscale(src, out, 3, "numpy")
     assert summary.size_out == (102, 66) and not summary.notes
     summary = td_upscale(
-        tmp_path / "odd.mp4", tmp_path / "odd_x3.mov", 3, "cpu", source_size=(33, 21)
+        tmp_path / "odd.mp4", tmp_path / "odd_x3.mov", 3, "numpy", source_size=(33, 21)
     )
     assert summary.size_out == (98, 62) and "cropped" in summary.notes[0]
 
@@ -314,7 +316,7 @@ def test_video_runs_on_the_pipeline_framework(tmp_path):
     and out, and the clip written has every frame at the upscaled size, with its audio."""
     src = make_clip(tmp_path / "seven.mp4", 7, audio="aac")
     out = tmp_path / "seven_x2.mp4"
-    summary = td_upscale(src, out, 2, "cpu", crf=0)
+    summary = td_upscale(src, out, 2, "numpy", crf=0)
     report = summary.report
     rows = {r["component"]: r for r in report.components}
     assert [(n, r["type"]) for n, r in rows.items()] == [
@@ -333,7 +335,7 @@ def test_video_runs_on_the_pipeline_framework(tmp_path):
     # The GPU backends' chain (upload -> infer on device -> download), here on the cpu
     # backend: the same frames come out.
     out2 = tmp_path / "seven_x2_transfers.mp4"
-    upscaler = Upscaler(2, backend="cpu")
+    upscaler = Upscaler(2, backend="numpy")
     summary2 = upscale_video(src, out2, upscaler, progress=False, crf=0, transfers=True)
     names = [r["component"] for r in summary2.report.components]
     assert names == ["decode", "upload", "infer", "download", "encode"]
@@ -347,7 +349,7 @@ def test_video_runs_on_the_pipeline_framework(tmp_path):
 def test_video_app_is_a_checked_pipeline_app(tmp_path):
     """video_app builds the app without running it: its graph checks and prints."""
     src = make_clip(tmp_path / "a.mp4", 2)
-    app, plan = video_app(src, tmp_path / "a_x3.mp4", Upscaler(3, backend="cpu"), progress=False)
+    app, plan = video_app(src, tmp_path / "a_x3.mp4", Upscaler(3, backend="numpy"), progress=False)
     text = app.help(file=None)
     assert "decode" in text and "VideoSource" in text and "stop on error" in text
     assert plan.size_out == (192, 144) and plan.expected == 2
@@ -355,7 +357,7 @@ def test_video_app_is_a_checked_pipeline_app(tmp_path):
 
 def test_demo_runs_on_the_bundled_clip(tmp_path, capsys):
     out = tmp_path / "demo.mp4"
-    code = main(["superres", "--demo", "-o", str(out), "--frames", "2", "--backend", "cpu", "-q"])
+    code = main(["superres", "--demo", "-o", str(out), "--frames", "2", "--backend", "numpy", "-q"])
     assert code == 0, capsys.readouterr().err
     frames, kinds = read_video(out)
     assert len(frames) == 2 and frames[0].shape == (720, 1278, 3)
@@ -392,7 +394,7 @@ def test_unreadable_and_missing_inputs(tmp_path, capsys):
 def test_scale_must_be_2_or_3(tmp_path, capsys):
     assert "invalid choice: 4" in cli_error(capsys, "superres", "x.mp4", "--scale", "4")
     with pytest.raises(td.InvalidInputError, match="scale must be one of"):
-        td_upscale(make_clip(tmp_path / "a.mp4", 1), tmp_path / "b.mp4", 4, "cpu")
+        td_upscale(make_clip(tmp_path / "a.mp4", 1), tmp_path / "b.mp4", 4, "numpy")
 
 
 def test_zero_length_video(tmp_path, capsys):
@@ -449,7 +451,7 @@ def test_failure_midway_leaves_no_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Inference, "process", failing)
     with pytest.raises(RuntimeError, match="device lost"):
-        td_upscale(src, out, 2, "cpu")
+        td_upscale(src, out, 2, "numpy")
     assert out.read_bytes() == b"an older result"
     assert not out.with_name(out.name + ".partial").exists()
 
@@ -457,8 +459,8 @@ def test_failure_midway_leaves_no_output(tmp_path, monkeypatch):
 def test_output_type_must_match_input(tmp_path):
     src = make_clip(tmp_path / "a.mp4", 1)
     with pytest.raises(td.InvalidInputError, match="video suffix"):
-        td_upscale(src, tmp_path / "a.png", 2, "cpu")
+        td_upscale(src, tmp_path / "a.png", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="unsupported video suffix"):
-        td_upscale(src, tmp_path / "a.avi", 2, "cpu")
+        td_upscale(src, tmp_path / "a.avi", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="refusing to overwrite the input"):
-        td_upscale(src, src, 2, "cpu")
+        td_upscale(src, src, 2, "numpy")

@@ -37,7 +37,7 @@ def test_espcn_fuses_into_three_dispatches(tmp_path, rng, precision):
     """conv+tanh, conv+tanh, conv+pixel shuffle: three kernels, nc4hw4 intermediates."""
     graph = espcn(tmp_path, rng)
     y = rng.random((1, 1, 36, 64), dtype=np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
     sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
     got = sess.run({"y": y})["out"]
     plan = only_plan(kernel_of(sess, "webgpu"))
@@ -224,15 +224,15 @@ def test_refused_nodes_fall_back_with_a_reason():
         )
     )
     with pytest.warns(UserWarning, match="fall back"):
-        sess = td.compile(graph, backends=("webgpu", "cpu"))
-    assert sess.placement["relu"] == "webgpu" and sess.placement["cast"] == "cpu"
+        sess = td.compile(graph, backends=("webgpu", "numpy"))
+    assert sess.placement["relu"] == "webgpu" and sess.placement["cast"] == "numpy"
     assert "int64" in sess.placement.refusals["cast"]["webgpu"]
     x = np.array([[-1.5, 2.5, 3.0], [4.0, -5.0, 6.5]], np.float32)
     out = sess.run({"x": x})
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
     np.testing.assert_array_equal(out["s"], x.astype(np.int64))
     with pytest.raises(UnsupportedOpError):
-        td.compile(graph, backends=("webgpu", "cpu"), strict=True)
+        td.compile(graph, backends=("webgpu", "numpy"), strict=True)
 
 
 def test_fp16_accumulation_is_opt_in(tmp_path, rng, monkeypatch):
@@ -240,7 +240,7 @@ def test_fp16_accumulation_is_opt_in(tmp_path, rng, monkeypatch):
         pytest.skip("the adapter lacks shader-f16")
     graph = espcn(tmp_path, rng)
     y = rng.random((1, 1, 20, 24), dtype=np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"y": y})["out"]
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
     monkeypatch.setenv("TINYDL_WEBGPU_ACCUMULATE", "f16")
     sess = td.compile(graph, backends=("webgpu",), precision="fp16", strict=True)
     assert rel_err(sess.run({"y": y})["out"], want) <= 2e-2
@@ -293,7 +293,7 @@ def test_fused_conv_matches_its_reference(rng, activation, group):
         )
     )
     x = rng.standard_normal((1, 8, 9, 10)).astype(np.float32) * 2
-    want = td.compile(graph, backends=("cpu",), optimize="none").run({"x": x})["y"]
+    want = td.compile(graph, backends=("numpy",), optimize="none").run({"x": x})["y"]
     got = td.compile(graph, backends=("webgpu",), strict=True, optimize="none").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -354,7 +354,7 @@ def test_winograd_matches_numpy(
     shape = (1, 1 if first else c, *hw)
     graph = _conv3x3_graph(rng, c, oc, shape, pads, act, first, d2s)
     x = rng.standard_normal(shape).astype(np.float32)
-    want = td.compile(graph, backends=("cpu",)).run({"x": x})
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})
     used = []
     real = conv._winograd
     monkeypatch.setattr(conv, "_winograd", lambda b, *a: used.append(b.node.name) or real(b, *a))
@@ -395,7 +395,7 @@ def test_elementwise_run_is_one_dispatch(rng):
         "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
         "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
     }
-    want = td.compile(graph, backends=("cpu",)).run(feeds)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
     for precision in ("fp32", "fp16"):
         sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
         got = sess.run(feeds)

@@ -4,7 +4,7 @@
     check_op({"op": "Relu", "inputs": {"x": x}}, rtol=1e-5, atol=1e-5)
 
 A node spec is the keyword arguments of `node_model`; a full onnx.ModelProto works too (then pass
-`feeds`). tinydl runs the model through `tinydl.load` + `tinydl.compile(backends=("cpu",))`.
+`feeds`). tinydl runs the model through `tinydl.load` + `tinydl.compile(backends=("numpy",))`.
 For a one-node model the op's NumPy reference is also run directly on the node as written (the
 importer may rewrite it), and its shape inference is checked on concrete and on symbolic dims.
 """
@@ -85,7 +85,7 @@ def run_tinydl(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
         onnx.save(model, path)
-        sess = tinydl.compile(tinydl.load(path), backends=("cpu",))
+        sess = tinydl.compile(tinydl.load(path), backends=("numpy",))
     outs = sess.run(dict(feeds))
     return [np.asarray(outs[o.name]) for o in model.graph.output]
 

@@ -10,13 +10,33 @@ from tinydl.errors import BackendUnavailableError
 
 # name -> "module:Class"; modules import their heavy libraries lazily.
 KNOWN: dict[str, str] = {
-    "cpu": "tinydl.backends.cpu:CPUBackend",
+    "numpy": "tinydl.backends.cpu:CPUBackend",
     "onnxruntime": "tinydl.backends.cpu.ort:OrtBackend",
     "webgpu": "tinydl.backends.webgpu:WebGPUBackend",
     "cuda": "tinydl.backends.cuda:CUDABackend",
 }
 
 BUILT_IN = frozenset(KNOWN)
+# "cpu" is the fastest CPU path this install has: onnxruntime where it is installed, with the
+# NumPy reference (which runs every op) after it; "numpy" names the reference alone.
+CPU = "cpu"
+
+
+def cpu_path() -> tuple[str, ...]:
+    """What "cpu" means here: ("onnxruntime", "numpy"), or ("numpy",) without onnxruntime."""
+    return ("onnxruntime", "numpy") if get_backend("onnxruntime").available() else ("numpy",)
+
+
+def expand(names) -> list[str]:
+    """Backend names with "cpu" replaced by the CPU path (`cpu_path`), duplicates dropped."""
+    out: list[str] = []
+    for name in names:
+        for n in cpu_path() if name == CPU else (name,):
+            if n not in out:
+                out.append(n)
+    return out
+
+
 _instances: dict[str, Backend] = {}
 
 
@@ -30,15 +50,18 @@ def unregister_backend(name: str) -> None:
     """Forget a registered instance; a built-in backend stays known (a fresh instance is made
     on next use), a plug-in is gone."""
     _instances.pop(name, None)
-    if name not in BUILT_IN:
+    if name not in BUILT_IN and name != CPU:
         KNOWN.pop(name, None)
 
 
 def get_backend(name: str) -> Backend:
-    """The backend instance for `name`; BackendUnavailableError if unknown."""
+    """The backend instance for `name`; BackendUnavailableError if unknown. "cpu" gives the NumPy
+    backend (host memory: what a caller moving tensors to or from the CPU needs)."""
+    if name == CPU:
+        name = "numpy"
     if name not in KNOWN:
         raise BackendUnavailableError(
-            f"unknown backend {name!r}: expected one of {', '.join(KNOWN)}"
+            f"unknown backend {name!r}: expected one of {', '.join([CPU, *KNOWN])}"
         )
     if name not in _instances:
         module, cls = KNOWN[name].split(":")
@@ -98,7 +121,10 @@ def to_host(tensor):
 
 
 __all__ = [
+    "CPU",
     "BackendInfo",
+    "cpu_path",
+    "expand",
     "list_backends",
     "to_device",
     "to_host",

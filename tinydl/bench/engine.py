@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tinydl.backends.base import HOST
 from tinydl.bench.harness import Config, Model, Skip, Target, TransferMode
 
 
@@ -23,7 +24,7 @@ class TinydlTarget(Target):
     def __init__(self, backend: str, model: Model, config: Config):
         super().__init__(f"tinydl/{backend}", model, config)
         self.backend_name = backend
-        self.backends = (backend,) if backend == "cpu" else (backend, "cpu")
+        self.backends = (backend, "cpu")
         self.graph = None
         self._backend = None
 
@@ -59,7 +60,7 @@ class TinydlTarget(Target):
         return [out[name] for name in self.model.output_names]
 
     def gpu_timer(self, inst):
-        if self.backend_name == "cpu":
+        if self._backend.memory == HOST:
             return None
         self.gpu_note = f"n/a: backend '{self.backend_name}' reports no device timestamps"
         backend = self._backend
@@ -78,7 +79,7 @@ class TinydlTarget(Target):
         return once
 
     def transfer_modes(self) -> dict[str, TransferMode]:
-        if self.backend_name == "cpu":
+        if self._backend.memory == HOST:
             return {}
         backend = self._backend
         sync = getattr(backend, "sync", None)

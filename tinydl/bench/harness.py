@@ -6,7 +6,7 @@ For each target, in order:
    target can tell: `device_init` (library import and device or context creation), `model_load`,
    `compile_cold`, `first_run`, then a second instance: `compile_warm`, `first_run_warm` (what
    the process's caches save; lazy compilers such as torch.compile do their work in a first run);
-2. the output check against tinydl's own (the cpu backend's) output: a mismatch is reported and
+2. the output check against tinydl's NumPy reference (the numpy backend): a mismatch is reported and
    the target gets no times;
 3. latency with inputs and outputs on the host (wall), and for GPU targets the GPU-resident time
    of the same model from device timestamps;
@@ -490,14 +490,18 @@ def prepare_model(
             f"{[v.name for v in graph.inputs]}"
         )
     feeds = make_feeds(graph, shapes, seed)
-    session = td.compile(graph, backends=("cpu",))
+    session = td.compile(graph, backends=("numpy",))  # the reference every backend is held to
     out = session.run(feeds)
     reference = [np.asarray(out[v.name]) for v in graph.outputs]
     return Model(path, graph, feeds, reference, workdir)
 
 
 def resolve_model(spec: str) -> Path:
-    """A model file, or the name of a model tinydl ships (espcn_x2, espcn_x3)."""
+    """A model file, or the name of a model tinydl ships (tinydl:espcn_x3, or espcn_x3)."""
+    if spec.startswith("tinydl:"):
+        from tinydl.runtime.loader import shipped_path
+
+        return shipped_path(spec)
     path = Path(spec)
     if path.exists() or path.suffix:
         return path
@@ -525,7 +529,7 @@ def run_bench(
     backends: tinydl backend names (default: every known backend; unavailable ones are
     reported as skipped). peers: from tinydl.bench.peers.PEERS (default: all of them).
     """
-    from tinydl.backends import KNOWN
+    from tinydl.backends import CPU, KNOWN
     from tinydl.bench import machine
     from tinydl.bench.engine import tinydl_targets
     from tinydl.bench.peers import PEERS, peer_targets
@@ -534,9 +538,9 @@ def run_bench(
     log = log or (lambda _msg: None)
     backends = list(KNOWN) if backends is None else list(backends)
     peers = list(PEERS) if peers is None else list(peers)
-    unknown = [b for b in backends if b not in KNOWN]
+    unknown = [b for b in backends if b not in KNOWN and b != CPU]
     if unknown:
-        raise InvalidInputError(f"unknown backend(s) {unknown}: expected some of {list(KNOWN)}")
+        raise InvalidInputError(f"unknown backend(s) {unknown}: expected some of {[CPU, *KNOWN]}")
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         raise InvalidInputError(f"unknown peer(s) {unknown}: expected some of {list(PEERS)}")
@@ -544,7 +548,7 @@ def run_bench(
     with tempfile.TemporaryDirectory(prefix="tinydl-bench-") as tmp:
         mdl = prepare_model(resolve_model(str(model)), input_shapes or {}, cfg.seed, Path(tmp))
         shapes = {n: list(a.shape) for n, a in mdl.feeds.items()}
-        log(f"model {mdl.path.name}: inputs {shapes}; reference: tinydl cpu backend")
+        log(f"model {mdl.path.name}: inputs {shapes}; reference: tinydl's numpy backend")
         targets = tinydl_targets(backends, mdl, cfg) + peer_targets(peers, mdl, cfg)
         records = []
         for target in targets:

@@ -166,7 +166,7 @@ def _summary(report: dict) -> list[str]:
         f"model: {m['path']} ({m['parameters']:,} parameters); input {shapes} -> {outs}",
         f"runs: {cfg['warmup']} warm-up + {cfg['runs']} timed; precision {cfg['precision']}; "
         f"CPU threads {cfg['threads']}; output check: relative error <= {cfg['tolerance']:.0e} "
-        "against tinydl's cpu backend",
+        "against tinydl's NumPy reference (the numpy backend)",
         f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB; "
         f"GPU: {gpus or 'none (nvidia-smi not found)'}; {mach['platform']}"
         + (f"; load average at the end {load[0]}" if load else ""),

@@ -2,7 +2,7 @@
 
 The graph optimizer creates them (tinydl/passes/conv_activation_fusion.py); nothing imports them
 from a model file. The reference is the unfused ops run one after the other, so a fused graph
-computes exactly what the original did on the cpu backend.
+computes exactly what the original did on the numpy backend.
 """
 
 from tinydl.ops.activation import ACTIVATION_PARAMS, ACTIVATIONS

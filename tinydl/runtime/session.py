@@ -80,6 +80,13 @@ class Session:
             backends = tuple(b.strip() for b in backends.split(",") if b.strip())
         if not backends:
             raise BackendUnavailableError("no backend requested: pass backends=('cpu',) or others")
+        from tinydl.backends import CPU, expand
+
+        self.requested = list(backends)
+        # Backends that stand for one requested name ("cpu": onnxruntime, then numpy): a node
+        # that goes from the first to another of them is no fallback.
+        first_group = set(expand([backends[0]])) if backends[0] == CPU else {backends[0]}
+        backends = expand(backends)
         chosen = []
         for name in backends:
             backend = get_backend(name)
@@ -97,6 +104,7 @@ class Session:
         self.precision = precision
         self.backends = [b.name for b in chosen]
         self._backends = {b.name: b for b in chosen}
+        self._first_group = first_group
         t_opt = time.perf_counter()
         self.placement: Placement = partition(graph, chosen, min_partition_size)
         self._report_fallbacks(strict)
@@ -201,11 +209,15 @@ class Session:
             )
 
     def _report_fallbacks(self, strict: bool) -> None:
-        fallbacks = self.placement.fallbacks()
+        fallbacks = {
+            n: why
+            for n, why in self.placement.fallbacks().items()
+            if self.placement.nodes[n] not in self._first_group
+        }
         if not fallbacks:
             return
         ops = sorted({self.placement.ops[n] for n in fallbacks})
-        first = self.backends[0]
+        first = self.requested[0]
         if strict:
             detail = "\n  ".join(
                 f"{n} ({self.placement.ops[n]}): {'; '.join(f'{b}: {r}' for b, r in why.items())}"

@@ -1,5 +1,6 @@
-"""The cpu backend: NumPy only. It runs every op in tinydl.ops with that op's reference code,
-so it is both the reference other backends are tested against and the fallback."""
+"""The numpy backend: NumPy only. It runs every op in tinydl.ops with that op's reference code,
+so it is both the reference other backends are tested against and the last fallback. ort.py
+beside it is the fast CPU path (onnxruntime); backends=("cpu",) means both, fast path first."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _failed(node, args, exc: Exception) -> str:
 
 
 class CPUBackend(Backend):
-    name = "cpu"
+    name = "numpy"
     memory = HOST
 
     def available(self) -> bool:

@@ -15,6 +15,7 @@ machine's cores, as onnxruntime chooses), "optimization" ("all" (default), "exte
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ class OrtKernel(Kernel):
         )
         if extra.get("threads"):
             so.intra_op_num_threads = int(extra["threads"])
-        so.log_severity_level = 3  # errors only: no per-session warnings on stderr
+        so.log_severity_level = 4  # failures come back as exceptions; nothing on stderr
         self.graph = graph
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
@@ -63,10 +64,20 @@ class OrtKernel(Kernel):
     def run(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         try:
             outs = self.session.run(self.output_names, {n: inputs[n] for n in self.input_names})
-        except Exception as exc:  # noqa: BLE001 - reported as tinydl's error, naming the inputs
-            given = ", ".join(f"{n} {inputs[n].dtype}{list(inputs[n].shape)}" for n in inputs)
-            raise OpError(f"onnxruntime failed on inputs [{given}]: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - reported as tinydl's error, naming the node
+            raise OpError(_failed(str(exc), inputs)) from exc
         return dict(zip(self.output_names, outs, strict=True))
+
+
+def _failed(message: str, inputs: dict[str, Any]) -> str:
+    """onnxruntime's failure as tinydl says it: the node, its op and what it was given."""
+    given = ", ".join(f"{n} {a.dtype}{tuple(a.shape)}" for n, a in inputs.items())
+    found = re.search(r"running (\S+) node\. Name:'([^']*)' Status Message: (.*)", message, re.S)
+    if found is None:
+        return f"onnxruntime failed on inputs [{given}]: {message.strip()}"
+    op, name, status = found.groups()
+    status = status.strip().split(" was false. ")[-1]  # drop the source location and check
+    return f"node '{name}' ({op}) failed in onnxruntime (partition inputs [{given}]): {status}"
 
 
 class OrtBackend(Backend):
