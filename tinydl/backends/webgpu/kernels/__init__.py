@@ -59,10 +59,13 @@ def wgsl_float(x: float) -> str:
 # WGSL per activation of tinydl.ops.activation.ACTIVATIONS, for fusion.render_activation: {x}
 # is a vec{vec}<ct> (or a scalar, {t} its type) expression.
 WGSL_ACTIVATIONS = {
-    # select on comparisons rather than max/min/clamp, whose NaN result WGSL leaves to the
-    # implementation: NaN passes through, as in NumPy
-    "Relu": "select({x}, {t}(0.0), {x} < {t}(0.0))",
-    "Clip": ("select({x}, {min}, {x} < {min})", "select({x}, {max}, {x} > {max})"),
+    # max, min and clamp leave a NaN's result to the implementation: NaN is passed through
+    # explicitly (isnan_ tests its bits), as in NumPy
+    "Relu": "select(max({x}, {t}(0.0)), {x}, isnan_{vec}({x}))",
+    "Clip": (
+        "select(max({x}, {min}), {x}, isnan_{vec}({x}))",
+        "select(min({x}, {max}), {x}, isnan_{vec}({x}))",
+    ),
     "LeakyRelu": "select({x} * {alpha}, {x}, {x} >= {t}(0.0))",
     "PRelu": "select({x} * {slope}, {x}, {x} >= {t}(0.0))",
     "HardSigmoid": "clamp01_{vec}({x} * {alpha} + {beta})",

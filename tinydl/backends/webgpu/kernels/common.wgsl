@@ -1,13 +1,18 @@
 // Shared helpers, pasted at the top of every kernel.
-// Bounds by select on comparisons (clamp, min and max leave a NaN's result to the
-// implementation): a NaN passes through, as in NumPy.
-fn tanh_1(x: f32) -> f32 { return tanh(select(x, sign(x) * 10.0, abs(x) > 10.0)); }
+// clamp, min and max leave a NaN's result to the implementation (NVIDIA's drops it): a NaN is
+// passed through explicitly, as in NumPy.
+fn tanh_1(x: f32) -> f32 { return select(tanh(clamp(x, -10.0, 10.0)), x, isnan_1(x)); }
 fn tanh_4(x: vec4<f32>) -> vec4<f32> {
-    return tanh(select(x, sign(x) * vec4<f32>(10.0), abs(x) > vec4<f32>(10.0)));
+    return select(tanh(clamp(x, vec4<f32>(-10.0), vec4<f32>(10.0))), x, isnan_4(x));
 }
-fn clamp01_1(y: f32) -> f32 { return select(select(y, 0.0, y < 0.0), 1.0, y > 1.0); }
+// NaN by its bits: a comparison of x with itself may be folded away by a driver.
+fn isnan_1(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn isnan_4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+fn clamp01_1(y: f32) -> f32 { return select(clamp(y, 0.0, 1.0), y, isnan_1(y)); }
 fn clamp01_4(y: vec4<f32>) -> vec4<f32> {
-    return select(select(y, vec4<f32>(0.0), y < vec4<f32>(0.0)), vec4<f32>(1.0), y > vec4<f32>(1.0));
+    return select(clamp(y, vec4<f32>(0.0), vec4<f32>(1.0)), y, isnan_4(y));
 }
 fn sigmoid_1(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
 fn sigmoid_4(x: vec4<f32>) -> vec4<f32> { return vec4<f32>(1.0) / (vec4<f32>(1.0) + exp(-x)); }
