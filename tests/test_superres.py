@@ -186,10 +186,42 @@ def test_frame_graph_uses_only_graph_ops():
         "Slice",
         "Tanh",
         "DepthToSpace",
-        "Resize",
+        "Pad",
         "Concat",
         "Clip",
     }
+
+
+@pytest.mark.parametrize("scale", [2, 3])
+def test_chroma_filters_are_cubic_resize(scale, rng):
+    """The frame graph's chroma path (edge Pad, a filter per phase, pixel shuffle) computes what
+    Resize in cubic mode computes, borders included."""
+    import tinydl as td
+    from tinydl.apps.superres import CHROMA_RESIZE, cubic_phases
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    x = rng.random((1, 2, 13, 17), dtype=np.float32)
+    scales = np.array([1, 1, scale, scale], np.float32)
+    resize = Node("Resize", ["x", "", "s"], ["y"], dict(CHROMA_RESIZE))
+    spec = ([Value("x", "float32", x.shape)], [Value("y", "float32", None)])
+    want = td.compile(
+        validate(Graph(*spec, [resize], initializers={"s": scales})), backends=("numpy",)
+    )
+    phases, pad = cubic_phases(scale)
+    k = phases.shape[1]
+    w = (phases[:, None, :, None] * phases[None, :, None, :]).reshape(scale * scale, 1, k, k)
+    nodes = [
+        Node("Pad", ["x", "p"], ["xp"], {"mode": "edge"}),
+        Node("Conv", ["xp", "w"], ["c"], {"group": 2}),
+        Node("DepthToSpace", ["c"], ["y"], {"blocksize": scale, "mode": "CRD"}),
+    ]
+    inits = {
+        "p": np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64),
+        "w": np.tile(w, (2, 1, 1, 1)).astype(np.float32),
+    }
+    got = td.compile(validate(Graph(*spec, nodes, initializers=inits)), backends=("numpy",))
+    np.testing.assert_allclose(got.run({"x": x})["y"], want.run({"x": x})["y"], atol=1e-6)
 
 
 def test_upscaler_accepts_frames_and_batches():
