@@ -93,3 +93,24 @@ def test_read_image_errors(tmp_path):
     bad.write_bytes(b"\x89PNG\r\n\x1a\nnope")
     with pytest.raises(InvalidInputError, match="not a readable image"):
         read_image(bad)
+
+
+def test_high_bit_depth_and_alpha_images(tmp_path):
+    """A 16-bit gray PNG keeps its grey (Pillow's own conversion made mid-grey nearly white), a
+    float TIFF in 0..1 is not black, and dropping an alpha channel is said, not silent."""
+    from PIL import Image
+
+    gray16 = np.full((6, 8), 32768, np.uint16)
+    gray16[0, 0] = 65535
+    Image.fromarray(gray16).save(tmp_path / "g16.png")
+    got = read_image(tmp_path / "g16.png", 3)
+    assert got.shape == (6, 8, 3) and got[1, 1].tolist() == [128, 128, 128]
+    assert got[0, 0].tolist() == [255, 255, 255]
+    Image.fromarray(np.full((4, 5), 0.5, np.float32), "F").save(tmp_path / "f.tiff")
+    assert read_image(tmp_path / "f.tiff", 1)[..., 0].tolist() == [[128] * 5] * 4
+    rgba = np.zeros((3, 4, 4), np.uint8)
+    rgba[..., :3], rgba[..., 3] = 200, 10
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+    with pytest.warns(UserWarning, match="alpha channel is dropped"):
+        assert read_image(tmp_path / "a.png", 3)[0, 0].tolist() == [200, 200, 200]
+    assert read_image(tmp_path / "a.png", 4)[0, 0].tolist() == [200, 200, 200, 10]

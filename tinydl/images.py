@@ -20,6 +20,7 @@ Only NumPy is needed; reading files needs Pillow (`pip install 'tinydl[image]'`)
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,25 @@ from tinydl.errors import InvalidInputError
 
 LAYOUTS = ("NCHW", "NHWC")
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _eight_bit(image, Image):
+    """16-bit and 32-bit integer or float images scaled to 8 bits by their range, not clipped:
+    Pillow's own conversion saturates 16-bit gray (mid-grey becomes white) and truncates float
+    images in 0..1 to black."""
+    if image.mode not in ("I;16", "I;16B", "I;16L", "I", "F"):
+        return image
+    pixels = np.asarray(image, dtype=np.float64)
+    if image.mode.startswith("I;16"):
+        scaled = pixels / 257.0  # 0..65535 -> 0..255
+    elif image.mode == "F" and pixels.size and np.nanmax(pixels) <= 1.0:
+        scaled = pixels * 255.0  # a float image in 0..1
+    elif image.mode == "I" and pixels.size and pixels.max() > 255:
+        scaled = pixels / 257.0 if pixels.max() <= 65535 else pixels * (255.0 / pixels.max())
+    else:
+        scaled = pixels
+    gray = np.clip(np.nan_to_num(scaled) + 0.5, 0, 255).astype(np.uint8)
+    return Image.fromarray(gray, "L")
 
 
 def read_image(
@@ -48,6 +68,12 @@ def read_image(
     try:
         with Image.open(path) as image:
             image.load()
+            image = _eight_bit(image, Image)
+            if "A" in image.getbands() and channels != 4:
+                warnings.warn(
+                    f"{path}: the image's alpha channel is dropped ({channels}-channel input)",
+                    stacklevel=2,
+                )
             image = image.convert(_MODES[channels])
             if size is not None and image.size != tuple(size):
                 image = image.resize(tuple(size), Image.Resampling.BILINEAR)
