@@ -373,3 +373,16 @@ def test_bench_cli_rejects_unknown_peers_and_backends(tmp_path, rng, capsys):
     assert "unknown peer(s) ['tensorflow']" in capsys.readouterr().err
     assert main(["bench", str(path), "--backends", "cpu,vulkan"]) == 2
     assert "unknown backend(s) ['vulkan']" in capsys.readouterr().err
+
+
+def test_output_check_has_an_absolute_floor():
+    """An output that is ~1e-9 everywhere is judged by its absolute error (a relative error of
+    it says nothing); one of ordinary size still needs the relative tolerance."""
+    from tinydl.bench.harness import compare
+
+    tiny = np.full((4, 4), 1e-9, np.float32)
+    assert compare([tiny + 1.3e-7], [tiny], 1e-3)["matched"]
+    ref = np.linspace(0.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
+    check = compare([ref + 0.01], [ref], 1e-3)
+    assert not check["matched"] and "absolute" in check["reason"]
+    assert compare([ref + 1e-4], [ref], 1e-3)["matched"]

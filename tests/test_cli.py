@@ -431,3 +431,16 @@ def test_shipped_models_by_name_and_clear_file_errors(tmp_path, capsys):
         pytest.skip("no /proc here to write into")
     code, _, err = run_cli(capsys, "convert", "tinydl:espcn_x3", "-o", target)
     assert code == 2 and "cannot write" in err and "Traceback" not in err
+
+
+def test_backends_and_backend_are_one_option_everywhere(capsys):
+    """--backends and --backend name the same option in every command that takes backends."""
+    from tinydl.cli import build_parser
+
+    parser = build_parser()
+    for command in ("run", "inspect", "bench"):
+        for flag in ("--backends", "--backend"):
+            args = parser.parse_args([command, "tinydl:espcn_x3", flag, "numpy"])
+            assert args.backends == "numpy", (command, flag)
+    for flag in ("--backends", "--backend"):
+        assert parser.parse_args(["superres", "--demo", flag, "numpy"]).backend == "numpy"

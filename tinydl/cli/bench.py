@@ -33,6 +33,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--backends",
+        "--backend",
+        dest="backends",
         metavar="LIST",
         help="tinydl backends, comma-separated (default: every known backend; "
         "unavailable ones are reported as skipped)",

@@ -16,9 +16,12 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
     """--backends and --optimize, as inspect and run take them."""
     p.add_argument(
         "--backends",
+        "--backend",
+        dest="backends",
         default="cpu",
         metavar="LIST",
-        help="backends in priority order, comma-separated: cpu, webgpu, cuda (default: cpu)",
+        help="backends in priority order, comma-separated: cpu (onnxruntime, then numpy), "
+        "numpy, onnxruntime, webgpu, cuda (default: cpu)",
     )
     p.add_argument(
         "--optimize",

@@ -37,6 +37,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--backend",
+        "--backends",
+        dest="backend",
         default="auto",
         metavar="NAME",
         help="backend to run on: auto (cuda on an NVIDIA GPU, else webgpu on a GPU, else cpu), "
