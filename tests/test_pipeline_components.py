@@ -331,3 +331,33 @@ def test_example_app_superres_four_streams(tmp_path, form):
         with av.open(str(tmp_path / f"superres4_{flow}.mp4")) as c:
             pictures = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
         assert len(pictures) == 3 and pictures[0].shape == (36, 64, 3)  # 32x18 -> x2, even
+
+
+def test_a_truncated_video_is_reported(tmp_path):
+    """A clip cut at half its size (its index at the front, so it still opens) ends early: the
+    source says how many frames the stream declared and how many it read; a whole clip says
+    nothing."""
+    import warnings
+
+    from tinydl.pipeline.components.video_source import VideoSource
+
+    whole = tmp_path / "whole.mp4"
+    with av.open(str(whole), "w", options={"movflags": "faststart"}) as out:
+        v = out.add_stream("libx264", rate=25)
+        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
+        rng = np.random.default_rng(0)
+        for i in range(120):
+            pixels = (rng.random((48, 64, 3)) * 255).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts = i
+            out.mux(v.encode(frame))
+        out.mux(v.encode(None))
+    cut = tmp_path / "cut.mp4"
+    data = whole.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(ComponentRunner(VideoSource(str(whole))).run({})["out"]) == 120
+    with pytest.warns(UserWarning, match=r"declares 120 frames, only \d+ could be read"):
+        got = ComponentRunner(VideoSource(str(cut))).run({})["out"]
+    assert 0 < len(got) < 120

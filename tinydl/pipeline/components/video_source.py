@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -168,6 +169,7 @@ class VideoSource(Component):
         if self.interpolation is not None:
             self.convert["interpolation"] = self.interpolation
         self.frames = self.container.decode(video=0)
+        self.declared = stream.frames or None
         self.count = 0
         self.start = ctx.now_ns()
         if self.flow_id is not None:
@@ -197,6 +199,7 @@ class VideoSource(Component):
             return None
         decoded = self._next()
         if decoded is None:
+            self._check_short_read()
             return None
         image = decoded.to_ndarray(**self.convert)
         pts = float(decoded.time) if decoded.time is not None else self.count / self.rate
@@ -204,6 +207,20 @@ class VideoSource(Component):
         if self.realtime:
             ctx.request_tick((self.start + self.count * 1e9 / self.rate - ctx.now_ns()) / 1e9)
         return {"out": Frame(image, self.format, pts)}
+
+    def _check_short_read(self) -> None:
+        """A stream that ends well before the frame count its container declares was cut short
+        (a truncated file): say so, rather than leave a short output looking complete."""
+        wanted = (
+            self.declared if self.max_frames is None else min(self.declared or 0, self.max_frames)
+        )
+        if self.declared and not self.loop and self.count < wanted - 1:
+            self.short_read = (self.count, self.declared)
+            warnings.warn(
+                f"VideoSource: {self.file}: the stream declares {self.declared} frames, only "
+                f"{self.count} could be read (the file may be truncated)",
+                stacklevel=2,
+            )
 
     def close(self, ctx):
         container = getattr(self, "container", None)
