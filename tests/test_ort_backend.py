@@ -103,3 +103,26 @@ def test_cpu_means_the_fastest_cpu_path():
     for s in (sess, mixed):
         (got,) = s.run({"y": x}).values()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
+        ("ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)),
+    ],
+)
+def test_ppocr_rec_and_cls_on_the_default_cpu_path(rapidocr_models, name, shape):
+    """The recognizer's output has no rank tinydl's inference knows (its file declares one):
+    the default cpu path still runs the whole model on onnxruntime and matches it."""
+    import onnxruntime as ort
+
+    path = rapidocr_models / name
+    graph = td.load(path)
+    sess = td.compile(graph)
+    assert set(sess.placement.counts()) == {"onnxruntime"}
+    x = np.random.default_rng(4).random(shape, dtype=np.float32)
+    feed = {graph.inputs[0].name: x}
+    (got,) = sess.run(feed).values()
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

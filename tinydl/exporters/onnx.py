@@ -111,9 +111,9 @@ def _static_input(node: Node, graph: Graph) -> bool:
     )
 
 
-def to_onnx(graph: Graph, opset: int | None = None):
-    """An onnx.ModelProto of `graph` (checked with onnx.checker), at `opset` or the lowest one
-    that expresses it (needed_opset)."""
+def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
+    """An onnx.ModelProto of `graph` (checked with onnx.checker unless `check` is False), at
+    `opset` or the lowest one that expresses it (needed_opset)."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -150,7 +150,8 @@ def to_onnx(graph: Graph, opset: int | None = None):
         producer_name="tinydl",
         ir_version=IR_VERSION,
     )
-    onnx.checker.check_model(model)
+    if check:
+        onnx.checker.check_model(model)
     return model
 
 
