@@ -353,14 +353,9 @@ def test_an_op_failing_at_run_time_is_a_clear_error(tmp_path, capsys):
     """Inputs that fit the model's symbolic dims but not its ops: `tinydl run` prints one
     `error:` line naming the node, op and shapes (no NumPy traceback); --debug adds the
     traceback; the library raises OpError."""
-    graph = validate(
-        Graph(
-            [Value("x", "float32", ("N", 4))],
-            [Value("y", "float32", None)],
-            [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
-            initializers={"s": np.array([2, 4], np.int64)},
-        )
-    )
+    from helpers.models import reshape_mismatch_graph
+
+    graph = reshape_mismatch_graph()
     model = tmp_path / "m.tdl"
     td.save(graph, model)
     x = tmp_path / "x.npy"

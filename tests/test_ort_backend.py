@@ -8,7 +8,6 @@ import pytest
 
 import tinydl as td
 from tinydl.backends import get_backend
-from tinydl.ops import validate
 
 pytestmark = pytest.mark.skipif(
     not get_backend("onnxruntime").available(),
@@ -40,16 +39,9 @@ def test_ppocr_det_on_onnxruntime(ppocr_det):
 
 
 def test_a_failure_inside_onnxruntime_is_an_op_error():
-    from tinydl.ir.graph import Graph, Node, Value
+    from helpers.models import reshape_mismatch_graph
 
-    graph = validate(
-        Graph(
-            [Value("x", "float32", ("N", 4))],
-            [Value("y", "float32", None)],
-            [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
-            initializers={"s": np.array([2, 4], np.int64)},
-        )
-    )
+    graph = reshape_mismatch_graph()
     sess = td.compile(graph, backends=("onnxruntime",), strict=True)
     with pytest.raises(td.OpError, match=r"node 'reshape' \(Reshape\) failed in onnxruntime"):
         sess.run({"x": np.ones((3, 4), np.float32)})

@@ -152,3 +152,19 @@ def mediapipe_model(name: str) -> Path:
     if not Path(path).is_file():
         pytest.skip(f"mediapipe has no {name}")
     return Path(path)
+
+
+def reshape_mismatch_graph():
+    """x (N, 4) -> Reshape to (2, 4): fits any N the symbols allow, runs only for N = 2 (an op
+    that fails at run time, for the error tests)."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    return validate(
+        Graph(
+            [Value("x", "float32", ("N", 4))],
+            [Value("y", "float32", None)],
+            [Node("Reshape", ["x", "s"], ["y"], name="reshape")],
+            initializers={"s": np.array([2, 4], np.int64)},
+        )
+    )
