@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
-from helpers.models import espcn, kernel_of, rel_err, shape_tables_graph
+from helpers.models import (
+    espcn,
+    kernel_of,
+    rel_err,
+    shape_arithmetic_graph,
+    shape_tables_graph,
+)
 
 import tinydl as td
 
@@ -69,6 +75,33 @@ def test_each_input_shape_gets_its_own_tables(backend, rng):
         np.testing.assert_allclose(
             dev.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
         )
+
+
+def test_shape_arithmetic_is_computed_when_planning(backend, rng):
+    """Shape -> Slice -> Concat -> Reshape over a symbolic batch runs strict on the backend: the
+    int64 shape values are computed when each plan is made, and one that is an output comes
+    back (on the host, or as a device tensor) like any other."""
+    graph = shape_arithmetic_graph()
+    cpu = td.compile(graph, backends=("numpy",))
+    dev = td.compile(graph, backends=(backend,), strict=True)
+    assert set(dev.placement.nodes.values()) == {backend}
+    for n in (1, 3):
+        x = rng.standard_normal((n, 3, 6, 5)).astype(np.float32)
+        want, got = cpu.run({"x": x}), dev.run({"x": x})
+        assert got["y"].shape == (n, 4 * 6 * 5)
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got["dims"], [n, 4, 6, 5])
+        on_device = dev.run({"x": x}, outputs="device")["dims"]
+        np.testing.assert_array_equal(td.to_host(on_device), [n, 4, 6, 5])
+
+
+def test_int64_and_bool_tensors_round_trip(backend, rng):
+    """int64 (indices, shapes) and bool go to the device and back unchanged."""
+    for array in (rng.integers(-(2**31), 2**31 - 1, 17), rng.random(9) < 0.5):
+        t = td.to_device(array, backend)
+        back = td.to_host(t)
+        assert back.dtype == array.dtype
+        np.testing.assert_array_equal(back, array)
 
 
 def test_nan_follows_the_reference(backend, rng):

@@ -216,21 +216,21 @@ def test_refused_nodes_fall_back_with_a_reason():
     graph = validate(
         Graph(
             inputs=[Value("x", "float32", (2, 3))],
-            outputs=[Value("y", "float32", None), Value("s", "int64", None)],
+            outputs=[Value("y", "float32", None), Value("s", "float64", None)],
             nodes=[
                 Node("Relu", ["x"], ["y"], name="relu"),
-                Node("Cast", ["x"], ["s"], {"to": 7}, name="cast"),
+                Node("Cast", ["x"], ["s"], {"to": 11}, name="cast"),
             ],
         )
     )
     with pytest.warns(UserWarning, match="fall back"):
         sess = td.compile(graph, backends=("webgpu", "numpy"))
     assert sess.placement["relu"] == "webgpu" and sess.placement["cast"] == "numpy"
-    assert "int64" in sess.placement.refusals["cast"]["webgpu"]
+    assert "float64" in sess.placement.refusals["cast"]["webgpu"]
     x = np.array([[-1.5, 2.5, 3.0], [4.0, -5.0, 6.5]], np.float32)
     out = sess.run({"x": x})
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
-    np.testing.assert_array_equal(out["s"], x.astype(np.int64))
+    np.testing.assert_array_equal(out["s"], x.astype(np.float64))
     with pytest.raises(UnsupportedOpError):
         td.compile(graph, backends=("webgpu", "numpy"), strict=True)
 

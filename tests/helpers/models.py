@@ -85,6 +85,35 @@ def shape_tables_graph():
     )
 
 
+def shape_arithmetic_graph():
+    """A classifier head as exporters write it for a symbolic batch: Conv -> Flatten through
+    Shape -> Slice -> Concat -> Reshape, plus the shape itself cast to float as a second output
+    (int64 values that exist only at plan time)."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    rng = np.random.default_rng(7)
+    return validate(
+        Graph(
+            [Value("x", "float32", ("n", 3, 6, 5))],
+            [Value("y", "float32", None), Value("dims", "float32", None)],
+            [
+                Node("Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"),
+                Node("Shape", ["c"], ["s"], name="shape"),
+                Node("Slice", ["s", "zero", "one"], ["n1"], name="batch"),
+                Node("Concat", ["n1", "minus1"], ["target"], {"axis": 0}, name="target"),
+                Node("Reshape", ["c", "target"], ["y"], name="flatten"),
+                Node("Cast", ["s"], ["dims"], {"to": 1}, name="cast"),
+            ],
+            {
+                "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                "zero": np.array([0], np.int64),
+                "one": np.array([1], np.int64),
+                "minus1": np.array([-1], np.int64),
+            },
+        )
+    )
+
+
 def small_graph():
     """x (2, 8) -> Mul(2) -> Relu -> Reshape (4, 4) -> Sigmoid -> y: static shapes, a reshape
     between elementwise ops. `small_reference` computes it."""

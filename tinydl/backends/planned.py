@@ -1,7 +1,7 @@
 """What every GPU backend shares: compiled partitions made of plans, one plan per input types.
 
 A `PlannedKernel` is a partition compiled for a GPU backend. For each set of concrete input types
-it makes a `Plan`: infer every shape from the inputs' shapes, (optionally) compute the values that
+it makes a `Plan`: infer every shape from the inputs' shapes, compute the values that
 become constants once shapes are known, apply the plan-time rewrites (backends/fusion.py), give
 each value its storage type, let each node's kernel builder emit its steps through a `Build`,
 then give each intermediate a buffer by liveness (values whose lives do not overlap share one).
@@ -62,6 +62,34 @@ class KernelRegistry(dict):
             return fn
 
         return deco
+
+
+def constant_inputs(node: Node, graph: Graph) -> Support:
+    """Support only when every input after the first is a constant (a shape, axes, pads...)
+    that the kernel bakes in, or is computed from tensor shapes alone (Shape -> Gather ->
+    Concat...): a plan knows every shape, so it computes those once when it is made."""
+    for name in node.inputs[1:]:
+        if name and name not in graph.initializers and not shape_derived(name, graph):
+            return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
+    return Support(True)
+
+
+def shape_derived(name: str, graph: Graph) -> bool:
+    """True when value `name` depends only on constants and on the shapes of tensors."""
+    producers = graph.producers()
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        v = todo.pop()
+        if v in graph.initializers or v in seen:
+            continue
+        seen.add(v)
+        node = producers.get(v)
+        if node is None:
+            return False  # a graph input
+        if node.op not in ("Shape", "Size", "Constant"):
+            todo += [i for i in node.inputs if i]
+    return True
 
 
 def templates(package: str) -> Callable[..., str]:
@@ -149,7 +177,7 @@ class Plan:
     build_class: type[Build] = Build
     registry: KernelRegistry
     # Values computed from shapes alone (Shape -> Gather -> Concat ...) become constants here.
-    fold_constants = False
+    fold_constants = True
 
     def __init__(self, owner: PlannedKernel, inputs: dict[str, Info]):
         t0 = time.perf_counter()

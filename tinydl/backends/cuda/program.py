@@ -126,7 +126,6 @@ class _Graph:
 class Plan(planned.Plan):
     build_class = Build
     registry = REGISTRY
-    fold_constants = True
 
     def __init__(self, owner: CUDAKernel, inputs: dict[str, Info]):
         self.cp = owner.ctx.cp

@@ -16,8 +16,9 @@ from tinydl.errors import BackendUnavailableError
 from tinydl.ir.graph import Graph, Node
 
 # Logical dtypes a tensor may have on this backend (WGSL has f32, f16 and i32); uint8 is held
-# packed, for casts and views only (frames go up and come down as bytes).
-DTYPES = ("float32", "float16", "int32", "uint8")
+# packed, for casts and views only (frames go up and come down as bytes); int64 and bool are
+# held as i32 (webgpu/tensor.py).
+DTYPES = ("float32", "float16", "int32", "int64", "bool", "uint8")
 BYTE_OPS = ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
@@ -97,14 +98,15 @@ class WebGPUBackend(Backend):
 
     # -- tensors -------------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:
-        from tinydl.backends.webgpu.tensor import LOGICAL, GPUTensor, Storage
+        from tinydl.backends.webgpu.tensor import LOGICAL, GPUTensor, Storage, to_storage
 
         array = np.asarray(array)
         if array.dtype.name not in LOGICAL:
             raise TypeError(f"WebGPU tensors hold {', '.join(LOGICAL)}, got {array.dtype}")
         ctx = self._context()
-        storage = Storage(ctx, ctx.upload(array))
-        return GPUTensor(storage, array.shape, array.dtype.name, LOGICAL[array.dtype.name])
+        stype = LOGICAL[array.dtype.name]
+        storage = Storage(ctx, ctx.upload(to_storage(array, stype)))
+        return GPUTensor(storage, array.shape, array.dtype.name, stype)
 
     def to_host(self, tensor: Any) -> np.ndarray:
         return tensor.numpy()

@@ -55,7 +55,19 @@ class Build(planned.Build):
         limit = int(self.ctx.limits.get("max-compute-workgroups-per-dimension", 65535))
         if max(grid) > limit:
             raise ValueError(f"{self.label}: grid {grid} exceeds {limit} workgroups per dimension")
-        self.plan.steps.append(Dispatch(pipeline, list(bindings), grid, label))
+        self.plan.steps.append(
+            Dispatch(pipeline, [self._resolve(a) for a in bindings], grid, label)
+        )
+
+    def _resolve(self, arg):
+        """A value name stays a name unless it is a constant (a weight, or a value the plan
+        computed from shapes): then its uploaded storage."""
+        if isinstance(arg, str) and arg not in self.plan.input_names:
+            value = self.plan.const(arg)
+            if value is not None:
+                stype = self.plan.const_info(value).stype
+                return self.plan.owner.constant(("value", arg, stype), to_storage(value, stype))
+        return arg
 
     def upload(self, key, array: np.ndarray, stype: str, uniform: bool = False) -> Storage:
         """Upload a constant (packed weights, tables) once per compiled kernel; `uniform` puts
@@ -185,6 +197,8 @@ class Plan(planned.Plan):
                     ctx.queue.submit([encoder.finish()])
                     encoder = ctx.device.create_command_encoder()
                 for name in host:
+                    if name in self.const_outputs:
+                        continue  # known when planning: returned from the host copy below
                     info = self.infos[name]
                     nbytes = self.nbytes(info)
                     buf = ctx.acquire(nbytes, u.MAP_READ | u.COPY_DST)
@@ -203,6 +217,16 @@ class Plan(planned.Plan):
                 ctx.queue.submit([encoder.finish()])
         results: dict[str, Any] = {}
         for name in self.output_names:
+            if name in self.const_outputs:
+                value = np.asarray(self.const(self.root(name)))
+                if name in host:
+                    results[name] = value.copy()
+                else:
+                    info = self.const_info(value)
+                    results[name] = GPUTensor(
+                        self.const_outputs[name], info.shape, info.dtype, info.stype
+                    )
+                continue
             info = self.infos[name]
             t = GPUTensor(env[self.root(name)], info.shape, info.dtype, info.stype, info.layout)
             if name in staging:

@@ -24,8 +24,18 @@ STORAGE_TYPES = {
     "i32": np.dtype(np.int32),
     "u8": np.dtype(np.uint8),
 }
-# Logical dtypes the backend can hold, and the storage type of each at full precision.
-LOGICAL = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8"}
+# Logical dtypes the backend can hold, and the storage type of each at full precision. WGSL has
+# no 64-bit integers and no bool in storage: int64 values (indices, shapes) are held as i32 and
+# must fit it (checked when they go up), bool as i32 0/1.
+LOGICAL = {
+    "float32": "f32",
+    "float16": "f16",
+    "int32": "i32",
+    "int64": "i32",
+    "bool": "i32",
+    "uint8": "u8",
+}
+_I32 = np.iinfo(np.int32)
 
 
 class Storage:
@@ -124,4 +134,14 @@ def from_storage(raw: np.ndarray, t: GPUTensor) -> np.ndarray:
 
 
 def to_storage(array: np.ndarray, stype: str) -> np.ndarray:
+    """The bytes of `array` as storage type `stype`; int64 must fit the i32 it is held in."""
+    if stype == "i32" and array.dtype.kind in "iu" and array.dtype.itemsize > 4 and array.size:
+        lo, hi = int(array.min()), int(array.max())
+        if lo < _I32.min or hi > _I32.max:
+            from tinydl.errors import InvalidInputError
+
+            raise InvalidInputError(
+                f"WebGPU holds {array.dtype} as int32: values {lo}..{hi} do not fit "
+                f"({_I32.min}..{_I32.max})"
+            )
     return np.ascontiguousarray(array, dtype=STORAGE_TYPES[stype])

@@ -16,10 +16,13 @@ import math
 import pkgutil
 from collections.abc import Sequence
 
-from tinydl.backends.base import Support
 from tinydl.backends.fusion import render_activation
-from tinydl.backends.planned import KernelRegistry, templates
-from tinydl.ir.graph import Graph, Node
+from tinydl.backends.planned import (  # noqa: F401 (re-export)
+    KernelRegistry,
+    constant_inputs,
+    shape_derived,
+    templates,
+)
 from tinydl.ops.activation import check_covers
 
 REGISTRY = KernelRegistry("cuda")
@@ -45,34 +48,6 @@ _render = templates(__name__)
 def render(template: str, **params) -> str:
     """Specialize a .cu template of this package (common.cuh goes first)."""
     return _render("common.cuh") + _render(template, **params)
-
-
-def constant_inputs(node: Node, graph: Graph) -> Support:
-    """Support only when every input after the first is a constant (a shape, axes, pads...)
-    that the kernel bakes in, or is computed from tensor shapes alone (Shape -> Gather ->
-    Concat...): a plan knows every shape, so it computes those once when it is made."""
-    for name in node.inputs[1:]:
-        if name and name not in graph.initializers and not shape_derived(name, graph):
-            return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
-    return Support(True)
-
-
-def shape_derived(name: str, graph: Graph) -> bool:
-    """True when value `name` depends only on constants and on the shapes of tensors."""
-    producers = graph.producers()
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        v = todo.pop()
-        if v in graph.initializers or v in seen:
-            continue
-        seen.add(v)
-        node = producers.get(v)
-        if node is None:
-            return False  # a graph input
-        if node.op not in ("Shape", "Size", "Constant"):
-            todo += [i for i in node.inputs if i]
-    return True
 
 
 # -- code generation helpers ---------------------------------------------------------------------

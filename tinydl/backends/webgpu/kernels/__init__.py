@@ -13,11 +13,9 @@ import importlib
 import math
 import pkgutil
 
-from tinydl.backends.base import Support
 from tinydl.backends.fusion import render_activation
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of  # noqa: F401 (re-export)
-from tinydl.backends.planned import KernelRegistry, templates
-from tinydl.ir.graph import Graph, Node
+from tinydl.backends.planned import KernelRegistry, constant_inputs, templates  # noqa: F401
 from tinydl.ops.activation import check_covers
 
 REGISTRY = KernelRegistry("webgpu")
@@ -26,13 +24,13 @@ kernel = REGISTRY.kernel
 render = templates(__name__)
 
 
-def constant_inputs(node: Node, graph: Graph) -> Support:
-    """Support only when every input after the first is a constant (a shape, axes, pads...)
-    that the kernel bakes in."""
-    for name in node.inputs[1:]:
-        if name and name not in graph.initializers:
-            return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
-    return Support(True)
+# Logical dtypes held as i32 (webgpu/tensor.py): kernels compute on them in i32.
+INT_DTYPES = ("int32", "int64", "bool")
+
+
+def ctype(dtype: str | None) -> str:
+    """The WGSL type a kernel computes a value of logical `dtype` in."""
+    return "i32" if dtype in INT_DTYPES else "f32"
 
 
 def grid(total: int, per_group: int, limit: int = 65535) -> tuple[int, int, int]:

@@ -21,9 +21,11 @@ from tinydl.backends.fusion import (
     bn_supports,
 )
 from tinydl.backends.webgpu.kernels import (
+    INT_DTYPES,
     activation_expr,
     broadcast_strides,
     collapse,
+    ctype,
     grid,
     kernel,
     strides_of,
@@ -117,10 +119,6 @@ def emit(b, expr, operands: list[Operand], out: str, ctype: str, label: str = ""
     )
 
 
-def _ctype(dtype: str) -> str:
-    return "i32" if dtype == "int32" else "f32"
-
-
 def operand(b, i: int, ctype: str) -> Operand:
     """Input i as an operand: a literal for a one-element constant, else a buffer."""
     arr = b.const(i)
@@ -135,14 +133,14 @@ def operand(b, i: int, ctype: str) -> Operand:
 
 def _float_only(node, graph) -> Support:
     v = graph.value(node.outputs[0])
-    if node.op not in INT_OPS and v is not None and v.dtype == "int32":
-        return Support(False, f"{node.op} on int32 is not implemented")
+    if node.op not in INT_OPS and v is not None and v.dtype in INT_DTYPES:
+        return Support(False, f"{node.op} on {v.dtype} is not implemented")
     return Support(True)
 
 
 @kernel("Add", "Sub", "Mul", "Div", supports=_float_only)
 def binary(b):
-    ct = _ctype(b.out().dtype)
+    ct = ctype(b.out().dtype)
     expr = BINARY[b.node.op].format("a0", "a1")
     emit(b, expr, [operand(b, 0, ct), operand(b, 1, ct)], b.outputs[0], ct)
 
@@ -212,7 +210,7 @@ def _activation_supports(node, graph) -> Support:
 @kernel(*ACTIVATION_OPS, supports=_activation_supports)
 def activation(b):
     op = b.node.op
-    ct = _ctype(b.out().dtype)
+    ct = ctype(b.out().dtype)
     ops = [operand(b, 0, ct)]
     if op == "Relu" and ct == "i32":
         emit(b, lambda vec: "max(a0, a0 * 0)", ops, b.outputs[0], ct)
@@ -245,9 +243,19 @@ def cast(b):
             wg=WG,
             gx=g[0],
         )
+    elif dst.dtype == "bool":
+        # Nonzero (NaN included) is true, held as i32 1.
+        ct = ctype(src.dtype)
+
+        def nonzero(vec: int) -> str:
+            t = f"vec{vec}<{ct}>" if vec > 1 else ct
+            return f"select({t}(0), {t}(1), a0 != {t}(0))"
+
+        emit(b, nonzero, [operand(b, 0, ct)], b.outputs[0], ct)
     else:
-        # Loading in the output's type converts: f32<->f16, float->i32 truncates, i32->float.
-        ct = _ctype(dst.dtype)
+        # Loading in the output's type converts: f32<->f16, float->i32 truncates, i32->float
+        # (int64 and bool are held as i32: a bool is 0 or 1 already).
+        ct = ctype(dst.dtype)
         emit(b, "a0", [operand(b, 0, ct)], b.outputs[0], ct)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinydl.backends.gathers import Gather, register
-from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, wgsl_float
+from tinydl.backends.webgpu.kernels import constant_inputs, ctype, grid, kernel, wgsl_float
 
 WG = 256
 
@@ -24,7 +24,7 @@ def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
     if total == 0:
         return
     out = b.plan.infos[dst]
-    ctype = "i32" if out.dtype == "int32" else "f32"
+    ct = ctype(out.dtype)
     g = grid(total, WG)
     b.dispatch(
         "gather.wgsl",
@@ -36,9 +36,9 @@ def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
         ostrides=ostrides,
         base=base,
         total=total,
-        pad=str(int(pad)) if ctype == "i32" else wgsl_float(pad),
-        ctype=ctype,
-        in_t=b.plan.infos[src].stype,
+        pad=str(int(pad)) if ct == "i32" else wgsl_float(pad),
+        ctype=ct,
+        in_t=b.info(src).stype,
         out_t=out.stype,
         wg=WG,
         gx=g[0],

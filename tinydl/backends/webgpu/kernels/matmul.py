@@ -12,13 +12,13 @@ import numpy as np
 
 from tinydl.backends import lowering
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import kernel, wgsl_float
+from tinydl.backends.webgpu.kernels import INT_DTYPES, kernel, wgsl_float
 
 
 def _float(node, graph) -> Support:
     v = graph.value(node.outputs[0])
-    if v is not None and v.dtype == "int32":
-        return Support(False, f"{node.op} on int32 is not implemented")
+    if v is not None and v.dtype in INT_DTYPES:
+        return Support(False, f"{node.op} on {v.dtype} is not implemented")
     return Support(True)
 
 

@@ -11,7 +11,7 @@ import math
 
 from tinydl.backends import lowering
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import grid, kernel
+from tinydl.backends.webgpu.kernels import INT_DTYPES, ctype, grid, kernel
 
 
 def _supports(node, graph) -> Support:
@@ -22,7 +22,7 @@ def _supports(node, graph) -> Support:
     if math.prod(node.attrs["kernel_shape"]) > 1024:
         return Support(False, "pooling windows over 1024 taps are not implemented")
     v = graph.value(node.inputs[0])
-    if node.op == "AveragePool" and v is not None and v.dtype == "int32":
+    if node.op == "AveragePool" and v is not None and v.dtype in INT_DTYPES:
         return Support(False, "AveragePool on int32 is not implemented")
     return Support(True)
 
@@ -31,7 +31,7 @@ def _supports(node, graph) -> Support:
 def pool(b):
     x, y = b.info(0), b.out()
     geo = lowering.pool(b)
-    ct = "i32" if x.dtype == "int32" else "f32"
+    ct = ctype(x.dtype)
     g = grid(geo["total"], 256)
     b.dispatch(
         "pool.wgsl",

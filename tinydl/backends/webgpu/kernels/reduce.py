@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import collapse, constant_inputs, grid, kernel, strides_of
+from tinydl.backends.webgpu.kernels import (
+    INT_DTYPES,
+    collapse,
+    constant_inputs,
+    grid,
+    kernel,
+    strides_of,
+)
 from tinydl.ops.reduce import _reduce_axes
 
 
@@ -13,8 +20,8 @@ def _supports(node, graph) -> Support:
     if not (const := constant_inputs(node, graph)):
         return const
     v = graph.value(node.inputs[0])
-    if v is not None and v.dtype == "int32":
-        return Support(False, f"{node.op} on int32 is not implemented")
+    if v is not None and v.dtype in INT_DTYPES:
+        return Support(False, f"{node.op} on {v.dtype} is not implemented")
     return Support(True)
 
 

@@ -12,15 +12,15 @@ import numpy as np
 
 from tinydl.backends import lowering
 from tinydl.backends.base import Support
-from tinydl.backends.webgpu.kernels import constant_inputs, grid, kernel, wgsl_float
+from tinydl.backends.webgpu.kernels import INT_DTYPES, constant_inputs, grid, kernel, wgsl_float
 
 
 def _supports(node, graph) -> Support:
     if not (const := constant_inputs(node, graph)):
         return const
     v = graph.value(node.inputs[0])
-    if v is not None and v.dtype == "int32" and node.attrs["mode"] != "nearest":
-        return Support(False, f"Resize {node.attrs['mode']} on int32 is not implemented")
+    if v is not None and v.dtype in INT_DTYPES and node.attrs["mode"] != "nearest":
+        return Support(False, f"Resize {node.attrs['mode']} on {v.dtype} is not implemented")
     return Support(True)
 
 

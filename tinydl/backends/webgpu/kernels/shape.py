@@ -1,10 +1,10 @@
 """Reshape-like ops are zero-copy views: Reshape, Flatten, Squeeze, Unsqueeze, Identity.
 A view that must change storage type (an fp16 intermediate that leaves the partition as
-float32) is a converting copy instead. Constant uploads its value."""
+float32) is a converting copy instead. Constant uploads its value; Shape is computed by the plan."""
 
 from __future__ import annotations
 
-from tinydl.backends.webgpu.kernels import constant_inputs, kernel
+from tinydl.backends.webgpu.kernels import constant_inputs, ctype, kernel
 from tinydl.backends.webgpu.kernels.elementwise import Operand, emit
 
 
@@ -14,8 +14,15 @@ def view(b):
     if src.stype == dst.stype and src.layout == dst.layout == "nchw":
         b.alias(b.outputs[0], b.inputs[0])
         return
-    ct = "i32" if dst.dtype == "int32" else "f32"
+    ct = ctype(dst.dtype)
     emit(b, "a0", [Operand(dst.shape, name=b.inputs[0])], b.outputs[0], ct, label="copy")
+
+
+@kernel("Shape")
+def known(b):
+    # The plan computes Shape (its output is a constant once input shapes are known; see
+    # backends/planned.py), so this builder only runs if that did not happen: a bug.
+    raise RuntimeError(f"{b.label}: {b.node.op} should have been computed when planning")
 
 
 @kernel("Constant")
@@ -23,5 +30,5 @@ def constant(b):
     from tinydl.ops import schema_of
 
     value = schema_of("Constant").run(b.node, [])[0]
-    ct = "i32" if value.dtype.name == "int32" else "f32"
+    ct = ctype(value.dtype.name)
     emit(b, "a0", [Operand(tuple(value.shape), array=value)], b.outputs[0], ct)
