@@ -156,6 +156,8 @@ conv("single-input-channel", (2, 1, 9, 9), (4, 1, 3, 3))
 conv("group2", (1, 6, 8, 8), (4, 3, 3, 3), group=2)
 conv("dilations2", (1, 3, 12, 12), (4, 3, 3, 3), dilations=[2, 2], pads=[2, 2, 2, 2])
 conv("dilations-mixed", (1, 3, 12, 13), (4, 3, 3, 2), dilations=[3, 2])
+# DeepLabV3's ASPP: a dilated window wider than a GPU's staged tile can hold
+conv("dilations24-aspp", (1, 8, 60, 60), (8, 8, 3, 3), dilations=[24, 24], pads=[24] * 4, atol=1e-4)
 conv("strides2", (1, 3, 11, 12), (4, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1])
 conv("strides-mixed", (1, 2, 11, 12), (3, 2, 3, 3), strides=[1, 3])
 conv("pads-asymmetric", (1, 3, 7, 8), (4, 3, 3, 3), pads=[0, 1, 2, 1])
