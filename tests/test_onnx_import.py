@@ -122,3 +122,30 @@ def test_loop_and_scan_are_refused_by_name(op):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match=rf"{op} 'repeat'.*IR holds no graphs"):
         from_model(model)
+
+
+def test_roi_align_10_keeps_its_pixel_convention_through_import_and_export():
+    """RoiAlign-10 samples as opset 16's "output_half_pixel" names it; the graph exported for
+    onnxruntime (at opset 16) says so."""
+    node = helper.make_node(
+        "RoiAlign", ["x", "rois", "idx"], ["y"], output_height=3, output_width=2
+    )
+    graph = helper.make_graph(
+        [node],
+        "roi",
+        [helper.make_tensor_value_info("x", F, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [
+            numpy_helper.from_array(np.array([[0.5, 1, 6, 7.5], [2, 2, 3, 9]], np.float32), "rois"),
+            numpy_helper.from_array(np.array([0, 0], np.int64), "idx"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=10)
+    x = np.random.default_rng(1).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    imported = from_model(model)
+    (roi,) = imported.nodes
+    assert roi.attrs["coordinate_transformation_mode"] == "output_half_pixel"
+    for backend in ("numpy", "onnxruntime"):
+        (got,) = td.compile(imported, backends=(backend,), strict=True).run({"x": x}).values()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
