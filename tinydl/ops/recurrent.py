@@ -112,8 +112,9 @@ def _time_index(seq: int, lens: np.ndarray, reverse: bool) -> np.ndarray:
 
 def _run(op_name, x, w, r, b, lens, initial, attrs, step):
     """The shared frame: layout, directions, sequence lengths and the time loop. `initial`
-    holds the optional initial states; `step(xw_t, states, rw, rb, acts, clip)` returns the
-    new states, the hidden one first. Returns Y and the final states (each [nd, batch, H])."""
+    holds the optional initial states; `step(xw_t, states, rw, rb, acts, clip, direction)`
+    returns the new states, the hidden one first. Returns Y and the final states (each
+    [nd, batch, H])."""
     ct = np.promote_types(x.dtype, np.float32)
     layout = attrs["layout"]
     if layout:
