@@ -39,6 +39,7 @@ TEST_NAMES = {
     "ReduceMean": r"reduce_mean",
     "Constant": r"constant(?!_pad)",
     "Pad": r"(constant|edge|reflect|wrap)_pad",
+    "RNN": r"(simple_)?rnn",
 }
 # Claimed op -> the name onnx gives its node tests. Ops of tinydl's own domain ("tinydl.", made
 # by the optimizer) have no ONNX tests.

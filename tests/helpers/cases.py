@@ -580,6 +580,134 @@ for mode in ("reflect", "edge", "wrap"):
     pad(mode, N(1, 2, 5, 6), [0, 0, 2, 1, 0, 0, 1, 3], mode=mode)
     pad(f"{mode}-axes", N(2, 5, 6), [1, 3, 2, 0], axes=[1, 2], mode=mode)
 
+# -- recurrent layers -----------------------------------------------------------------------------
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def recurrent(id, op, attrs=None, dirs=1, bias=True, lens=False, init=False, peep=False):
+    """An LSTM/GRU/RNN case: sequence 5, batch 3, input 4, hidden 6; `lens` gives each batch
+    entry its own length, `init` the initial states, `peep` LSTM's peepholes."""
+    seq, batch, size, hidden, gates = 5, 3, 4, 6, GATES[op]
+    inputs = dict(
+        x=N(seq, batch, size),
+        w=N(dirs, gates * hidden, size, scale=0.5),
+        r=N(dirs, gates * hidden, hidden, scale=0.5),
+        b=N(dirs, 2 * gates * hidden, scale=0.5) if bias else None,
+        lens=I(batch, lo=1, hi=seq + 1, dtype=np.int32) if lens else None,
+        h0=N(dirs, batch, hidden) if init else None,
+    )
+    if op == "LSTM":
+        inputs.update(c0=N(dirs, batch, hidden) if init else None)
+        inputs.update(p=N(dirs, 3 * hidden, scale=0.5) if peep else None)
+    attrs = {"hidden_size": hidden, **(attrs or {})}
+    case(f"{op}-{id}", op, attrs, {"w", "r", "b", "p"}, rtol=1e-5, atol=1e-6, **inputs)
+
+
+BI = {"direction": "bidirectional"}
+for op in GATES:
+    recurrent("forward", op)
+    recurrent("no-bias", op, bias=False)
+    recurrent("reverse-lens-init", op, {"direction": "reverse"}, lens=True, init=True)
+    recurrent("bidirectional-lens-init", op, BI, dirs=2, lens=True, init=True)
+    recurrent("clip", op, {"clip": 0.6}, init=True)
+recurrent("peepholes", "LSTM", init=True, peep=True)
+recurrent("peepholes-clip-bidirectional", "LSTM", {**BI, "clip": 0.5}, dirs=2, init=True, peep=True)
+recurrent("input-forget", "LSTM", {"input_forget": 1}, init=True)
+recurrent(
+    "activations-alpha-beta",
+    "LSTM",
+    {
+        **BI,
+        "activations": ["HardSigmoid", "Elu", "Softsign", "Sigmoid", "ScaledTanh", "Affine"],
+        "activation_alpha": [0.3, 0.6, 0.7, 0.9],
+        "activation_beta": [0.45, 1.2, 0.1],
+    },
+    dirs=2,
+)
+recurrent(
+    "activations-default-params",
+    "LSTM",
+    {"activations": ["HardSigmoid", "ThresholdedRelu", "Softplus"]},
+)
+recurrent("linear-before-reset", "GRU", {"linear_before_reset": 1}, init=True)
+recurrent(
+    "linear-before-reset-bidirectional-lens",
+    "GRU",
+    {**BI, "linear_before_reset": 1},
+    dirs=2,
+    lens=True,
+)
+recurrent(
+    "activations-alpha-beta",
+    "GRU",
+    {"activations": ["HardSigmoid", "LeakyRelu"], "activation_alpha": [0.3, 0.2]},
+)
+recurrent("relu", "RNN", {"activations": ["Relu"]})
+recurrent(
+    "activations-alpha-beta",
+    "RNN",
+    {**BI, "activations": ["Affine", "ScaledTanh"], "activation_alpha": [0.3, 0.8],
+     "activation_beta": [0.1, 0.9]},
+    dirs=2,
+)  # fmt: skip
+
+# -- detection ------------------------------------------------------------------------------------
+
+
+def nms(id, attrs=None, limit=5, iou=0.4, score=None, center=False, tied=False):
+    """NonMaxSuppression over 2 batches, 3 classes and 40 boxes on a 10x10 field, so that many
+    overlap; `tied` rounds the scores to quarters (ties keep the lower box index first)."""
+    shape = (2, 40, 4)
+    box = U(*shape, lo=0, hi=10) if not center else Rand(shape, "uniform", lo=0.5, hi=6)
+    scores = Rand((2, 3, 40), "int", np.float32, lo=0, hi=4) if tied else U(2, 3, 40, lo=0, hi=1)
+    case(
+        f"NonMaxSuppression-{id}",
+        "NonMaxSuppression",
+        {"center_point_box": int(center), **(attrs or {})},
+        {"limit", "iou", "score"},
+        boxes=box,
+        scores=scores,
+        limit=None if limit is None else i64(limit),
+        iou=None if iou is None else f32(iou),
+        score=None if score is None else f32(score),
+    )
+
+
+nms("corners")
+nms("center-point-box", center=True)
+nms("score-threshold", score=0.6)
+nms("many", limit=100, iou=0.2)
+nms("tied-scores", limit=50, tied=True)
+nms("no-iou-threshold", limit=3, iou=None)
+nms("no-limit-no-output", limit=None, iou=None)
+
+
+def roi_align(id, attrs=None, sampling_ratio=0):
+    """RoiAlign of 7 rois over a 2x3x10x12 input at spatial_scale 0.5; the rois reach past the
+    input's edges and some are thinner than a bin."""
+    attrs = {"output_height": 3, "output_width": 4, "spatial_scale": 0.5, **(attrs or {})}
+    case(
+        f"RoiAlign-{id}",
+        "RoiAlign",
+        {**attrs, "sampling_ratio": sampling_ratio},
+        rtol=1e-5,
+        atol=1e-6,
+        x=N(2, 3, 10, 12),
+        rois=f32(
+            [0, 0, 23, 19], [-4, -3, 8, 6], [5, 2, 30, 26], [10, 10, 11, 10.5],
+            [2.5, 7, 16, 12], [20, 15, 8, 4], [1, 1, 3, 17],
+        ),
+        batch_indices=i64(0, 1, 1, 0, 1, 0, 1),
+    )  # fmt: skip
+
+
+for mode in ("avg", "max"):
+    for transform in ("half_pixel", "output_half_pixel"):
+        for ratio in (0, 2):
+            attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+            roi_align(f"{mode}-{transform}-ratio{ratio}", attrs, ratio)
+
 # -- float16 (computed in float32 and rounded back; tolerance per STYLE.md) ----------------------
 
 

@@ -197,3 +197,72 @@ def reshape_mismatch_graph():
             initializers={"s": np.array([2, 4], np.int64)},
         )
     )
+
+
+# -- CRNN (text-line recognition) -----------------------------------------------------------------
+
+
+def crnn_onnx(path, rng, classes: int = 11, hidden: int = 12) -> None:
+    """A small CRNN (Shi et al. 2015) with random weights: two Conv+Relu+MaxPool stages over a
+    32-pixel-high line, the feature columns reshaped to a sequence, a bidirectional LSTM, a
+    per-step MatMul to `classes` and Softmax. Input x [N, 1, 32, W] (W a multiple of 4); output
+    [W/4, N, classes]."""
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def weight(name, *shape, fan_in):
+        return const(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+
+    x = "x"
+    for i, (cin, cout) in enumerate([(1, 8), (8, 16)]):
+        w, b = (
+            weight(f"conv{i}_w", cout, cin, 3, 3, fan_in=cin * 9),
+            weight(f"conv{i}_b", cout, fan_in=4),
+        )
+        nodes += [
+            helper.make_node("Conv", [x, w, b], [f"c{i}"], pads=[1] * 4),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+            helper.make_node("MaxPool", [f"r{i}"], [f"p{i}"], kernel_shape=[2, 2], strides=[2, 2]),
+        ]
+        x = f"p{i}"
+    features = 16 * 8  # channels x remaining height
+    gates = 4 * hidden
+    nodes += [
+        helper.make_node(
+            "Reshape", [x, const("cols", np.array([0, features, -1], np.int64))], ["f"]
+        ),
+        helper.make_node("Transpose", ["f"], ["seq"], perm=[2, 0, 1]),  # [T, N, features]
+        helper.make_node(
+            "LSTM",
+            [
+                "seq",
+                weight("lstm_w", 2, gates, features, fan_in=features),
+                weight("lstm_r", 2, gates, hidden, fan_in=hidden),
+                weight("lstm_b", 2, 2 * gates, fan_in=4),
+            ],
+            ["y"],
+            hidden_size=hidden,
+            direction="bidirectional",
+        ),  # fmt: skip
+        helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),  # [T, N, 2, hidden]
+        helper.make_node(
+            "Reshape", ["yt", const("both", np.array([0, 0, 2 * hidden], np.int64))], ["h"]
+        ),
+        helper.make_node(
+            "MatMul", ["h", weight("fc", 2 * hidden, classes, fan_in=2 * hidden)], ["logits"]
+        ),
+        helper.make_node("Softmax", ["logits"], ["out"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "crnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 32, "W"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["T", "N", classes])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)

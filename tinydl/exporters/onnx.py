@@ -29,6 +29,9 @@ _NEWER = {
     ("AveragePool", "dilations"): (19, None),
     ("BatchNormalization", "training_mode"): (14, 0),
     ("Cast", "saturate"): (19, 1),
+    ("GRU", "layout"): (14, 0),
+    ("LSTM", "layout"): (14, 0),
+    ("RNN", "layout"): (14, 0),
     ("ReduceMean", "noop_with_empty_axes"): (18, 0),
     ("Reshape", "allowzero"): (14, 0),
     ("Resize", "antialias"): (18, 0),
@@ -37,8 +40,9 @@ _NEWER = {
     ("Shape", "start"): (15, 0),
     ("Shape", "end"): (15, None),
 }
-# Ops ONNX added after MIN_OPSET.
-_OP_SINCE = {"HardSwish": 14}
+# Ops ONNX added after MIN_OPSET; RoiAlign, because the IR always states its
+# coordinate_transformation_mode, which opset 16 added.
+_OP_SINCE = {"HardSwish": 14, "RoiAlign": 16}
 
 
 def _resize_without_axes(graph: Graph, opset: int) -> Graph:

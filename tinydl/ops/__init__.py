@@ -6,11 +6,13 @@ Importing this package registers all op modules. `validate(graph)` checks a grap
 from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     conv,
+    detection,
     elementwise,
     fused,
     matmul,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,
