@@ -76,5 +76,8 @@ def gemm(a, b, c=None, *, alpha, beta, transA, transB):
     if alpha != 1.0:
         y = y * t(alpha)
     if c is not None:
+        # C broadcasts one way, to (M, N): a (5, 1) bias must not widen a (1, 5) product.
+        if c.ndim > 2 or any(d not in (1, t_) for d, t_ in zip(c.shape[::-1], y.shape[::-1])):
+            raise ValueError(f"C of shape {c.shape} does not broadcast to {y.shape}")
         y = y + (c * t(beta) if beta != 1.0 else c)
     return y.astype(a.dtype, copy=False)
