@@ -18,14 +18,16 @@ def _landmarks_infer(ctx: InferContext) -> list[TensorType]:
         raise ctx.fail("subset_idxs must name at least one landmark")
     if min(a["output_height"], a["output_width"]) < 1 or min(a["scale_x"], a["scale_y"]) <= 0:
         raise ctx.fail("output_height, output_width, scale_x and scale_y must be positive")
+    used = [a["left_rotation_idx"], a["right_rotation_idx"], *subset]
+    if min(used) < 0:
+        raise ctx.fail(f"landmark indices must not be negative, got {sorted(set(used))}")
     x = ctx.shape(0)
     if x is None:
         return [TensorType(ctx.dtype(0), (None, 4, 4))]
-    if len(x) != 3 or x[2] not in (3, None):
+    if len(x) != 3 or (isinstance(x[2], int) and x[2] != 3):
         raise ctx.fail(f"landmarks must have shape (N, L, 3), got {x}")
-    used = [a["left_rotation_idx"], a["right_rotation_idx"], *subset]
-    if isinstance(x[1], int) and not all(0 <= i < x[1] for i in used):
-        raise ctx.fail(f"landmark indices {sorted(set(used))} out of range for {x[1]} landmarks")
+    if isinstance(x[1], int) and max(used) >= x[1]:
+        raise ctx.fail(f"landmark index {max(used)} is out of range for {x[1]} landmarks")
     return [TensorType(ctx.dtype(0), (x[0], 4, 4))]
 
 
@@ -61,6 +63,9 @@ def landmarks_to_transform_matrix(
     stores them as pairs, an odd last one paired with itself: the same set) in the frame
     rotated so the left->right rotation landmarks lie at target_rotation_radians, scaled by
     scale_x, scale_y about its centre."""
+    used = max(left_rotation_idx, right_rotation_idx, *subset_idxs)
+    if x.ndim != 3 or x.shape[2] != 3 or used >= x.shape[1]:
+        raise ValueError(f"landmarks of shape {x.shape} have no landmark {used} with x, y, z")
     lm = x.astype(np.float64)
     d = lm[:, right_rotation_idx, :2] - lm[:, left_rotation_idx, :2]
     r = target_rotation_radians - np.arctan2(d[:, 1], d[:, 0])
@@ -87,7 +92,7 @@ def _transform_infer(ctx: InferContext) -> list[TensorType]:
     if min(oh, ow) < 1:
         raise ctx.fail(f"output size {oh}x{ow} must be positive")
     x, m = ctx.shape(0), ctx.shape(1)
-    if m is not None and (len(m) != 3 or tuple(m[1:]) not in ((4, 4), (None, 4), (4, None))):
+    if m is not None and (len(m) != 3 or any(isinstance(d, int) and d != 4 for d in m[1:])):
         raise ctx.fail(f"matrix must have shape (N, 4, 4), got {m}")
     if x is None:
         return [TensorType(ctx.dtype(0), (None, None, oh, ow))]
@@ -110,6 +115,8 @@ def transform_tensor_bilinear(x, matrix, *, output_height, output_width):
     """Sample x (N, C, H, W) bilinearly at matrix @ (p + 0.5) - 0.5 for each output pixel p
     (x, y, 0, 1) of an output_height x output_width grid; a sample point outside
     [0, W-1] x [0, H-1] gives 0, and a corner past the last row or column reads 0."""
+    if x.ndim != 4 or matrix.shape[1:] != (4, 4) or matrix.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"input {x.shape} and matrix {matrix.shape}: want (N, C, H, W), (N, 4, 4)")
     n, _, h, w = x.shape
     m = matrix.astype(np.float64)[:, :2, :]
     shift = m[:, :, 3] + 0.5 * m[:, :, 0] + 0.5 * m[:, :, 1] - 0.5
