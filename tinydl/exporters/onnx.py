@@ -128,8 +128,9 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
     for node in graph.nodes:
         if node.op.startswith("tinydl."):
             raise UnsupportedOpError(
-                f"node {node.name}: {node.op} is tinydl's own fused op; export the graph as "
-                "loaded (tinydl.load), before the optimizer"
+                f"node {node.name}: {node.op} is an op of tinydl's own domain (no ONNX "
+                "spelling); a fused one goes away when the graph is exported as loaded "
+                "(tinydl.load), before the optimizer"
             )
         attrs = {}
         for key, value in node.attrs.items():
