@@ -57,7 +57,9 @@ def _condition(model, example) -> None:
             norms.append(m)
             m.reset_running_stats()
             m.momentum = None  # a cumulative average: one pass gives that batch's statistics
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm | torch.nn.LayerNorm | torch.nn.GroupNorm):
+        if isinstance(
+            m, torch.nn.modules.batchnorm._BatchNorm | torch.nn.LayerNorm | torch.nn.GroupNorm
+        ):
             if getattr(m, "weight", None) is not None:
                 with torch.no_grad():
                     m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
@@ -163,7 +165,12 @@ def _crnn():
             super().__init__()
 
             def block(i, o, pool):
-                return [nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(pool)]
+                return [
+                    nn.Conv2d(i, o, 3, padding=1),
+                    nn.BatchNorm2d(o),
+                    nn.ReLU(),
+                    nn.MaxPool2d(pool),
+                ]
 
             self.cnn = nn.Sequential(
                 *block(3, 32, 2), *block(32, 64, 2), *block(64, 96, (2, 1)), *block(96, 96, (4, 1))
@@ -296,8 +303,10 @@ def markdown(rows: list[dict]) -> str:
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['backend']} | {r.get('precision', '')} | "
-                         f"error: {r['error'][:160].replace('|', '/')} | | |")
+            lines.append(
+                f"| {r['model']} | {r['backend']} | {r.get('precision', '')} | "
+                f"error: {r['error'][:160].replace('|', '/')} | | |"
+            )
             continue
         lines.append(
             f"| {r['model']} | {r['backend']} | {r['precision']} | {r['relerr']:.1e} | "
@@ -312,7 +321,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--backends",
         default=None,
-        help="comma-separated tinydl backends (default: numpy, onnxruntime and every available GPU)",
+        help="comma-separated tinydl backends (default: numpy, onnxruntime, available GPUs)",
     )
     p.add_argument("--precision", default="fp32", help="comma-separated: fp32, fp16")
     p.add_argument("--onnx-dir", type=Path, default=ROOT / ".zoo", help="exported models (cache)")
@@ -338,7 +347,9 @@ def main(argv=None) -> int:
                 continue
             rows += run_model(name, args.onnx_dir, backends, args.precision.split(","))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too
-            rows.append({"model": name, "backend": "export", "error": f"{type(exc).__name__}: {exc}"})
+            rows.append(
+                {"model": name, "backend": "export", "error": f"{type(exc).__name__}: {exc}"}
+            )
     if args.export_only:
         return 0
     print(markdown(rows))
