@@ -335,9 +335,7 @@ def main(argv=None) -> int:
     if args.backends:
         backends = args.backends.split(",")
     else:
-        backends = ["numpy"] + [
-            b for b in ("onnxruntime", "webgpu", "cuda") if td.get_backend(b).available()
-        ]
+        backends = [b.name for b in td.list_backends() if b.available]
     rows: list[dict] = []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
@@ -351,7 +349,9 @@ def main(argv=None) -> int:
                 {"model": name, "backend": "export", "error": f"{type(exc).__name__}: {exc}"}
             )
     if args.export_only:
-        return 0
+        for r in rows:
+            print(f"{r['model']}: {r['error']}", file=sys.stderr)
+        return 1 if rows else 0
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
