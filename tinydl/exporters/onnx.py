@@ -36,9 +36,14 @@ _NEWER = {
     ("Resize", "keep_aspect_ratio_policy"): (18, "stretch"),
     ("Shape", "start"): (15, 0),
     ("Shape", "end"): (15, None),
+    ("ScatterElements", "reduction"): (16, "none"),
+    ("ScatterND", "reduction"): (16, "none"),
+    ("Split", "num_outputs"): (18, None),
 }
 # Ops ONNX added after MIN_OPSET.
-_OP_SINCE = {"HardSwish": 14}
+_OP_SINCE = {"HardSwish": 14, "Trilu": 14}
+# ScatterElements/ScatterND reductions ONNX added after `add` and `mul` (opset 16).
+_REDUCTION_SINCE = {"max": 18, "min": 18}
 
 
 def _resize_without_axes(graph: Graph, opset: int) -> Graph:
@@ -91,6 +96,8 @@ def needed_opset(graph: Graph) -> int:
             need = max(need, 18)
         if node.op == "Pad" and len(node.inputs) > 3 and node.inputs[3]:
             need = max(need, 18)
+        if node.op in ("ScatterElements", "ScatterND"):
+            need = max(need, _REDUCTION_SINCE.get(node.attrs.get("reduction"), 0))
         for key, value in node.attrs.items():
             since, default = _NEWER.get((node.op, key), (0, None))
             if since and value is not None and value != default:
