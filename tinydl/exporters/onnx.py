@@ -142,7 +142,8 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
             attrs[key] = list(value) if isinstance(value, tuple) else value
         nodes.append(helper.make_node(node.op, node.inputs, node.outputs, node.name, **attrs))
     inits = [
-        numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
+        numpy_helper.from_array(np.asarray(arr, order="C"), name)
         for name, arr in graph.initializers.items()
     ]
     model = helper.make_model(
