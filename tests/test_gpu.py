@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
 from helpers.models import (
+    embedding_graph,
+    embedding_reference,
     espcn,
     kernel_of,
     rel_err,
@@ -53,6 +55,20 @@ def test_ppocrv4_det_fp16_against_fp32(backend, ppocr_det):
     (prob,) = sess.run({"x": x}).values()
     assert np.abs(prob - ref).max() < 0.15
     assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
+
+
+def test_bert_like_embeddings_run_whole_and_match_numpy(backend, rng):
+    """Token ids fed as int64 -> the word-embedding Gather reads them at run time; the position
+    ids come from Range over the shape, so that Gather is a table: no node leaves the backend,
+    for two sequence lengths, negative ids counting from the end of the vocabulary."""
+    graph = embedding_graph()
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    assert set(sess.placement.nodes.values()) == {backend}
+    for seq in (7, 16):
+        ids = rng.integers(-30, 30, (2, seq)).astype(np.int64)
+        (y,) = sess.run({"ids": ids}).values()
+        assert y.shape == (2, seq, 5)
+        np.testing.assert_allclose(y, embedding_reference(graph, ids), rtol=1e-5, atol=1e-5)
 
 
 # -- symbolic shapes -----------------------------------------------------------------------------

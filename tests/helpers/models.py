@@ -114,6 +114,44 @@ def shape_arithmetic_graph():
     )
 
 
+def embedding_graph(vocab=30, positions=16, hidden=12, out=5):
+    """The input end of a BERT-like encoder, as exporters write it: token ids (int64, a graph
+    input) -> Gather of the word embeddings, plus the position embeddings gathered at
+    Range(0, sequence length from Shape) -> Add -> MatMul. `embedding_reference` computes it."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    rng = np.random.default_rng(11)
+    return validate(
+        Graph(
+            [Value("ids", "int64", ("batch", "seq"))],
+            [Value("y", "float32", None)],
+            [
+                Node("Gather", ["words", "ids"], ["tok"], name="word_embedding"),
+                Node("Shape", ["ids"], ["shape"], name="shape"),
+                Node("Gather", ["shape", "one"], ["seq"], name="seq_len"),
+                Node("Range", ["zero", "seq", "one"], ["pos_ids"], name="positions"),
+                Node("Gather", ["positions", "pos_ids"], ["pos"], name="position_embedding"),
+                Node("Add", ["tok", "pos"], ["emb"], name="add"),
+                Node("MatMul", ["emb", "w"], ["y"], name="dense"),
+            ],
+            {
+                "words": rng.standard_normal((vocab, hidden)).astype(np.float32),
+                "positions": rng.standard_normal((positions, hidden)).astype(np.float32),
+                "w": rng.standard_normal((hidden, out)).astype(np.float32),
+                "zero": np.array(0, np.int64),
+                "one": np.array(1, np.int64),
+            },
+        )
+    )
+
+
+def embedding_reference(graph, ids):
+    """What `embedding_graph` computes, in NumPy."""
+    inits = graph.initializers
+    emb = inits["words"][ids] + inits["positions"][np.arange(ids.shape[1])]
+    return emb @ inits["w"]
+
+
 def small_graph():
     """x (2, 8) -> Mul(2) -> Relu -> Reshape (4, 4) -> Sigmoid -> y: static shapes, a reshape
     between elementwise ops. `small_reference` computes it."""

@@ -64,11 +64,12 @@ class KernelRegistry(dict):
         return deco
 
 
-def constant_inputs(node: Node, graph: Graph) -> Support:
-    """Support only when every input after the first is a constant (a shape, axes, pads...)
-    that the kernel bakes in, or is computed from tensor shapes alone (Shape -> Gather ->
-    Concat...): a plan knows every shape, so it computes those once when it is made."""
-    for name in node.inputs[1:]:
+def constant_inputs(node: Node, graph: Graph, first: int = 1) -> Support:
+    """Support only when every input from `first` on (by default all but the data) is a
+    constant (a shape, axes, pads...) that the kernel bakes in, or is computed from tensor
+    shapes alone (Shape -> Gather -> Concat...): a plan knows every shape, so it computes those
+    once when it is made."""
+    for name in node.inputs[first:]:
         if name and name not in graph.initializers and not shape_derived(name, graph):
             return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
     return Support(True)

@@ -1,10 +1,10 @@
 """ONNX importer: a .onnx file (opsets 11-21 tested) becomes an ir.Graph in canonical form.
 
 Canonical form is the newest form of each op: attributes that later opsets moved to inputs
-(Squeeze/Unsqueeze and ReduceMean `axes`) become constant inputs, the pre-13 Softmax
-"flatten to 2-D" semantics are rewritten with Flatten/Softmax/Reshape, pre-16 RoiAlign states its
-pixel convention, and Constant nodes become initializers. External data is read only from files
-inside the model's folder.
+(Squeeze/Unsqueeze and ReduceMean `axes`, Split's `split`) become constant inputs, a Split
+without sizes gets `num_outputs`, the pre-13 Softmax "flatten to 2-D" semantics are rewritten with
+Flatten/Softmax/Reshape, pre-16 RoiAlign states its pixel convention, and Constant nodes become
+initializers. External data is read only from files inside the model's folder.
 
 The IR holds no graphs in attributes: an If whose condition folds to a constant at import (an
 initializer, a Constant, or shape arithmetic on inputs of static shape) is replaced by the nodes
@@ -344,6 +344,8 @@ class _Converter:
                 inputs[0] if inputs else "",
                 self._const(f"{name}_axes", np.array(axes, np.int64)),
             ]
+        if op == "Split":
+            inputs = self._split_form(name, inputs, outputs, attrs)
         if op == "Softmax" and self.opset < 13:
             self._legacy_softmax(name, inputs, outputs, attrs)
             return
@@ -353,6 +355,24 @@ class _Converter:
         if op in ("LSTM", "GRU", "RNN") and outputs and not outputs[0]:
             outputs[0] = self._fresh(f"{name}_Y")  # the IR's first output always has a name
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
+
+    def _split_form(self, name, inputs: list[str], outputs: list[str], attrs) -> list[str]:
+        """Split's `split` attribute (opset < 13) becomes its second input; with neither sizes
+        nor `num_outputs` (opset < 18) the parts are one per output."""
+        if "split" in attrs:
+            sizes = attrs.pop("split")
+            if not isinstance(sizes, list) or len(inputs) > 1:
+                raise self.fail(
+                    f"node '{name}' (Split): 'split' must be one list of ints, given as an "
+                    "attribute (opset < 13) or as the second input, not both"
+                )
+            inputs = [
+                inputs[0] if inputs else "",
+                self._const(f"{name}_split", np.array(sizes, np.int64)),
+            ]
+        if len(inputs) < 2 and attrs.get("num_outputs") is None:
+            attrs["num_outputs"] = len(outputs)
+        return inputs
 
     # -- If ------------------------------------------------------------------------------------
     def _if(self, n, name: str) -> None:

@@ -9,6 +9,7 @@ from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     detection,
     elementwise,
     fused,
+    indexing,
     matmul,
     mediapipe,
     norm,
