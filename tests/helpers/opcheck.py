@@ -34,14 +34,18 @@ def node_model(
     inputs: Mapping[str, np.ndarray | None],
     attrs: Mapping | None = None,
     consts=(),
-    outputs: int = 1,
+    outputs: int | None = None,
     opset: int = 21,
 ) -> tuple[onnx.ModelProto, dict]:
     """A one-node model and its feeds.
 
     inputs: the node's inputs in order, name -> array; None leaves an optional input empty ("").
     consts: input names stored as initializers (shape-like inputs, weights); the rest are fed.
+    outputs: how many outputs the node has (default: the op's required ones, TopK's two).
     """
+    if outputs is None:
+        schema = schema_of(op)
+        outputs = schema.outputs[0] if schema is not None else 1
     graph_inputs, inits, feeds = [], [], {}
     for name, arr in inputs.items():
         if arr is None:
@@ -66,7 +70,18 @@ def node_model(
     # IR version 10 (ONNX 1.16) is what onnxruntime reads; onnx's newest default may be newer.
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     # Declare the output types (importers want them) as onnx's own shape inference finds them.
-    inferred = onnx.shape_inference.infer_shapes(model).graph.output
+    inferred = list(onnx.shape_inference.infer_shapes(model).graph.output)
+    # onnx infers nothing for some function ops (GroupNormalization): such an output is
+    # declared with the first input's element type, shape unknown.
+    first = next(iter(inputs.values()))
+    inferred = [
+        o
+        if o.type.HasField("tensor_type")
+        else helper.make_tensor_value_info(
+            o.name, helper.np_dtype_to_tensor_dtype(first.dtype), None
+        )
+        for o in inferred
+    ]
     model.graph.ClearField("output")
     model.graph.output.extend(inferred)
     return model, feeds
