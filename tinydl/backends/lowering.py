@@ -18,6 +18,7 @@ from tinydl.backends.base import Support
 from tinydl.backends.indexing import broadcast_strides, strides_of
 from tinydl.ops.base import normalize_axis
 from tinydl.ops.conv import window_attrs, window_geometry
+from tinydl.ops.reduce import topk_count
 from tinydl.ops.resize import _check_resize_attrs, _given, _resize_targets, axis_taps
 
 
@@ -218,4 +219,44 @@ def norm_supports(node, graph) -> Support:
                 f"{node.op}: scale or bias of shape {got} broadcast to the "
                 f"normalized shape {tuple(x.shape[axis:])} is not implemented",
             )
+    return Support(True)
+
+
+# TopK's kernels make a pass over the row per output element: k beyond this is refused.
+TOPK_MAX = 1024
+
+
+@dataclass
+class TopKRows:
+    """TopK as `rows` rows of `length` elements `inner` apart (row r starts at
+    (r // inner) * length * inner + r % inner); its k outputs per row are `inner` apart too,
+    in order (sorted=0 gets the sorted order as well)."""
+
+    rows: int
+    length: int
+    inner: int
+    k: int
+
+
+def topk_rows(b) -> TopKRows:
+    shape = b.info(0).shape
+    axis = normalize_axis(b.attrs["axis"], len(shape))
+    length, inner = shape[axis], math.prod(shape[axis + 1 :])
+    rows = math.prod(shape) // length if length else 0
+    return TopKRows(rows, length, inner, topk_count(b.const(1), length))
+
+
+def topk_supports(node, graph) -> Support:
+    k = graph.initializers.get(node.inputs[1])
+    if k is None:
+        return Support(False, f"{node.op} needs k as a constant (an initializer)")
+    if np.size(k) == 1 and int(np.ravel(k)[0]) > TOPK_MAX:
+        return Support(
+            False,
+            f"{node.op} with k = {int(np.ravel(k)[0])} > {TOPK_MAX} is not "
+            "implemented: the kernels make a pass over the row per output element",
+        )
+    x = graph.value(node.inputs[0])
+    if x is not None and x.dtype not in ("float32", "float16"):
+        return Support(False, f"{node.op} on {x.dtype} is not implemented")
     return Support(True)
