@@ -16,10 +16,11 @@ import numpy as np
 from tinydl.errors import UnsupportedOpError
 from tinydl.ir.dtypes import ONNX_NAMES
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops.reduce import REDUCTIONS
 
 # The lowest opset a graph is written at: Squeeze/Unsqueeze take `axes` as an input and Softmax
-# has its per-axis meaning from opset 13, the IR's forms. ReduceMean with `axes` as an input, or
-# Pad with an `axes` input, need opset 18.
+# has its per-axis meaning from opset 13, the IR's forms. Reduce* (but ReduceSum) with `axes` as
+# an input, or Pad with an `axes` input, need opset 18.
 MIN_OPSET = 13
 # IR version 8 (ONNX 1.13+): readable by every runtime that reads the opsets written here.
 IR_VERSION = 8
@@ -29,7 +30,7 @@ _NEWER = {
     ("AveragePool", "dilations"): (19, None),
     ("BatchNormalization", "training_mode"): (14, 0),
     ("Cast", "saturate"): (19, 1),
-    ("ReduceMean", "noop_with_empty_axes"): (18, 0),
+    **{(op, "noop_with_empty_axes"): (18, 0) for op in REDUCTIONS if op != "ReduceSum"},
     ("Reshape", "allowzero"): (14, 0),
     ("Resize", "antialias"): (18, 0),
     ("Resize", "axes"): (18, None),
@@ -37,8 +38,8 @@ _NEWER = {
     ("Shape", "start"): (15, 0),
     ("Shape", "end"): (15, None),
 }
-# Ops ONNX added after MIN_OPSET.
-_OP_SINCE = {"HardSwish": 14}
+# Ops ONNX added after MIN_OPSET (GroupNormalization's per-channel form: opset 21).
+_OP_SINCE = {"HardSwish": 14, "LayerNormalization": 17, "GroupNormalization": 21}
 
 
 def _resize_without_axes(graph: Graph, opset: int) -> Graph:
@@ -87,7 +88,9 @@ def needed_opset(graph: Graph) -> int:
     need = MIN_OPSET
     for node in graph.nodes:
         need = max(need, _OP_SINCE.get(node.op, 0))
-        if node.op == "ReduceMean" and len(node.inputs) > 1 and node.inputs[1]:
+        # Reduce* take `axes` as an input from opset 18 (ReduceSum from 13).
+        reduce = node.op in REDUCTIONS and node.op != "ReduceSum"
+        if reduce and len(node.inputs) > 1 and node.inputs[1]:
             need = max(need, 18)
         if node.op == "Pad" and len(node.inputs) > 3 and node.inputs[3]:
             need = max(need, 18)
