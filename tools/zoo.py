@@ -202,7 +202,21 @@ MODELS = {
 
 
 def export(name: str, onnx_dir: Path) -> Path:
-    """Build `name` with seeded random weights, condition it, export it (once) to ONNX."""
+    """Build `name` with seeded random weights, condition it, export it (once) to ONNX. In a
+    child process: PyTorch's exporter and a software Vulkan driver each load their own LLVM,
+    and one process holding both crashes."""
+    import subprocess
+
+    path = onnx_dir / f"{name}.onnx"
+    if not (path.exists() and (onnx_dir / f"{name}.npz").exists()):
+        cmd = [sys.executable, __file__, "--export-only", "--models", name]
+        done = subprocess.run([*cmd, "--onnx-dir", str(onnx_dir)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"exporting {name} failed:\n{done.stderr[-2000:]}")
+    return path
+
+
+def _export_here(name: str, onnx_dir: Path) -> Path:
     path = onnx_dir / f"{name}.onnx"
     feeds_path = onnx_dir / f"{name}.npz"
     if path.exists() and feeds_path.exists():
@@ -332,16 +346,17 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         p.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    if args.backends:
-        backends = args.backends.split(",")
-    else:
-        backends = [b.name for b in td.list_backends() if b.available]
     rows: list[dict] = []
+    if not args.export_only:
+        if args.backends:
+            backends = args.backends.split(",")
+        else:
+            backends = [b.name for b in td.list_backends() if b.available]
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
         try:
             if args.export_only:
-                print(export(name, args.onnx_dir))
+                print(_export_here(name, args.onnx_dir))
                 continue
             rows += run_model(name, args.onnx_dir, backends, args.precision.split(","))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too
