@@ -65,9 +65,15 @@ def _condition(model, example) -> None:
                     m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
     if norms:
-        model.train()
+        # A detector's heads want targets in training mode: its backbone alone sets the stats.
+        body = getattr(model, "backbone", model)
+        # (two images: a 1x1 feature map of one image has no batch statistics)
+        batch = tuple(
+            torch.cat([t[None], t.flip(-1)[None]]) if t.dim() == 3 else t for t in example
+        )
+        body.train()
         with torch.no_grad():
-            model(*example) if isinstance(example, tuple) else model(example)
+            body(*batch)
     model.eval()
 
 
@@ -97,14 +103,27 @@ def _torchvision(name: str, size: int, **kw):
     return build
 
 
-def _detector(name: str, size: int):
+def _detector(name: str, size: int, **kw):
     def build():
+        import torch
         import torchvision
 
-        model = getattr(torchvision.models.detection, name)(
-            weights=None, weights_backbone=None, num_classes=91, min_size=size, max_size=size
+        class OneImage(torch.nn.Module):
+            """The detector on one CHW image: boxes, scores and labels as a tuple."""
+
+            def __init__(self):
+                super().__init__()
+                self.backbone = detector.backbone  # for _condition
+                self.detector = detector
+
+            def forward(self, x):
+                out = self.detector([x])[0]
+                return out["boxes"], out["scores"], out["labels"]
+
+        detector = getattr(torchvision.models.detection, name)(
+            weights=None, weights_backbone=None, num_classes=91, **kw
         )
-        return model, (_image(size)[0],), ["x"]
+        return OneImage(), (_image(size)[0],), ["x"]
 
     return build
 
@@ -194,7 +213,7 @@ MODELS = {
     "mobilenet_v3_large": _torchvision("mobilenet_v3_large", 224),
     "vit_b_16": _torchvision("vit_b_16", 224),
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
-    "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320),
+    "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
     "bert2": _bert2,
     "crnn_bilstm": _crnn,
     "efficientnet_b0": _timm("efficientnet_b0", 224),
