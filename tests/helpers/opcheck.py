@@ -77,10 +77,10 @@ def node_model(
     inferred = list(onnx.shape_inference.infer_shapes(model).graph.output)
     # onnx infers nothing for some function ops (GroupNormalization): such an output is
     # declared with the first input's element type, shape unknown.
-    first = next(iter(inputs.values()))
+    first = next((a for a in inputs.values() if a is not None), None)
     inferred = [
         o
-        if o.type.HasField("tensor_type")
+        if o.type.HasField("tensor_type") or first is None
         else helper.make_tensor_value_info(
             o.name, helper.np_dtype_to_tensor_dtype(first.dtype), None
         )
