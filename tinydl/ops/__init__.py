@@ -8,6 +8,7 @@ from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     conv,
     elementwise,
     fused,
+    logic,
     matmul,
     norm,
     pool,
