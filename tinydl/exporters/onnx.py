@@ -38,7 +38,7 @@ _NEWER = {
     ("Shape", "end"): (15, None),
 }
 # Ops ONNX added after MIN_OPSET.
-_OP_SINCE = {"HardSwish": 14}
+_OP_SINCE = {"HardSwish": 14, "Mish": 18, "Gelu": 20}
 
 
 def _resize_without_axes(graph: Graph, opset: int) -> Graph:
