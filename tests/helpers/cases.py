@@ -744,3 +744,11 @@ case(
     p=i64(1, 1, 1, 1),
     v=np.array(1.5, np.float16),
 )
+case("Where-float16", "Where", c=B(3, 4), x=h(3, 4), y=h(4))
+case("Max-float16", "Max", a=h(2, 3, 4), b=h(4), c=h(3, 1))
+case("Mean-float16", "Mean", **F16, a=h(3, 4), b=h(3, 4))
+case("Gelu-float16", "Gelu", **F16, x=h(3, 16))
+case("Exp-float16", "Exp", **F16, x=h(3, 4))
+case("Less-float16", "Less", a=h(3, 4), b=h(4))
+case("IsInf-float16", "IsInf", x=Rand((3, 4), dtype=np.float16, special=0.4))
+case("Mod-float16-fmod1", "Mod", {"fmod": 1}, **F16, a=h(3, 4), b=Rand((4,), "signed", np.float16))
