@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.models import espcn_onnx, mediapipe_model
+from helpers.models import embedding_graph, embedding_reference, espcn_onnx, mediapipe_model
 
 import tinydl as td
 from tinydl.errors import UnsupportedOpError
@@ -88,3 +88,16 @@ def test_save_and_cli(tmp_path, rng):
     assert main(["convert", str(tmp_path / "e.onnx"), "-o", str(tmp_path / "cli.onnx")]) == 0
     again = td.load(tmp_path / "cli.onnx")
     assert [n.op for n in again.nodes] == [n.op for n in graph.nodes]
+
+
+def test_scalar_initializers_stay_scalars(rng):
+    """A 0-d index stays 0-d: written as a 1-element vector, Gather by it would keep the axis and
+    the Range after it would get a vector limit (onnxruntime refuses the model)."""
+    graph = embedding_graph()
+    model = to_onnx(graph)
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    assert dims["one"] == dims["zero"] == []
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = rng.integers(-30, 30, (2, 9)).astype(np.int64)
+    (y,) = sess.run(None, {"ids": ids})
+    np.testing.assert_allclose(y, embedding_reference(graph, ids), rtol=1e-5, atol=1e-5)

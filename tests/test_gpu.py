@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
 from helpers.models import (
+    embedding_graph,
+    embedding_reference,
     espcn,
     kernel_of,
     rel_err,
@@ -21,6 +23,8 @@ from helpers.models import (
 )
 
 import tinydl as td
+from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
 
 
 @pytest.fixture(params=GPU_BACKENDS)
@@ -53,6 +57,20 @@ def test_ppocrv4_det_fp16_against_fp32(backend, ppocr_det):
     assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
 
 
+def test_bert_like_embeddings_run_whole_and_match_numpy(backend, rng):
+    """Token ids fed as int64 -> the word-embedding Gather reads them at run time; the position
+    ids come from Range over the shape, so that Gather is a table: no node leaves the backend,
+    for two sequence lengths, negative ids counting from the end of the vocabulary."""
+    graph = embedding_graph()
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    assert set(sess.placement.nodes.values()) == {backend}
+    for seq in (7, 16):
+        ids = rng.integers(-30, 30, (2, seq)).astype(np.int64)
+        (y,) = sess.run({"ids": ids}).values()
+        assert y.shape == (2, seq, 5)
+        np.testing.assert_allclose(y, embedding_reference(graph, ids), rtol=1e-5, atol=1e-5)
+
+
 # -- symbolic shapes -----------------------------------------------------------------------------
 
 
@@ -75,6 +93,39 @@ def test_each_input_shape_gets_its_own_tables(backend, rng):
         np.testing.assert_allclose(
             dev.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
         )
+
+
+def test_plans_stay_within_their_lru(backend, rng):
+    """300 distinct input sizes through one session with max_plans=4: at most 4 plans live,
+    and the uploaded per-shape tables of the evicted ones are freed (only the current plans'
+    constants remain); a size seen again is planned again and still right."""
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (1, 3, "h", "w"))],
+            [Value("y", "float32", None)],
+            [Node("Pad", ["x", "pads"], ["y"], {"mode": "reflect"}, name="pad")],
+            {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)},
+        )
+    )
+    cpu = td.compile(graph, backends=("numpy",))
+    dev = td.compile(
+        graph, backends=(backend,), strict=True, backend_options={backend: {"max_plans": 4}}
+    )
+    kernel = kernel_of(dev, backend)
+    sizes = [(2 + k // 20, 2 + k % 20) for k in range(300)]
+    for h, w in sizes:
+        dev.run({"x": np.ones((1, 3, h, w), np.float32)})
+        assert len(kernel.plans) <= 4
+    per_plan = len(kernel._constants)  # the tables of the last 4 plans (no weights here)
+    assert per_plan <= 4 * 2
+    users = set().union(*kernel._const_users.values())
+    assert users <= set(kernel.plans)
+    for h, w in sizes[:3]:
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(
+            dev.run({"x": x})["y"], cpu.run({"x": x})["y"], rtol=1e-5, atol=1e-5
+        )
+    assert len(kernel.plans) <= 4 and len(kernel._constants) <= per_plan + 4 * 2
 
 
 def test_shape_arithmetic_is_computed_when_planning(backend, rng):

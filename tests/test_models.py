@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import onnxruntime as ort
 import pytest
-from helpers.models import espcn_onnx, ocr_input, page_image, rel_err
+from helpers.models import crnn_onnx, espcn_onnx, ocr_input, page_image, rel_err
 
 import tinydl as td
 
@@ -73,3 +73,14 @@ def test_espcn_tdl_round_trip(tmp_path, rng):
     a = td.compile(src, backends=("numpy",)).run({"y": y})["out"]
     b = td.compile(tmp_path / "espcn.tdl", backends=("numpy",)).run({"y": y})["out"]
     np.testing.assert_array_equal(a, b)
+
+
+def test_crnn_matches_onnxruntime(tmp_path, rng):
+    """Conv -> pooling -> reshape -> bidirectional LSTM -> MatMul -> Softmax, end to end."""
+    path = tmp_path / "crnn.onnx"
+    crnn_onnx(path, rng)
+    x = rng.standard_normal((2, 1, 32, 40)).astype(np.float32)
+    got, _ = compare_with_ort(path, {"x": x})
+    assert got["out"].shape == (10, 2, 11)
+    np.testing.assert_allclose(got["out"].sum(axis=-1), 1, rtol=1e-5)
+    assert got["out"].std() > 0.01  # the classes are told apart, not uniform

@@ -157,3 +157,103 @@ def test_render_activation_skips_the_parts_of_an_absent_parameter():
     assert render("Clip", {}) == "v"
     assert render("LeakyRelu", {}) == "lr(v, <0.01>)"  # the default, from the schema
     assert render("PRelu", {"slope": "s[c]"}) == "pr(v, s[c])"
+
+
+# -- recurrent layers: optional outputs and the batch-first layout --------------------------------
+
+
+def recurrent_model(op, layout=0, outputs=("y", "y_h", "y_c"), seq=6, batch=3, size=4, hidden=5):
+    """A bidirectional `op` with every input (lengths, initial states, LSTM's peepholes) and the
+    named outputs ("" leaves one out), and its feeds; `layout` 1 is batch-first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(len(op))  # the same weights in either layout
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    weights = {
+        "w": N(2, gates * hidden, size, scale=0.5).draw(rng),
+        "r": N(2, gates * hidden, hidden, scale=0.5).draw(rng),
+        "b": N(2, 2 * gates * hidden, scale=0.5).draw(rng),
+        "p": N(2, 3 * hidden, scale=0.5).draw(rng),
+    }
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    shape = (batch, 2, hidden) if layout else (2, batch, hidden)
+    feeds = {"x": N(*((batch, seq, size) if layout else (seq, batch, size))).draw(rng)}
+    feeds["lens"] = rng.integers(1, seq + 1, batch).astype(np.int32)
+    feeds |= {s: N(*shape).draw(rng) for s in states}
+    inputs = ["x", "w", "r", "b", "lens", *states]
+    if op == "LSTM":
+        inputs.append("p")
+    else:
+        del weights["p"]
+    outputs = list(outputs[: 3 if op == "LSTM" else 2])
+    node = helper.make_node(
+        op, inputs, outputs, hidden_size=hidden, direction="bidirectional", layout=layout
+    )
+    graph = helper.make_graph(
+        [node],
+        op,
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in feeds.items()
+        ],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs if o],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=10)
+    return model, feeds
+
+
+RECURRENT_OUTPUTS = [
+    *[(op, ("y", "y_h", "y_c")) for op in ("LSTM", "GRU", "RNN")],
+    *[(op, ("", "y_h", "y_c")) for op in ("LSTM", "GRU", "RNN")],
+    ("LSTM", ("", "", "y_c")),
+]
+
+
+@pytest.mark.parametrize(("op", "outputs"), RECURRENT_OUTPUTS)
+def test_recurrent_optional_outputs_match_onnxruntime(op, outputs):
+    from helpers.opcheck import compare, run_onnxruntime, run_tinydl
+
+    model, feeds = recurrent_model(op, outputs=outputs)
+    got, want = run_tinydl(model, feeds), run_onnxruntime(model, feeds)
+    assert (
+        len(got) == len(want) == len([o for o in outputs[: len(model.graph.node[0].output)] if o])
+    )
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        compare(g, w, 1e-5, 1e-6, f"output {i}")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_batch_first_layout_matches_onnxruntime_on_the_sequence_first_model(op):
+    """onnxruntime's CPU provider has no layout=1 kernels: its layout 0 on transposed inputs is
+    the judge."""
+    from helpers.opcheck import compare, run_onnxruntime, run_tinydl
+
+    model, feeds = recurrent_model(op, layout=1)
+    got = run_tinydl(model, feeds)
+    seq_first, _ = recurrent_model(op, layout=0)
+    moved = {k: v if k == "lens" else np.swapaxes(v, 0, 1) for k, v in feeds.items()}
+    want = run_onnxruntime(seq_first, moved)
+    compare(got[0], want[0].transpose(2, 0, 1, 3), 1e-5, 1e-6, "Y")
+    for i in range(1, len(want)):
+        compare(got[i], want[i].transpose(1, 0, 2), 1e-5, 1e-6, f"state output {i}")
+
+
+def test_recurrent_bad_attributes_are_named():
+    x, w, r = f32_type(5, 3, 4), f32_type(1, 24, 4), f32_type(1, 24, 6)
+    with pytest.raises(InvalidModelError, match="direction must be one of"):
+        infer("LSTM", x, w, r, direction="sideways")
+    with pytest.raises(ValueError, match="3 function"):
+        infer("LSTM", x, w, r, activations=["Sigmoid", "Tanh"])
+    with pytest.raises(ValueError, match="unknown activation 'Gelu'"):
+        infer("RNN", x, f32_type(1, 6, 4), f32_type(1, 6, 6), activations=["Gelu"])
+    with pytest.raises(InvalidModelError, match="W has 1 direction"):
+        infer("LSTM", x, w, r, direction="bidirectional")
+
+
+def test_non_max_suppression_row_count_is_left_to_the_data():
+    boxes, scores = f32_type("B", "N", 4), f32_type("B", 2, "N")
+    (y,) = infer("NonMaxSuppression", boxes, scores)
+    assert y.shape == (None, 3) and y.dtype == "int64"
+    with pytest.raises(InvalidModelError, match=r"boxes must be \[batch, boxes, 4\]"):
+        infer("NonMaxSuppression", f32_type(1, 5, 5), f32_type(1, 2, 5))

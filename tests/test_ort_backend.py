@@ -47,6 +47,69 @@ def test_a_failure_inside_onnxruntime_is_an_op_error():
         sess.run({"x": np.ones((3, 4), np.float32)})
 
 
+def test_lstm_and_nms_export_to_onnxruntime_and_match_the_reference():
+    """LSTM -> scores -> NonMaxSuppression (a data-dependent output length) written out as ONNX
+    and run whole by onnxruntime; a batch-first LSTM, which its CPU provider lacks, stays on
+    numpy."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    rng = np.random.default_rng(5)
+
+    def model(layout):
+        seq = (1, 20, 4) if layout else (20, 1, 4)
+        return validate(
+            Graph(
+                inputs=[Value("x", "float32", seq), Value("boxes", "float32", (1, 20, 4))],
+                outputs=[Value("scores", "float32", None), Value("picked", "int64", None)],
+                nodes=[
+                    Node(
+                        "LSTM",
+                        ["x", "w", "r", "b"],
+                        ["y", "y_h"],
+                        {"hidden_size": 5, "direction": "bidirectional", "layout": layout},
+                        name="lstm",
+                    ),
+                    Node("Reshape", ["y", "shape"], ["flat"], name="reshape"),
+                    Node("Transpose", ["flat"], ["t"], {"perm": [0, 2, 1]}, name="transpose"),
+                    Node("Sigmoid", ["t"], ["scores"], name="sigmoid"),
+                    Node(
+                        "NonMaxSuppression",
+                        ["boxes", "scores", "limit", "iou", "threshold"],
+                        ["picked"],
+                        name="nms",
+                    ),
+                ],
+                initializers={
+                    "w": rng.standard_normal((2, 20, 4)).astype(np.float32),
+                    "r": rng.standard_normal((2, 20, 5)).astype(np.float32),
+                    "b": rng.standard_normal((2, 40)).astype(np.float32),
+                    "shape": np.array([1, 20, 10], np.int64),
+                    "limit": np.array([4], np.int64),
+                    "iou": np.array([0.3], np.float32),
+                    "threshold": np.array([0.2], np.float32),
+                },
+            )
+        )
+
+    graph = model(layout=0)
+    sess = td.compile(graph, backends=("onnxruntime",), strict=True)
+    assert [p.backend for p in sess.partitions] == ["onnxruntime"]
+    feeds = {
+        "x": rng.standard_normal((20, 1, 4)).astype(np.float32),
+        "boxes": rng.uniform(0, 10, (1, 20, 4)).astype(np.float32),
+    }
+    got = sess.run(feeds)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
+    np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5, atol=1e-6)
+    assert got["picked"].shape[0] > 10  # several boxes of several classes survive
+    np.testing.assert_array_equal(got["picked"], want["picked"])
+    with pytest.warns(UserWarning, match="LSTM"):
+        batch_first = td.compile(model(layout=1), backends=("onnxruntime", "numpy"))
+    assert batch_first.placement["lstm"] == "numpy"
+    assert "layout=1" in batch_first.placement.refusals["lstm"]["onnxruntime"]
+
+
 def test_threads_option_and_fallback_of_tinydl_ops():
     """backend_options set onnxruntime's threads; a graph holding tinydl's own fused op (as
     saved after the optimizer) runs that node on the NumPy backend, the rest on onnxruntime."""

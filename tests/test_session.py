@@ -198,3 +198,23 @@ def test_public_api_lists_backends_saves_and_moves_tensors(tmp_path):
     if infos["webgpu"].available:
         dev = td.to_device(x, "webgpu")
         np.testing.assert_array_equal(td.to_host(dev), x)
+
+
+def test_gemm_bias_broadcasts_one_way_only():
+    """A (5, 1) bias fits an (N, 5) Gemm output only at N = 5: at N = 1 it would widen the
+    result to (5, 5), so the run fails with a typed error naming the node."""
+    graph = validate(
+        Graph(
+            inputs=[Value("a", "float32", ("N", 3))],
+            outputs=[Value("y", "float32", None)],
+            nodes=[Node("Gemm", ["a", "b", "c"], ["y"], name="fc")],
+            initializers={
+                "b": np.ones((3, 5), np.float32),
+                "c": np.arange(5, dtype=np.float32).reshape(5, 1),
+            },
+        )
+    )
+    sess = td.compile(graph, backends=("numpy",))
+    assert sess.run({"a": np.ones((5, 3), np.float32)})["y"].shape == (5, 5)
+    with pytest.raises(td.OpError, match=r"'fc' \(Gemm\).*does not broadcast to \(1, 5\)"):
+        sess.run({"a": np.ones((1, 3), np.float32)})

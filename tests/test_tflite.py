@@ -1,6 +1,8 @@
-"""TFLite importer: BlazePose (MediaPipe's models on a real photo) and one small model per op,
-each checked against LiteRT's own interpreter (ai-edge-litert)."""
+"""TFLite importer: MediaPipe's models on a real photo and one small model per op, each checked
+against LiteRT's own interpreter (ai-edge-litert), or where MediaPipe's custom ops are in the
+model, against MediaPipe's own runtime and transcriptions of its C++ kernels."""
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from helpers.tflite import (
     S,
     TFLiteModel,
     litert,
+    mediapipe_runtime,
     options,
     sparsity,
     zeros,
@@ -82,6 +85,254 @@ def test_blazepose_matches_litert(model):
     else:
         presence = 1 / (1 + np.exp(-got["Identity_1"].item()))
         assert presence > 0.5, "the landmark model should see a person"
+
+
+# -- every model the mediapipe package ships ----------------------------------------------------
+
+# Three use MediaPipe's custom ops: Convolution2DTransposeBias (both selfie segmenters);
+# Landmarks2TransformMatrix, TransformTensorBilinear and TransformLandmarks (the attention mesh).
+MEDIAPIPE_CUSTOM = {
+    "face_landmark/face_landmark_with_attention.tflite",
+    "selfie_segmentation/selfie_segmentation.tflite",
+    "selfie_segmentation/selfie_segmentation_landscape.tflite",
+}
+MEDIAPIPE_MODELS = sorted(
+    MEDIAPIPE_CUSTOM
+    | {
+        "face_detection/face_detection_full_range_sparse.tflite",
+        "face_detection/face_detection_short_range.tflite",
+        "face_landmark/face_landmark.tflite",
+        "hand_landmark/hand_landmark_full.tflite",
+        "hand_landmark/hand_landmark_lite.tflite",
+        "holistic_landmark/hand_recrop.tflite",
+        "iris_landmark/iris_landmark.tflite",
+        "palm_detection/palm_detection_full.tflite",
+        "palm_detection/palm_detection_lite.tflite",
+        "pose_detection/pose_detection.tflite",
+        "pose_landmark/pose_landmark_full.tflite",
+    }
+)
+
+
+def photo_u8(height: int, width: int) -> np.ndarray:
+    skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
+    from PIL import Image
+
+    image = Image.fromarray(skimage_data.astronaut()).resize((width, height), Image.BILINEAR)
+    return np.asarray(image)
+
+
+@pytest.mark.parametrize("rel_path", MEDIAPIPE_MODELS)
+def test_mediapipe_model_loads(rel_path):
+    graph = td.load(mediapipe_model(rel_path))
+    assert graph.metadata["input_layout"] == "NHWC"
+    assert len(graph.inputs[0].shape) == 4 and graph.inputs[0].shape[3] == 3
+    custom = {n.op for n in graph.nodes} & {
+        "ConvTranspose",
+        "tinydl.Landmarks2TransformMatrix",
+        "tinydl.TransformTensorBilinear",
+    }
+    assert bool(custom) == (rel_path in MEDIAPIPE_CUSTOM), custom
+
+
+@pytest.mark.parametrize("rel_path", MEDIAPIPE_MODELS)
+def test_mediapipe_model_matches_reference(rel_path):
+    """The astronaut photo in [0, 1] through each model, within 1e-4 relative of a trusted
+    reference on every output. Builtin ops only: LiteRT's reference kernels. With MediaPipe's
+    custom ops LiteRT cannot run the file, so the reference is MediaPipe's own runtime (the
+    mediapipe package's CalculatorGraph: ImageToTensorCalculator, then InferenceCalculator with
+    MediaPipe's op resolver, which holds the C++ kernels of mediapipe/util/tflite/operations);
+    tinydl is fed the very input tensor that runtime made from the photo."""
+    path = mediapipe_model(rel_path)
+    graph = td.load(path)
+    _, h, w, _ = graph.inputs[0].shape
+    image = photo_u8(h, w)
+    if rel_path in MEDIAPIPE_CUSTOM:
+        x, refs = mediapipe_runtime(path, image, 0.0, 1.0, len(graph.outputs))
+        x = x.reshape(1, h, w, 3)
+        assert np.abs(x - image / np.float32(255)).max() < 1e-6  # the photo, unresampled
+    else:
+        x = (image / np.float32(255))[None]
+        it = litert(path, [x], OpResolverType.BUILTIN_REF)
+        refs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    got = td.compile(graph, backends=(BACKEND,)).run({graph.inputs[0].name: x})
+    assert len(got) == len(refs)
+    for (name, g), ref in zip(got.items(), refs, strict=True):
+        assert g.size == ref.size, name
+        err = rel_err(g, ref.reshape(g.shape))
+        assert err <= 1e-4, f"{name}: relative error {err:.2e}"
+
+
+# -- MediaPipe's custom ops, one at a time ------------------------------------------------------
+
+
+def _custom_model(name, ins, out_shape, options=b"", version=1):
+    """A model of one custom op over graph inputs of the given shapes."""
+    m = TFLiteModel()
+    ids = [m.tensor(s, name=f"x{i}") for i, s in enumerate(ins)]
+    y = m.custom(name, ids, out_shape, options, version)
+    return m.serialize(ids, [y])
+
+
+def _run_custom(tmp_path, data, feeds):
+    (tmp_path / "custom.tflite").write_bytes(data)
+    graph = td.load(tmp_path / "custom.tflite")
+    out = td.compile(graph, backends=(BACKEND,)).run(
+        {v.name: x for v, x in zip(graph.inputs, feeds, strict=True)}
+    )
+    return next(iter(out.values()))
+
+
+def _flex(options: dict) -> bytes:
+    from flatbuffers import flexbuffers
+
+    return bytes(flexbuffers.Dumps(options))
+
+
+@pytest.mark.parametrize(
+    "padding, size, kernel, stride",
+    [(1, (7, 5), 3, 2), (1, (6, 6), 2, 2), (2, (4, 5), 3, 2), (1, (5, 4), 4, 3)],
+)
+def test_convolution_2d_transpose_bias_matches_litert(tmp_path, rng, padding, size, kernel, stride):
+    """Against a second flatbuffer that spells the op with builtins, run by LiteRT:
+    TRANSPOSE_CONV (output size as MediaPipe's kernel computes it) + ADD of the bias."""
+    x = rng.standard_normal((1, *size, 4)).astype(np.float32)
+    weights = conv_weights(rng, (5, kernel, kernel, 4))
+    bias = rng.standard_normal(5).astype(np.float32)
+    out = []
+    for n in size:
+        total = max(0, kernel - (n - 1) % stride - 1) if padding == 1 else 0
+        out.append(stride * (n - 1) + kernel - total)
+    m = TFLiteModel()
+    xi = m.tensor(x.shape, name="x0")
+    y = m.custom(
+        "Convolution2DTransposeBias",
+        [xi, m.const(weights), m.const(bias)],
+        (1, *out, 5),
+        np.array([padding, stride, stride], "<i4").tobytes(),
+    )
+    got = _run_custom(tmp_path, m.serialize([xi], [y]), [x])
+
+    ref = TFLiteModel()
+    xi = ref.tensor(x.shape, name="x0")
+    opts = options(
+        "TransposeConv", padding=SAME if padding == 1 else VALID, strideH=stride, strideW=stride
+    )
+    shape = ref.const(np.array([1, *out, 5], np.int32))
+    t = ref.op("TRANSPOSE_CONV", [shape, ref.const(weights), xi], options=opts)
+    y = ref.op("ADD", [t, ref.const(bias)], options=options("Add"))
+    it = litert(ref.build([xi], [y], [x]), [x])
+    want = it.get_tensor(it.get_output_details()[0]["index"])
+    assert got.shape == want.shape == (1, *out, 5)
+    assert rel_err(got, want) < 1e-5
+
+
+def _bilinear_loops(x, matrix, oh, ow):
+    """MediaPipe's TransformTensorBilinear v2 (transform_tensor_bilinear.cc), loop for loop."""
+    _, h, w, c = x.shape
+    m = matrix.reshape(16).astype(np.float32)
+    xt = [float(m[0]), float(m[1]), float(m[2]), float(m[3])]
+    yt = [float(m[4]), float(m[5]), float(m[6]), float(m[7])]
+    xt[3] += xt[0] * 0.5 + xt[1] * 0.5 - 0.5
+    yt[3] += yt[0] * 0.5 + yt[1] * 0.5 - 0.5
+    out = np.zeros((1, oh, ow, c), np.float32)
+
+    def read(i, j, k):
+        return 0.0 if i < 0 or j < 0 or i >= h or j >= w else float(x[0, i, j, k])
+
+    for oy in range(oh):
+        for ox in range(ow):
+            tx = xt[0] * ox + xt[1] * oy + xt[3]
+            ty = yt[0] * ox + yt[1] * oy + yt[3]
+            if tx < 0 or tx > w - 1 or ty < 0 or ty > h - 1:
+                continue
+            fx, fy = math.floor(tx), math.floor(ty)
+            rx, ly = tx - fx, ty - fy
+            for k in range(c):
+                upper = (1 - rx) * read(fy, fx, k) + rx * read(fy, fx + 1, k)
+                lower = (1 - rx) * read(fy + 1, fx, k) + rx * read(fy + 1, fx + 1, k)
+                out[0, oy, ox, k] = ly * lower + (1 - ly) * upper
+    return out
+
+
+def test_transform_tensor_bilinear_matches_mediapipe_loops(tmp_path, rng):
+    """A rotated, scaled crop that runs past the input's edges (those samples give 0)."""
+    x = rng.standard_normal((1, 9, 11, 3)).astype(np.float32)
+    angle, scale = 0.6, 1.3
+    matrix = np.eye(4, dtype=np.float32)
+    matrix[:2, :2] = scale * np.array(
+        [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+    )
+    matrix[:2, 3] = [4.0, -2.5]
+    options = _flex({"output_height": 7, "output_width": 8})
+    data = _custom_model("TransformTensorBilinear", [x.shape, (1, 4, 4)], (1, 7, 8, 3), options, 2)
+    got = _run_custom(tmp_path, data, [x, matrix[None]])
+    want = _bilinear_loops(x, matrix, 7, 8)
+    assert 0 < np.count_nonzero(want[..., 0] == 0) < 7 * 8 / 2  # some samples fall outside
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _matrix_loops(lm, left, right, subset, target, oh, ow, sx, sy):
+    """MediaPipe's Landmarks2TransformMatrix v2 (landmarks_to_transform_matrix.cc), step by step
+    in float32 with its 3x3 and 4x4 matrix products."""
+    f = np.float32
+    lm = lm.reshape(-1, 3).astype(f)
+    r = f(target) - f(math.atan2(lm[right, 1] - lm[left, 1], lm[right, 0] - lm[left, 0]))
+    cos, sin = f(math.cos(r)), f(math.sin(r))
+    rot = np.array([[cos, -sin, 0], [sin, cos, 0], [0, 0, 1]], f)
+    pts = [lm[i].copy() for i in subset]
+    for p in pts:
+        p[2] = 1
+    pts = np.array([rot @ p for p in pts], f)
+    hi, lo = pts.max(0), pts.min(0)
+    centre = np.array([(lo[0] + hi[0]) / 2, (lo[1] + hi[1]) / 2, 1], f)
+    inverse = np.array([[cos, sin, 0], [-sin, cos, 0], [0, 0, 1]], f)
+    cx, cy, _ = inverse @ centre
+    t = np.eye(4, dtype=f)
+    for step in (
+        [[1, 0, 0, cx], [0, 1, 0, cy], [0, 0, 1, 0], [0, 0, 0, 1]],
+        [[cos, sin, 0, 0], [-sin, cos, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+        np.diag([sx * (hi[0] - lo[0]) / ow, sy * (hi[1] - lo[1]) / oh, 1, 1]),
+        [[1, 0, 0, -ow / 2], [0, 1, 0, -oh / 2], [0, 0, 1, 0], [0, 0, 0, 1]],
+    ):
+        t = t @ np.array(step, f)
+    return t[None]
+
+
+def test_landmarks_to_transform_matrix_matches_mediapipe_loops(tmp_path, rng):
+    lm = (rng.random((1, 30, 3)) * [190, 170, 20]).astype(np.float32)
+    subset = [3, 7, 11, 12, 20, 25, 29]  # odd: MediaPipe pairs the last with itself
+    attrs = {
+        "left_rotation_idx": 5,
+        "right_rotation_idx": 17,
+        "subset_idxs": subset,
+        "target_rotation_radians": 0.25,
+        "output_height": 12,
+        "output_width": 20,
+        "scale_x": 1.5,
+        "scale_y": 1.25,
+    }
+    data = _custom_model("Landmarks2TransformMatrix", [lm.shape], (1, 4, 4), _flex(attrs), 2)
+    got = _run_custom(tmp_path, data, [lm])
+    want = _matrix_loops(lm, 5, 17, subset, 0.25, 12, 20, 1.5, 1.25)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert abs(got[0, 0, 1]) > 0.1  # a real rotation
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_transform_landmarks_matches_mediapipe_loops(tmp_path, rng, dims):
+    lm = rng.standard_normal((1, 13, dims)).astype(np.float32) * 50
+    matrix = np.eye(4, dtype=np.float32)[None].copy()
+    matrix[0, :2, :] = rng.standard_normal((2, 4))
+    data = _custom_model("TransformLandmarks", [lm.shape, (1, 4, 4)], lm.shape, b"", 2)
+    got = _run_custom(tmp_path, data, [lm, matrix])
+    want = lm.copy()
+    for i in range(
+        13
+    ):  # transform_landmarks.cc: dot of each of the first two rows with (x, y, 0, 1)
+        v = np.array([lm[0, i, 0], lm[0, i, 1], 0, 1], np.float32)
+        want[0, i, 0], want[0, i, 1] = matrix[0, 0] @ v, matrix[0, 1] @ v
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 # -- building small models --------------------------------------------------------------------
@@ -630,6 +881,11 @@ def _single_op_model(tmp_path, code: str | None, custom: str = "") -> Path:
 def test_custom_and_unsupported_ops_are_named(tmp_path):
     with pytest.raises(td.UnsupportedOpError, match=r"CUSTOM \(MyFancyOp\)"):
         td.load(_single_op_model(tmp_path, None, custom="MyFancyOp"))
+    # MediaPipe's op of that name, in a version tinydl does not know
+    data = _custom_model("TransformLandmarks", [(1, 5, 2), (1, 4, 4)], (1, 5, 2), b"", 1)
+    (tmp_path / "v1.tflite").write_bytes(data)
+    with pytest.raises(td.UnsupportedOpError, match=r"CUSTOM \(TransformLandmarks version 1\)"):
+        td.load(tmp_path / "v1.tflite")
     with pytest.raises(td.UnsupportedOpError, match="GATHER"):
         td.load(_single_op_model(tmp_path, "GATHER"))
 

@@ -260,6 +260,8 @@ conv("single-input-channel", (2, 1, 9, 9), (4, 1, 3, 3))
 conv("group2", (1, 6, 8, 8), (4, 3, 3, 3), group=2)
 conv("dilations2", (1, 3, 12, 12), (4, 3, 3, 3), dilations=[2, 2], pads=[2, 2, 2, 2])
 conv("dilations-mixed", (1, 3, 12, 13), (4, 3, 3, 2), dilations=[3, 2])
+# DeepLabV3's ASPP: a dilated window wider than a GPU's staged tile can hold
+conv("dilations24-aspp", (1, 8, 60, 60), (8, 8, 3, 3), dilations=[24, 24], pads=[24] * 4, atol=1e-4)
 conv("strides2", (1, 3, 11, 12), (4, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1])
 conv("strides-mixed", (1, 2, 11, 12), (3, 2, 3, 3), strides=[1, 3])
 conv("pads-asymmetric", (1, 3, 7, 8), (4, 3, 3, 3), pads=[0, 1, 2, 1])
@@ -682,6 +684,134 @@ for mode in ("reflect", "edge", "wrap"):
     pad(mode, N(1, 2, 5, 6), [0, 0, 2, 1, 0, 0, 1, 3], mode=mode)
     pad(f"{mode}-axes", N(2, 5, 6), [1, 3, 2, 0], axes=[1, 2], mode=mode)
 
+# -- recurrent layers -----------------------------------------------------------------------------
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def recurrent(id, op, attrs=None, dirs=1, bias=True, lens=False, init=False, peep=False):
+    """An LSTM/GRU/RNN case: sequence 5, batch 3, input 4, hidden 6; `lens` gives each batch
+    entry its own length, `init` the initial states, `peep` LSTM's peepholes."""
+    seq, batch, size, hidden, gates = 5, 3, 4, 6, GATES[op]
+    inputs = dict(
+        x=N(seq, batch, size),
+        w=N(dirs, gates * hidden, size, scale=0.5),
+        r=N(dirs, gates * hidden, hidden, scale=0.5),
+        b=N(dirs, 2 * gates * hidden, scale=0.5) if bias else None,
+        lens=I(batch, lo=1, hi=seq + 1, dtype=np.int32) if lens else None,
+        h0=N(dirs, batch, hidden) if init else None,
+    )
+    if op == "LSTM":
+        inputs.update(c0=N(dirs, batch, hidden) if init else None)
+        inputs.update(p=N(dirs, 3 * hidden, scale=0.5) if peep else None)
+    attrs = {"hidden_size": hidden, **(attrs or {})}
+    case(f"{op}-{id}", op, attrs, {"w", "r", "b", "p"}, rtol=1e-5, atol=1e-6, **inputs)
+
+
+BI = {"direction": "bidirectional"}
+for op in GATES:
+    recurrent("forward", op)
+    recurrent("no-bias", op, bias=False)
+    recurrent("reverse-lens-init", op, {"direction": "reverse"}, lens=True, init=True)
+    recurrent("bidirectional-lens-init", op, BI, dirs=2, lens=True, init=True)
+    recurrent("clip", op, {"clip": 0.6}, init=True)
+recurrent("peepholes", "LSTM", init=True, peep=True)
+recurrent("peepholes-clip-bidirectional", "LSTM", {**BI, "clip": 0.5}, dirs=2, init=True, peep=True)
+recurrent("input-forget", "LSTM", {"input_forget": 1}, init=True)
+recurrent(
+    "activations-alpha-beta",
+    "LSTM",
+    {
+        **BI,
+        "activations": ["HardSigmoid", "Elu", "Softsign", "Sigmoid", "ScaledTanh", "Affine"],
+        "activation_alpha": [0.3, 0.6, 0.7, 0.9],
+        "activation_beta": [0.45, 1.2, 0.1],
+    },
+    dirs=2,
+)
+recurrent(
+    "activations-default-params",
+    "LSTM",
+    {"activations": ["HardSigmoid", "ThresholdedRelu", "Softplus"]},
+)
+recurrent("linear-before-reset", "GRU", {"linear_before_reset": 1}, init=True)
+recurrent(
+    "linear-before-reset-bidirectional-lens",
+    "GRU",
+    {**BI, "linear_before_reset": 1},
+    dirs=2,
+    lens=True,
+)
+recurrent(
+    "activations-alpha-beta",
+    "GRU",
+    {"activations": ["HardSigmoid", "LeakyRelu"], "activation_alpha": [0.3, 0.2]},
+)
+recurrent("relu", "RNN", {"activations": ["Relu"]})
+recurrent(
+    "activations-alpha-beta",
+    "RNN",
+    {**BI, "activations": ["Affine", "ScaledTanh"], "activation_alpha": [0.3, 0.8],
+     "activation_beta": [0.1, 0.9]},
+    dirs=2,
+)  # fmt: skip
+
+# -- detection ------------------------------------------------------------------------------------
+
+
+def nms(id, attrs=None, limit=5, iou=0.4, score=None, center=False, tied=False):
+    """NonMaxSuppression over 2 batches, 3 classes and 40 boxes on a 10x10 field, so that many
+    overlap; `tied` rounds the scores to quarters (ties keep the lower box index first)."""
+    shape = (2, 40, 4)
+    box = U(*shape, lo=0, hi=10) if not center else Rand(shape, "uniform", lo=0.5, hi=6)
+    scores = Rand((2, 3, 40), "int", np.float32, lo=0, hi=4) if tied else U(2, 3, 40, lo=0, hi=1)
+    case(
+        f"NonMaxSuppression-{id}",
+        "NonMaxSuppression",
+        {"center_point_box": int(center), **(attrs or {})},
+        {"limit", "iou", "score"},
+        boxes=box,
+        scores=scores,
+        limit=None if limit is None else i64(limit),
+        iou=None if iou is None else f32(iou),
+        score=None if score is None else f32(score),
+    )
+
+
+nms("corners")
+nms("center-point-box", center=True)
+nms("score-threshold", score=0.6)
+nms("many", limit=100, iou=0.2)
+nms("tied-scores", limit=50, tied=True)
+nms("no-iou-threshold", limit=3, iou=None)
+nms("no-limit-no-output", limit=None, iou=None)
+
+
+def roi_align(id, attrs=None, sampling_ratio=0):
+    """RoiAlign of 7 rois over a 2x3x10x12 input at spatial_scale 0.5; the rois reach past the
+    input's edges and some are thinner than a bin."""
+    attrs = {"output_height": 3, "output_width": 4, "spatial_scale": 0.5, **(attrs or {})}
+    case(
+        f"RoiAlign-{id}",
+        "RoiAlign",
+        {**attrs, "sampling_ratio": sampling_ratio},
+        rtol=1e-5,
+        atol=1e-6,
+        x=N(2, 3, 10, 12),
+        rois=f32(
+            [0, 0, 23, 19], [-4, -3, 8, 6], [5, 2, 30, 26], [10, 10, 11, 10.5],
+            [2.5, 7, 16, 12], [20, 15, 8, 4], [1, 1, 3, 17],
+        ),
+        batch_indices=i64(0, 1, 1, 0, 1, 0, 1),
+    )  # fmt: skip
+
+
+for mode in ("avg", "max"):
+    for transform in ("half_pixel", "output_half_pixel"):
+        for ratio in (0, 2):
+            attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+            roi_align(f"{mode}-{transform}-ratio{ratio}", attrs, ratio)
+
 # -- float16 (computed in float32 and rounded back; tolerance per STYLE.md) ----------------------
 
 
@@ -752,3 +882,172 @@ case("Exp-float16", "Exp", **F16, x=h(3, 4))
 case("Less-float16", "Less", a=h(3, 4), b=h(4))
 case("IsInf-float16", "IsInf", x=Rand((3, 4), dtype=np.float16, special=0.4))
 case("Mod-float16-fmod1", "Mod", {"fmod": 1}, **F16, a=h(3, 4), b=Rand((4,), "signed", np.float16))
+
+# -- indexing and data movement -------------------------------------------------------------------
+# Index inputs cover negative entries; "fed" indices run the GPU kernels that read them at run
+# time, constant ones (consts) the gather tables.
+
+G = "Gather"
+case(f"{G}-axis0-fed", G, data=N(5, 4, 3), idx=I(2, 3, lo=-5, hi=5))
+case(f"{G}-axis1-const", G, {"axis": 1}, {"idx"}, data=N(2, 6, 3), idx=I(4, lo=-6, hi=6))
+case(f"{G}-axis-last-fed", G, {"axis": -1}, data=N(3, 4, 5), idx=I(2, 2, lo=-5, hi=5))
+case(f"{G}-scalar-index-const", G, {"axis": 1}, {"idx"}, data=N(4, 5), idx=np.array(-2))
+case(f"{G}-scalar-index-fed", G, data=N(4, 5), idx=Rand((), "int", np.int64, lo=-4, hi=4))
+case(f"{G}-int32-indices", G, data=N(6, 3), idx=I(7, lo=-6, hi=6, dtype=np.int32))
+case(f"{G}-int64-data", G, {"axis": 1}, data=I(3, 6, lo=-99, hi=99), idx=I(2, 2, lo=-6, hi=6))
+case(f"{G}-embedding", G, consts={"table"}, table=N(50, 8), ids=I(2, 7, lo=0, hi=50))
+case(f"{G}-int64-shape-const", G, consts={"idx"}, data=I(4, lo=1, hi=9), idx=i64(3, -4, 0))
+
+GE = "GatherElements"
+case(f"{GE}-axis0-fed", GE, data=N(4, 3), idx=I(5, 3, lo=-4, hi=4))
+case(f"{GE}-axis1-smaller", GE, {"axis": 1}, data=N(3, 5), idx=I(2, 4, lo=-5, hi=5))
+case(f"{GE}-negative-axis-3d", GE, {"axis": -2}, data=N(2, 4, 3), idx=I(2, 6, 3, lo=-4, hi=4))
+case(f"{GE}-const", GE, {"axis": 1}, {"idx"}, data=N(3, 4, 2), idx=I(3, 5, 2, lo=-4, hi=4))
+
+GN = "GatherND"
+case(f"{GN}-pairs", GN, data=N(3, 4, 5), idx=I(2, 2, lo=-3, hi=3))
+case(f"{GN}-full-const", GN, consts={"idx"}, data=N(3, 4), idx=I(5, 2, lo=-3, hi=3))
+case(f"{GN}-batch-dims1", GN, {"batch_dims": 1}, data=N(2, 3, 4), idx=I(2, 5, 1, lo=-3, hi=3))
+case(
+    f"{GN}-batch-dims2-int64",
+    GN,
+    {"batch_dims": 2},
+    data=I(2, 3, 4, 5),
+    idx=I(2, 3, 2, 2, lo=-4, hi=4),
+)
+
+case("Split-sizes", "Split", {"axis": 1}, {"s"}, x=N(2, 7, 3), s=i64(2, 4, 1))
+case("Split-sizes-with-zero", "Split", consts={"s"}, x=N(5, 2), s=i64(3, 0, 2))
+case("Split-num-outputs", "Split", {"axis": -1, "num_outputs": 3}, x=N(2, 3, 9))
+case("Split-num-outputs-uneven", "Split", {"num_outputs": 3}, x=N(7, 2))
+case("Split-int64", "Split", {"num_outputs": 2}, x=I(4, 3))
+
+case("Expand-broadcast", "Expand", consts={"s"}, x=N(3, 1), s=i64(2, 3, 4))
+case("Expand-shape-smaller", "Expand", consts={"s"}, x=N(2, 1, 5), s=i64(3, 1))
+case("Expand-int64", "Expand", consts={"s"}, x=I(1, 4), s=i64(3, 4))
+case("Tile", "Tile", consts={"r"}, x=N(2, 3, 4), r=i64(2, 1, 3))
+case("Tile-int64", "Tile", consts={"r"}, x=I(3), r=i64(4))
+
+COS = "ConstantOfShape"
+case(f"{COS}-default", COS, consts={"s"}, s=i64(2, 3))
+case(f"{COS}-float", COS, {"value": TensorAttr((1,))}, {"s"}, s=i64(3, 1, 4))
+case(f"{COS}-int64", COS, {"value": TensorAttr((1,), "int", np.int64)}, {"s"}, s=i64(5))
+case(f"{COS}-large", COS, {"value": TensorAttr((1,))}, {"s"}, s=i64(300, 301))
+case("Range-int64", "Range", consts="abc", a=np.array(-3), b=np.array(17), c=np.array(4))
+case("Range-negative-delta", "Range", consts="abc", a=np.array(5), b=np.array(-6), c=np.array(-2))
+case(
+    "Range-float",
+    "Range",
+    consts="abc",
+    a=np.array(1.5, np.float32),
+    b=np.array(4.0, np.float32),
+    c=np.array(0.25, np.float32),
+)
+case("Range-empty", "Range", consts="abc", a=np.array(3), b=np.array(1), c=np.array(1))
+case(
+    "Range-large",
+    "Range",
+    consts="abc",
+    a=np.array(-0.5, np.float32),
+    b=np.array(7e3, np.float32),
+    c=np.array(0.0625, np.float32),
+)
+
+for upper in (0, 1):
+    name = "Triu" if upper else "Tril"
+    case(f"Trilu-{name}", "Trilu", {"upper": upper}, x=N(2, 4, 5))
+    for k in (-2, 1, 7):
+        case(f"Trilu-{name}-k{k}", "Trilu", {"upper": upper}, {"k"}, x=N(3, 5, 4), k=i64(k))
+case("Trilu-int64", "Trilu", x=I(4, 4))
+
+ON = "OneHot"
+hot = f32(-0.5, 2.0)
+case(f"{ON}-default-axis", ON, consts={"d", "v"}, i=I(2, 3, lo=-5, hi=5), d=i64(5), v=hot)
+case(f"{ON}-axis0", ON, {"axis": 0}, {"d", "v"}, i=I(4, lo=-3, hi=3), d=f32(3), v=hot)
+case(
+    f"{ON}-out-of-range-int64-values",
+    ON,
+    {"axis": 1},
+    {"d", "v"},
+    i=I(2, 3, lo=-8, hi=8),
+    d=i64(4),
+    v=i64(0, 7),
+)
+
+SE = "ScatterElements"
+case(
+    f"{SE}-none",
+    SE,
+    {"axis": 1},
+    data=N(3, 5),
+    idx=i64([0, -1, 2], [4, 1, -2], [3, 0, 1]),
+    upd=N(3, 3),
+)
+for reduction in ("add", "mul", "max", "min"):
+    case(
+        f"{SE}-{reduction}",
+        SE,
+        {"axis": 1, "reduction": reduction},
+        data=N(3, 5),
+        idx=I(3, 4, lo=-5, hi=5),  # repeats within a row: reductions accumulate
+        upd=N(3, 4),
+    )
+case(
+    f"{SE}-axis0-const",
+    SE,
+    consts={"idx"},
+    data=N(4, 3),
+    idx=i64([1, 0, 2], [-1, 3, 0]),
+    upd=N(2, 3),
+)
+case(
+    f"{SE}-int64-add", SE, {"reduction": "add"}, data=I(5, 2), idx=I(3, 2, lo=-5, hi=5), upd=I(3, 2)
+)
+
+SN = "ScatterND"
+for reduction in ("add", "mul", "max", "min"):
+    case(
+        f"{SN}-{reduction}",
+        SN,
+        {"reduction": reduction},
+        data=N(4, 3, 2),
+        idx=I(5, 1, lo=-4, hi=4),
+        upd=N(5, 3, 2),
+    )
+# distinct index tuples: with repeats and no reduction, which update lands is unspecified
+case(
+    f"{SN}-none-elements",
+    SN,
+    consts={"idx"},
+    data=N(3, 4),
+    idx=i64([0, 1], [-1, 2], [1, -4]),
+    upd=N(3),
+)
+case(f"{SN}-none-slices", SN, data=N(4, 2, 3), idx=np.array([[2], [-4]], np.int64), upd=N(2, 2, 3))
+
+case("NonZero", "NonZero", x=Rand((3, 4, 2), "normal", zeros=0.5))
+case("NonZero-int64", "NonZero", x=Rand((6,), "int", np.int64, lo=-2, hi=3))
+case("NonZero-bool", "NonZero", x=Rand((2, 5), "bool", np.bool_))
+
+CS = "CumSum"
+for exclusive in (0, 1):
+    for reverse in (0, 1):
+        attrs = {"exclusive": exclusive, "reverse": reverse}
+        case(f"{CS}-exclusive{exclusive}-reverse{reverse}", CS, attrs, {"a"}, x=N(3, 5), a=i64(1))
+case(f"{CS}-axis0-int32", CS, consts={"a"}, x=I(4, 3, dtype=np.int32), a=np.array(0, np.int32))
+case(f"{CS}-negative-axis-fed", CS, {"exclusive": 1}, x=N(2, 3, 4), a=i64(-2))
+
+EINSUMS = {
+    "attention-scores": ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+    "attention-values": ("bhqk,bhkd->bhqd", (2, 3, 4, 6), (2, 3, 6, 5)),
+    "batch-matmul": ("bij,bjk->bik", (3, 4, 5), (3, 5, 2)),
+    "outer": ("i,j->ij", (4,), (3,)),
+    "implicit-output": ("ij,jk", (3, 4), (4, 2)),
+    "ellipsis": ("...ij,...jk->...ik", (2, 3, 4), (2, 4, 5)),
+}
+for name, (equation, sa, sb) in EINSUMS.items():
+    case(f"Einsum-{name}", "Einsum", {"equation": equation}, a=N(*sa), b=N(*sb))
+case("Einsum-transpose", "Einsum", {"equation": "ij->ji"}, a=N(3, 4))
+case("Einsum-trace", "Einsum", {"equation": "ii->"}, a=N(4, 4))
+case("Einsum-diagonal-batch", "Einsum", {"equation": "bii->bi"}, a=N(2, 3, 3))
+case("Einsum-sum-axis", "Einsum", {"equation": "ijk->i"}, a=N(3, 4, 5))

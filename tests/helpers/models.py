@@ -114,6 +114,44 @@ def shape_arithmetic_graph():
     )
 
 
+def embedding_graph(vocab=30, positions=16, hidden=12, out=5):
+    """The input end of a BERT-like encoder, as exporters write it: token ids (int64, a graph
+    input) -> Gather of the word embeddings, plus the position embeddings gathered at
+    Range(0, sequence length from Shape) -> Add -> MatMul. `embedding_reference` computes it."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    rng = np.random.default_rng(11)
+    return validate(
+        Graph(
+            [Value("ids", "int64", ("batch", "seq"))],
+            [Value("y", "float32", None)],
+            [
+                Node("Gather", ["words", "ids"], ["tok"], name="word_embedding"),
+                Node("Shape", ["ids"], ["shape"], name="shape"),
+                Node("Gather", ["shape", "one"], ["seq"], name="seq_len"),
+                Node("Range", ["zero", "seq", "one"], ["pos_ids"], name="positions"),
+                Node("Gather", ["positions", "pos_ids"], ["pos"], name="position_embedding"),
+                Node("Add", ["tok", "pos"], ["emb"], name="add"),
+                Node("MatMul", ["emb", "w"], ["y"], name="dense"),
+            ],
+            {
+                "words": rng.standard_normal((vocab, hidden)).astype(np.float32),
+                "positions": rng.standard_normal((positions, hidden)).astype(np.float32),
+                "w": rng.standard_normal((hidden, out)).astype(np.float32),
+                "zero": np.array(0, np.int64),
+                "one": np.array(1, np.int64),
+            },
+        )
+    )
+
+
+def embedding_reference(graph, ids):
+    """What `embedding_graph` computes, in NumPy."""
+    inits = graph.initializers
+    emb = inits["words"][ids] + inits["positions"][np.arange(ids.shape[1])]
+    return emb @ inits["w"]
+
+
 def small_graph():
     """x (2, 8) -> Mul(2) -> Relu -> Reshape (4, 4) -> Sigmoid -> y: static shapes, a reshape
     between elementwise ops. `small_reference` computes it."""
@@ -197,3 +235,72 @@ def reshape_mismatch_graph():
             initializers={"s": np.array([2, 4], np.int64)},
         )
     )
+
+
+# -- CRNN (text-line recognition) -----------------------------------------------------------------
+
+
+def crnn_onnx(path, rng, classes: int = 11, hidden: int = 12) -> None:
+    """A small CRNN (Shi et al. 2015) with random weights: two Conv+Relu+MaxPool stages over a
+    32-pixel-high line, the feature columns reshaped to a sequence, a bidirectional LSTM, a
+    per-step MatMul to `classes` and Softmax. Input x [N, 1, 32, W] (W a multiple of 4); output
+    [W/4, N, classes]."""
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def weight(name, *shape, fan_in):
+        return const(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+
+    x = "x"
+    for i, (cin, cout) in enumerate([(1, 8), (8, 16)]):
+        w, b = (
+            weight(f"conv{i}_w", cout, cin, 3, 3, fan_in=cin * 9),
+            weight(f"conv{i}_b", cout, fan_in=4),
+        )
+        nodes += [
+            helper.make_node("Conv", [x, w, b], [f"c{i}"], pads=[1] * 4),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+            helper.make_node("MaxPool", [f"r{i}"], [f"p{i}"], kernel_shape=[2, 2], strides=[2, 2]),
+        ]
+        x = f"p{i}"
+    features = 16 * 8  # channels x remaining height
+    gates = 4 * hidden
+    nodes += [
+        helper.make_node(
+            "Reshape", [x, const("cols", np.array([0, features, -1], np.int64))], ["f"]
+        ),
+        helper.make_node("Transpose", ["f"], ["seq"], perm=[2, 0, 1]),  # [T, N, features]
+        helper.make_node(
+            "LSTM",
+            [
+                "seq",
+                weight("lstm_w", 2, gates, features, fan_in=features),
+                weight("lstm_r", 2, gates, hidden, fan_in=hidden),
+                weight("lstm_b", 2, 2 * gates, fan_in=4),
+            ],
+            ["y"],
+            hidden_size=hidden,
+            direction="bidirectional",
+        ),  # fmt: skip
+        helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),  # [T, N, 2, hidden]
+        helper.make_node(
+            "Reshape", ["yt", const("both", np.array([0, 0, 2 * hidden], np.int64))], ["h"]
+        ),
+        helper.make_node(
+            "MatMul", ["h", weight("fc", 2 * hidden, classes, fan_in=2 * hidden)], ["logits"]
+        ),
+        helper.make_node("Softmax", ["logits"], ["out"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "crnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 32, "W"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["T", "N", classes])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)

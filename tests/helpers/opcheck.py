@@ -34,14 +34,17 @@ def node_model(
     inputs: Mapping[str, np.ndarray | None],
     attrs: Mapping | None = None,
     consts=(),
-    outputs: int = 1,
+    outputs: int | None = None,
     opset: int = 21,
 ) -> tuple[onnx.ModelProto, dict]:
     """A one-node model and its feeds.
 
     inputs: the node's inputs in order, name -> array; None leaves an optional input empty ("").
     consts: input names stored as initializers (shape-like inputs, weights); the rest are fed.
+    outputs: how many; by default one, or as many as a Split makes.
     """
+    if outputs is None:
+        outputs = _split_parts(inputs, attrs or {}) if op == "Split" else 1
     graph_inputs, inits, feeds = [], [], {}
     for name, arr in inputs.items():
         if arr is None:
@@ -70,6 +73,14 @@ def node_model(
     model.graph.ClearField("output")
     model.graph.output.extend(inferred)
     return model, feeds
+
+
+def _split_parts(inputs: Mapping, attrs: Mapping) -> int:
+    """A Split's output count: its `num_outputs`, or the length of its sizes input."""
+    if attrs.get("num_outputs") is not None:
+        return int(attrs["num_outputs"])
+    sizes = list(inputs.values())[1:2]
+    return int(np.size(sizes[0])) if sizes and sizes[0] is not None else 1
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -184,7 +195,13 @@ def check_op(
             compare(g, w, rtol, atol, f"reference output {i}")
         inferred = infer_node(model, feeds)
         for i, (t, w) in enumerate(zip(inferred, want, strict=False)):
-            assert t.shape == w.shape, f"inferred shape of output {i}: {t.shape}, actual {w.shape}"
+            # None: a dim only the data decides (NonMaxSuppression's row count)
+            assert t.shape is not None and len(t.shape) == w.ndim, (
+                f"inferred shape of output {i}: {t.shape}, actual {w.shape}"
+            )
+            assert all(d is None or d == a for d, a in zip(t.shape, w.shape, strict=True)), (
+                f"inferred shape of output {i}: {t.shape}, actual {w.shape}"
+            )
             assert t.dtype == w.dtype.name, (
                 f"inferred dtype of output {i}: {t.dtype}, actual {w.dtype}"
             )

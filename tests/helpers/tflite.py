@@ -1,6 +1,6 @@
 """Writing TFLite models without TensorFlow (the flatbuffer schema classes LiteRT ships) and
-running them in LiteRT's own interpreter. Importing this skips the test module where LiteRT
-(ai-edge-litert) is missing."""
+running them in LiteRT's own interpreter, or in MediaPipe's runtime (for MediaPipe's custom ops).
+Importing this skips the test module where LiteRT (ai-edge-litert) is missing."""
 
 from __future__ import annotations
 
@@ -96,6 +96,19 @@ class TFLiteModel:
         self.g.operators.append(o)
         return outs[0] if n_out == 1 else outs
 
+    def custom(self, name: str, ins, out_shape, options: bytes = b"", version: int = 1) -> int:
+        """A custom op (LiteRT cannot run it, so its output shape is given)."""
+        oc = S.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode = S.BuiltinOperator.CUSTOM, 32
+        oc.customCode, oc.version = name, version
+        self.m.operatorCodes.append(oc)
+        o = S.OperatorT()
+        o.opcodeIndex, o.inputs = len(self.m.operatorCodes) - 1, list(ins)
+        o.outputs = [self.tensor(out_shape)]
+        o.customOptions = list(options)
+        self.g.operators.append(o)
+        return o.outputs[0]
+
     def build(self, inputs, outputs, feeds) -> bytes:
         """Serialize; output shapes are taken from a LiteRT run, so cases need not spell them."""
         self.g.inputs, self.g.outputs = list(inputs), list(outputs)
@@ -105,6 +118,12 @@ class TFLiteModel:
         for i, t in enumerate(self.g.tensors):
             if t.buffer == 0 and i not in inputs:
                 t.shape = list(it.get_tensor(i).shape)
+        return self._bytes()
+
+    def serialize(self, inputs, outputs) -> bytes:
+        """The model as it stands, without a LiteRT run (all shapes given)."""
+        self.g.inputs, self.g.outputs = list(inputs), list(outputs)
+        self.m.subgraphs = [self.g]
         return self._bytes()
 
     def _bytes(self) -> bytes:
@@ -139,3 +158,57 @@ def sparsity(dims, order, block_map=()):
             d.arraySegments.values, d.arrayIndices.values = list(seg), list(idx)
         sp.dimMetadata.append(d)
     return sp
+
+
+def mediapipe_runtime(model: Path, image: np.ndarray, low: float, high: float, outputs: int):
+    """Run a MediaPipe model file in MediaPipe's own runtime, with its custom ops: an
+    ImageToTensorCalculator turns the uint8 RGB image (at the model's input size) into a float
+    tensor in [low, high], an InferenceCalculator with MediaPipe's op resolver runs the model.
+    Returns the input tensor it fed and the output tensors, flat, in the model's order."""
+    pytest.importorskip("mediapipe.python._framework_bindings", reason="pip install mediapipe")
+    from mediapipe.python import packet_creator, packet_getter
+    from mediapipe.python._framework_bindings import calculator_graph, image_frame
+
+    h, w = image.shape[:2]
+    ranges = " ".join(f"ranges {{ begin: {i} end: {i + 1} }}" for i in range(outputs))
+    streams = " ".join(f'output_stream: "part{i}"' for i in range(outputs))
+    config = f"""
+      input_stream: "image"
+      output_stream: "input"
+      node {{ calculator: "ImageToTensorCalculator" input_stream: "IMAGE:image"
+        output_stream: "TENSORS:x"
+        options {{ [mediapipe.ImageToTensorCalculatorOptions.ext] {{
+          output_tensor_width: {w} output_tensor_height: {h}
+          output_tensor_float_range {{ min: {low} max: {high} }} }} }} }}
+      node {{ calculator: "TensorsToFloatsCalculator" input_stream: "TENSORS:x"
+        output_stream: "FLOATS:input" }}
+      node {{ calculator: "TfLiteCustomOpResolverCalculator"
+        output_side_packet: "OP_RESOLVER:op_resolver" }}
+      node {{ calculator: "InferenceCalculator" input_stream: "TENSORS:x"
+        output_stream: "TENSORS:y" input_side_packet: "OP_RESOLVER:op_resolver"
+        options {{ [mediapipe.InferenceCalculatorOptions.ext] {{
+          model_path: "{model}" delegate {{ tflite {{}} }} }} }} }}
+      node {{ calculator: "SplitTensorVectorCalculator" input_stream: "y" {streams}
+        options {{ [mediapipe.SplitVectorCalculatorOptions.ext] {{ {ranges} }} }} }}
+    """
+    for i in range(outputs):
+        config += f"""
+      node {{ calculator: "TensorsToFloatsCalculator" input_stream: "TENSORS:part{i}"
+        output_stream: "FLOATS:out{i}" }}
+      output_stream: "out{i}"
+    """
+    graph = calculator_graph.CalculatorGraph(graph_config=config)
+    got: dict[str, np.ndarray] = {}
+    for name in ["input", *(f"out{i}" for i in range(outputs))]:
+        graph.observe_output_stream(
+            name, lambda s, p: got.__setitem__(s, np.array(packet_getter.get_float_list(p)))
+        )
+    graph.start_run()
+    frame = packet_creator.create_image_frame(
+        image_format=image_frame.ImageFormat.SRGB, data=np.ascontiguousarray(image)
+    )
+    graph.add_packet_to_input_stream("image", frame.at(0))
+    graph.close()
+    return got["input"].astype(np.float32), [
+        got[f"out{i}"].astype(np.float32) for i in range(outputs)
+    ]

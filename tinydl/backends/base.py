@@ -46,6 +46,9 @@ class CompileOptions:
     builders read them through `Build.option`, never from the environment. Keys:
     - every backend: "timing" ("ops" or "total": GPU timestamps per op or per run; set by
       `profile=True`).
+    - webgpu and cuda: "max_plans" (int, default 16: plans, one per set of input shapes, kept
+      per compiled partition; the least recently used is freed first, with its buffers and
+      per-shape tables).
     - webgpu: "fuse_elementwise" (bool, default True), "conv_configs" ({node name or "*":
       "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}).

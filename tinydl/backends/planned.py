@@ -64,11 +64,12 @@ class KernelRegistry(dict):
         return deco
 
 
-def constant_inputs(node: Node, graph: Graph) -> Support:
-    """Support only when every input after the first is a constant (a shape, axes, pads...)
-    that the kernel bakes in, or is computed from tensor shapes alone (Shape -> Gather ->
-    Concat...): a plan knows every shape, so it computes those once when it is made."""
-    for name in node.inputs[1:]:
+def constant_inputs(node: Node, graph: Graph, first: int = 1) -> Support:
+    """Support only when every input from `first` on (by default all but the data) is a
+    constant (a shape, axes, pads...) that the kernel bakes in, or is computed from tensor
+    shapes alone (Shape -> Gather -> Concat...): a plan knows every shape, so it computes those
+    once when it is made."""
+    for name in node.inputs[first:]:
         if name and name not in graph.initializers and not shape_derived(name, graph):
             return Support(False, f"{node.op} needs '{name}' constant; it is computed at run time")
     return Support(True)
@@ -315,9 +316,15 @@ class Plan:
                     free.append((self.buffer_size(self.buffers[r]), self.buffers[r]))
 
 
+# Plans a compiled partition keeps (the least recently used goes first); each holds its
+# intermediates' buffers and per-shape tables, so inputs of ever new sizes must not grow memory
+# without bound. Option "max_plans".
+MAX_PLANS = 16
+
+
 class PlannedKernel(Kernel):
     """A partition compiled for a GPU backend; plans are made per input types (eagerly when
-    every input's shape is static)."""
+    every input's shape is static) and kept in a bounded LRU (option "max_plans")."""
 
     plan_class: type[Plan] = Plan
 
@@ -326,9 +333,14 @@ class PlannedKernel(Kernel):
         self.precision = options.precision
         self.extra = dict(options.extra)
         self.timing: str | None = self.extra.get("timing")
-        self.plans: dict[tuple, Plan] = {}
+        self.plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
+        self.max_plans = int(self.extra.get("max_plans", MAX_PLANS))
+        if self.max_plans < 1:
+            raise ValueError(f"max_plans must be at least 1, got {self.max_plans}")
         self._by_feed: dict[tuple, Plan] = {}  # the same plans, by the feeds' types
         self._constants: dict[tuple, Any] = {}
+        self._const_users: dict[tuple, set[tuple]] = {}  # constant key -> keys of plans using it
+        self._making: tuple | None = None  # the key of the plan being made
         # Sessions may be shared by threads: plans are made under this lock, and a backend
         # takes it (or a device-wide one) where a run touches shared state.
         self.lock = threading.RLock()
@@ -379,24 +391,53 @@ class PlannedKernel(Kernel):
             t0 = time.perf_counter()
             arr = self._constants[key] = self.upload(data, **how)
             self.init["weights_s"] += time.perf_counter() - t0
+        if self._making is not None:
+            self._const_users.setdefault(key, set()).add(self._making)
         return arr
 
     def _plan(self, infos: dict[str, Info]) -> Plan:
         key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))
         with self.lock:
-            return self.plans.get(key) or self._new_plan(key, infos)
+            plan = self.plans.get(key)
+            if plan is None:
+                return self._new_plan(key, infos)
+            self.plans.move_to_end(key)
+            return plan
 
     def _new_plan(self, key: tuple, infos: dict[str, Info]) -> Plan:
         w0 = self.init["weights_s"]
+        self._making = key
         try:
-            plan = self.plans[key] = self.plan_class(self, infos)
+            plan = self.plan_class(self, infos)
         except InvalidModelError as exc:
+            self._forget_constants(key)
             # The graph validated with its declared (symbolic) shapes: these inputs do not fit.
             shapes = ", ".join(f"{n} {list(i.shape)}" for n, i in infos.items())
             raise OpError(f"inputs {shapes} do not fit the model: {exc}") from exc
+        except BaseException:
+            self._forget_constants(key)
+            raise
+        finally:
+            self._making = None
+        plan.key = key
+        self.plans[key] = plan
+        while len(self.plans) > self.max_plans:
+            old_key, old = self.plans.popitem(last=False)
+            self._by_feed = {k: p for k, p in self._by_feed.items() if p is not old}
+            self._forget_constants(old_key)
         self.init["plan_s"] += plan.init["plan_s"] - (self.init["weights_s"] - w0)
         self.init["compile_s"] += plan.init["compile_s"]
         return plan
+
+    def _forget_constants(self, plan_key: tuple) -> None:
+        """Drop the uploaded constants only plan `plan_key` used (its per-shape tables);
+        weights every plan shares stay."""
+        for key in [k for k, users in self._const_users.items() if plan_key in users]:
+            users = self._const_users[key]
+            users.discard(plan_key)
+            if not users:
+                del self._const_users[key]
+                self._constants.pop(key, None)
 
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return self.run_host(inputs, ())
@@ -407,9 +448,15 @@ class PlannedKernel(Kernel):
             for name, t in inputs.items()
         )
         plan = self._by_feed.get(key)
-        if plan is None:
+        if plan is None or plan.key not in self.plans:
             infos = {name: self.feed_info(name, t) for name, t in inputs.items()}
-            plan = self._by_feed[key] = self._plan(infos)
+            plan = self._plan(infos)
+            with self.lock:
+                self._by_feed[key] = plan
+        elif len(self.plans) > 1:
+            with self.lock:
+                if plan.key in self.plans:
+                    self.plans.move_to_end(plan.key)
         first = "first_run_s" not in self.init
         t0 = time.perf_counter()
         out, pending = self.run_plan(plan, inputs, host)

@@ -29,6 +29,9 @@ _NEWER = {
     ("AveragePool", "dilations"): (19, None),
     ("BatchNormalization", "training_mode"): (14, 0),
     ("Cast", "saturate"): (19, 1),
+    ("GRU", "layout"): (14, 0),
+    ("LSTM", "layout"): (14, 0),
+    ("RNN", "layout"): (14, 0),
     ("ReduceMean", "noop_with_empty_axes"): (18, 0),
     ("Reshape", "allowzero"): (14, 0),
     ("Resize", "antialias"): (18, 0),
@@ -36,9 +39,15 @@ _NEWER = {
     ("Resize", "keep_aspect_ratio_policy"): (18, "stretch"),
     ("Shape", "start"): (15, 0),
     ("Shape", "end"): (15, None),
+    ("ScatterElements", "reduction"): (16, "none"),
+    ("ScatterND", "reduction"): (16, "none"),
+    ("Split", "num_outputs"): (18, None),
 }
-# Ops ONNX added after MIN_OPSET.
-_OP_SINCE = {"HardSwish": 14, "Mish": 18, "Gelu": 20}
+# Ops ONNX added after MIN_OPSET; RoiAlign, because the IR always states its
+# coordinate_transformation_mode, which opset 16 added.
+_OP_SINCE = {"HardSwish": 14, "Mish": 18, "Gelu": 20, "RoiAlign": 16, "Trilu": 14}
+# ScatterElements/ScatterND reductions ONNX added after `add` and `mul` (opset 16).
+_REDUCTION_SINCE = {"max": 18, "min": 18}
 
 
 def _resize_without_axes(graph: Graph, opset: int) -> Graph:
@@ -91,6 +100,8 @@ def needed_opset(graph: Graph) -> int:
             need = max(need, 18)
         if node.op == "Pad" and len(node.inputs) > 3 and node.inputs[3]:
             need = max(need, 18)
+        if node.op in ("ScatterElements", "ScatterND"):
+            need = max(need, _REDUCTION_SINCE.get(node.attrs.get("reduction"), 0))
         for key, value in node.attrs.items():
             since, default = _NEWER.get((node.op, key), (0, None))
             if since and value is not None and value != default:
@@ -124,8 +135,9 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
     for node in graph.nodes:
         if node.op.startswith("tinydl."):
             raise UnsupportedOpError(
-                f"node {node.name}: {node.op} is tinydl's own fused op; export the graph as "
-                "loaded (tinydl.load), before the optimizer"
+                f"node {node.name}: {node.op} is an op of tinydl's own domain (no ONNX "
+                "spelling); a fused one goes away when the graph is exported as loaded "
+                "(tinydl.load), before the optimizer"
             )
         attrs = {}
         for key, value in node.attrs.items():
@@ -135,7 +147,8 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
             attrs[key] = list(value) if isinstance(value, tuple) else value
         nodes.append(helper.make_node(node.op, node.inputs, node.outputs, node.name, **attrs))
     inits = [
-        numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
+        numpy_helper.from_array(np.asarray(arr, order="C"), name)
         for name, arr in graph.initializers.items()
     ]
     model = helper.make_model(

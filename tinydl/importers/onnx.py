@@ -1,9 +1,14 @@
 """ONNX importer: a .onnx file (opsets 11-21 tested) becomes an ir.Graph in canonical form.
 
 Canonical form is the newest form of each op: attributes that later opsets moved to inputs
-(Squeeze/Unsqueeze and ReduceMean `axes`) become constant inputs, the pre-13 Softmax
-"flatten to 2-D" semantics are rewritten with Flatten/Softmax/Reshape, and Constant nodes become
+(Squeeze/Unsqueeze and ReduceMean `axes`, Split's `split`) become constant inputs, a Split
+without sizes gets `num_outputs`, the pre-13 Softmax "flatten to 2-D" semantics are rewritten with
+Flatten/Softmax/Reshape, pre-16 RoiAlign states its pixel convention, and Constant nodes become
 initializers. External data is read only from files inside the model's folder.
+
+The IR holds no graphs in attributes: an If whose condition folds to a constant at import (an
+initializer, a Constant, or shape arithmetic on inputs of static shape) is replaced by the nodes
+of the branch it takes; any other If, and every Loop and Scan, is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
 MIN_OPSET, MAX_OPSET = 11, 23
+# Ops whose body is a graph run at run time.
+_LOOPS = ("Loop", "Scan")
 
 
 def load(path: str | os.PathLike) -> Graph:
@@ -79,7 +86,9 @@ class _Converter:
         self.where = where
         self.initializers: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
         self.taken: set[str] = set()
+        self.scopes: list[dict[str, str]] = []  # value renames of the If branches being inlined
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -95,14 +104,11 @@ class _Converter:
             )
         self.taken = {v.name for v in g.input} | set(self.initializers)
         self.taken |= {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
-        unsupported = self._unsupported_ops(g)
-        if unsupported:
-            raise UnsupportedOpError(
-                f"{self.where}: ops not supported by tinydl: {', '.join(unsupported)}"
-            )
+        self._check_ops(g)
+        self.inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
         for i, n in enumerate(g.node):
             self._node(n, i)
-        inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
+        inputs = self.inputs
         outputs = [self._value(v) for v in g.output]
         meta: dict[str, Any] = {
             "source_format": "onnx",
@@ -131,16 +137,25 @@ class _Converter:
             )
         return version
 
-    def _unsupported_ops(self, g) -> list[str]:
+    def _check_ops(self, g) -> None:
+        """Refuse a graph (the model's, or a branch about to be inlined) with ops tinydl lacks."""
         from tinydl.ops import REGISTRY
 
         bad = set()
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
                 bad.add(f"{n.domain}.{n.op_type}")
-            elif n.op_type not in REGISTRY:
+            elif n.op_type in _LOOPS:
+                raise UnsupportedOpError(
+                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run at run time, "
+                    "and tinydl's IR holds no graphs in attributes; Loop and Scan are not supported"
+                )
+            elif n.op_type not in REGISTRY and n.op_type != "If":
                 bad.add(n.op_type)
-        return sorted(bad)
+        if bad:
+            raise UnsupportedOpError(
+                f"{self.where}: ops not supported by tinydl: {', '.join(sorted(bad))}"
+            )
 
     # -- values and tensors ------------------------------------------------------------------
     def _value(self, v) -> Value:
@@ -288,6 +303,9 @@ class _Converter:
         return name
 
     def _node(self, n, index: int) -> None:
+        if n.op_type == "If":
+            self._if(n, n.name or f"If_{index}")
+            return
         op, attrs = n.op_type, self._attrs(n)
         name = n.name or f"{op}_{index}"
         inputs, outputs = list(n.input), list(n.output)
@@ -326,10 +344,108 @@ class _Converter:
                 inputs[0] if inputs else "",
                 self._const(f"{name}_axes", np.array(axes, np.int64)),
             ]
+        if op == "Split":
+            inputs = self._split_form(name, inputs, outputs, attrs)
         if op == "Softmax" and self.opset < 13:
             self._legacy_softmax(name, inputs, outputs, attrs)
             return
+        if op == "RoiAlign" and self.opset < 16:
+            # RoiAlign-10 has no such attribute: it samples as "output_half_pixel" names it
+            attrs.setdefault("coordinate_transformation_mode", "output_half_pixel")
+        if op in ("LSTM", "GRU", "RNN") and outputs and not outputs[0]:
+            outputs[0] = self._fresh(f"{name}_Y")  # the IR's first output always has a name
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
+
+    def _split_form(self, name, inputs: list[str], outputs: list[str], attrs) -> list[str]:
+        """Split's `split` attribute (opset < 13) becomes its second input; with neither sizes
+        nor `num_outputs` (opset < 18) the parts are one per output."""
+        if "split" in attrs:
+            sizes = attrs.pop("split")
+            if not isinstance(sizes, list) or len(inputs) > 1:
+                raise self.fail(
+                    f"node '{name}' (Split): 'split' must be one list of ints, given as an "
+                    "attribute (opset < 13) or as the second input, not both"
+                )
+            inputs = [
+                inputs[0] if inputs else "",
+                self._const(f"{name}_split", np.array(sizes, np.int64)),
+            ]
+        if len(inputs) < 2 and attrs.get("num_outputs") is None:
+            attrs["num_outputs"] = len(outputs)
+        return inputs
+
+    # -- If ------------------------------------------------------------------------------------
+    def _if(self, n, name: str) -> None:
+        """Inline the branch an If takes, its values renamed apart and its outputs written to
+        the If's; outer values it reads keep their names."""
+        cond = self._folded(n.input[0]) if n.input and n.input[0] else None
+        if cond is None:
+            raise UnsupportedOpError(
+                f"{self.where}: If '{name}': condition is computed at run time; tinydl runs If "
+                "only when its condition folds to a constant (its IR holds no graphs)"
+            )
+        if cond.size != 1:
+            raise self.fail(f"If '{name}': condition must hold one value, got shape {cond.shape}")
+        key = "then_branch" if bool(cond.reshape(())) else "else_branch"
+        branch = next((a.g for a in n.attribute if a.name == key), None)
+        if branch is None:
+            raise self.fail(f"If '{name}': no {key}")
+        if len(branch.output) != len(n.output):
+            raise self.fail(
+                f"If '{name}': {key} has {len(branch.output)} outputs, the If {len(n.output)}"
+            )
+        self._check_ops(branch)
+        rename: dict[str, str] = {}
+        for t in branch.initializer:
+            rename[t.name] = self._const(f"{name}/{t.name}", self._tensor(t))
+        produced = {o for bn in branch.node for o in bn.output if o}
+        identities = []
+        for inner, outer in zip(branch.output, n.output, strict=True):
+            if not outer:
+                continue
+            if inner.name in produced and inner.name not in rename:
+                rename[inner.name] = outer
+            else:
+                identities.append((inner.name, outer))
+        for o in sorted(produced - rename.keys()):
+            rename[o] = self._fresh(f"{name}/{o}")
+        self.scopes.append(rename)
+        try:
+            for i, bn in enumerate(branch.node):
+                copy = type(bn)()
+                copy.CopyFrom(bn)
+                copy.name = f"{name}/{bn.name or f'{bn.op_type}_{i}'}"
+                copy.input[:] = [self._resolve(v) for v in bn.input]
+                copy.output[:] = [rename.get(v, v) if v else v for v in bn.output]
+                self._node(copy, i)
+            for k, (inner, outer) in enumerate(identities):
+                self.nodes.append(
+                    Node("Identity", [self._resolve(inner)], [outer], {}, f"{name}/out_{k}")
+                )
+        finally:
+            self.scopes.pop()
+
+    def _resolve(self, value: str) -> str:
+        """A branch's name for a value, as the graph now calls it (innermost branch first)."""
+        for scope in reversed(self.scopes):
+            if value in scope:
+                return scope[value]
+        return value
+
+    def _folded(self, value: str) -> np.ndarray | None:
+        """The value if it is a constant at import: an initializer, or what shape inference
+        folds from the nodes converted so far; None when it is computed at run time."""
+        from tinydl.ops import infer_graph
+
+        if value in self.initializers:
+            return self.initializers[value]
+        nodes = [
+            Node(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), n.name) for n in self.nodes
+        ]
+        graph = Graph(list(self.inputs), [], nodes, dict(self.initializers))
+        validate(graph, infer=False)
+        known = infer_graph(graph).get(value)
+        return None if known is None else known.value
 
     def _legacy_softmax(self, name, inputs, outputs, attrs: dict[str, Any]) -> None:
         """Opset < 13 Softmax coerces the input to 2-D at `axis`; axis -1 is the same as today's."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,13 @@ class _Converter:
             "DEQUANTIZE": self._dequantize,
             "DENSIFY": self._densify,
         }
+        # MediaPipe's custom ops (mediapipe/util/tflite/operations/), by name and version.
+        self.custom_handlers = {
+            ("Convolution2DTransposeBias", 1): self._transpose_conv_bias,
+            ("Landmarks2TransformMatrix", 2): self._landmarks_to_matrix,
+            ("TransformTensorBilinear", 2): self._transform_tensor,
+            ("TransformLandmarks", 2): self._transform_landmarks,
+        }
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -140,13 +148,7 @@ class _Converter:
     # -- the whole model ----------------------------------------------------------------------
     def run(self) -> Graph:
         m = self.m
-        bad = sorted(
-            {
-                f"CUSTOM ({o.custom})" if o.op == "CUSTOM" else o.op
-                for o in m.operators
-                if o.op not in self.handlers
-            }
-        )
+        bad = sorted({self._label(o) for o in m.operators if self._handler(o) is None})
         if bad:
             raise self.unsupported(f"TFLite ops not supported by tinydl: {', '.join(bad)}")
         for i in [*m.inputs, *m.outputs]:
@@ -185,6 +187,18 @@ class _Converter:
         graph = self.b.finish(outputs, metadata, m.subgraph_name or "tflite")
         self._check_declared_shapes(graph)
         return graph
+
+    def _handler(self, op: _OpInfo):
+        if op.op == "CUSTOM":
+            return self.custom_handlers.get((op.custom, op.version))
+        return self.handlers.get(op.op)
+
+    def _label(self, op: _OpInfo) -> str:
+        if op.op != "CUSTOM":
+            return op.op
+        if any(name == op.custom for name, _ in self.custom_handlers):
+            return f"CUSTOM ({op.custom} version {op.version})"
+        return f"CUSTOM ({op.custom})"
 
     def info(self, index: int) -> _TensorInfo:
         if not isinstance(index, int) or not 0 <= index < len(self.m.tensors):
@@ -303,7 +317,7 @@ class _Converter:
                 )
         if not op.outputs:
             raise self.fail(f"operator {op.index} ({op.op}) has no outputs")
-        self.handlers[op.op](op)
+        self._handler(op)(op)
 
     def _name(self, op: _OpInfo, k: int = 0) -> str:
         return _short(self.info(op.outputs[k]).name) or f"{op.op.lower()}_{op.index}"
@@ -901,3 +915,116 @@ class _Converter:
         a, b = adjoint(a, op.options["AdjX"]), adjoint(b, op.options["AdjY"])
         out = self.b.add("MatMul", [self.b.plain(a), self.b.plain(b)], None, self._name(op))
         self._set(op, Tensor(out, identity(max(a.rank, b.rank)), a.dtype))
+
+    # -- MediaPipe's custom ops ---------------------------------------------------------------
+    def _flex(self, op: _OpInfo, ints: tuple, floats: tuple = ()) -> dict[str, Any]:
+        """A custom op's flexbuffer map, with the named int (or int list) and float keys."""
+        from flatbuffers import flexbuffers
+
+        where = f"operator {op.index} (CUSTOM {op.custom})"
+        try:
+            options = flexbuffers.Loads(op.custom_options)
+        except (ValueError, IndexError, KeyError, TypeError, struct.error, RecursionError):
+            raise self.fail(f"{where}: custom options are no flexbuffer map") from None
+        if not isinstance(options, dict):
+            raise self.fail(f"{where}: custom options are no flexbuffer map")
+        out: dict[str, Any] = {}
+        for key in (*ints, *floats):
+            value = options.get(key)
+            if key in floats and isinstance(value, int | float) and not isinstance(value, bool):
+                out[key] = float(value)
+            elif key in ints and isinstance(value, int) and not isinstance(value, bool):
+                out[key] = value
+            elif key in ints and isinstance(value, list) and all(type(v) is int for v in value):
+                out[key] = value
+            else:
+                raise self.fail(f"{where}: option '{key}' is missing or mistyped: {value!r:.60}")
+        return out
+
+    def _transpose_conv_bias(self, op: _OpInfo) -> None:
+        """TRANSPOSE_CONV with a bias input; its options are TFLite's TransposeConv params as a
+        raw struct (int32 padding, stride_w, stride_h) and the output size follows from them."""
+        self._args(op, 3)
+        x, w, bias = self._in(op, 0), self._in(op, 1), self._in(op, 2)
+        self._rank(op, x, 4)
+        self._rank(op, w, 4, "filter")
+        if len(op.custom_options) < 12:
+            raise self.fail(
+                f"operator {op.index} (CUSTOM {op.custom}): options hold "
+                f"{len(op.custom_options)} bytes, not padding and two strides"
+            )
+        padding, stride_w, stride_h = struct.unpack_from("<3i", op.custom_options)
+        if padding not in (1, 2) or min(stride_w, stride_h) < 1:
+            raise self.fail(
+                f"operator {op.index} (CUSTOM {op.custom}): padding {padding}, "
+                f"strides {stride_h}x{stride_w}"
+            )
+        kernel = self._shape(w)[1:3]
+        if not x.shape or not all(isinstance(d, int) for d in (*x.shape[1:3], *kernel)):
+            raise self.unsupported(
+                f"operator {op.index} (CUSTOM {op.custom}) needs a static input and filter size"
+            )
+        begin, end = [], []
+        for n_in, k, s in zip(x.shape[1:3], kernel, (stride_h, stride_w), strict=True):
+            total = max(0, k - (n_in - 1) % s - 1) if padding == 1 else 0  # 1 is SAME
+            begin.append(total // 2)
+            end.append(total - total // 2)
+        out = self.b.conv(
+            x,
+            w,
+            (3, 0, 1, 2),
+            bias,
+            [stride_h, stride_w],
+            [1, 1],
+            "EXPLICIT",
+            1,
+            self._name(op),
+            transpose=True,
+            pads=begin + end,
+        )
+        self._set(op, out)
+
+    def _landmarks_to_matrix(self, op: _OpInfo) -> None:
+        self._args(op, 1)
+        x = self._in(op, 0)
+        self._rank(op, x, 3, "landmarks")
+        ints = ("left_rotation_idx", "right_rotation_idx", "subset_idxs")
+        ints += ("output_height", "output_width")
+        attrs = self._flex(op, ints, ("scale_x", "scale_y", "target_rotation_radians"))
+        out = self.b.add(
+            "tinydl.Landmarks2TransformMatrix", [self.b.plain(x)], attrs, self._name(op)
+        )
+        self._set(op, Tensor(out, identity(3), x.dtype))
+
+    def _transform_tensor(self, op: _OpInfo) -> None:
+        self._args(op, 2)
+        x, matrix = self._in(op, 0), self._in(op, 1)
+        self._rank(op, x, 4)
+        self._rank(op, matrix, 3, "matrix")
+        attrs = self._flex(op, ("output_height", "output_width"))
+        ins = [self.b.nchw(x), self.b.plain(matrix)]
+        out = self.b.add("tinydl.TransformTensorBilinear", ins, attrs, self._name(op))
+        self._set(op, Tensor(out, channels_first(4), x.dtype))
+
+    def _transform_landmarks(self, op: _OpInfo) -> None:
+        """Landmarks (N, L, 2 or 3) moved by the 4x4 matrix's 2-D affine part (z is kept):
+        x @ A^T + t, with existing ops."""
+        self._args(op, 2)
+        x, matrix, name = self._in(op, 0), self._in(op, 1), self._name(op)
+        self._rank(op, x, 3, "landmarks")
+        self._rank(op, matrix, 3, "matrix")
+        dims = self._shape(x)[2]
+        if dims not in (2, 3):
+            raise self.fail(
+                f"operator {op.index} (CUSTOM {op.custom}): landmarks of {dims} dimensions"
+            )
+        linear = self.b.slice(matrix, [(1, 0, 2, 1), (2, 0, 2, 1)], f"{name}_linear")
+        shift = self.b.slice(matrix, [(1, 0, 2, 1), (2, 3, 4, 1)], f"{name}_shift")
+        xy = x if dims == 2 else self.b.slice(x, [(2, 0, 2, 1)], f"{name}_xy")
+        ins = [self.b.plain(xy), self.b.plain(self.b.transpose(linear, [0, 2, 1]))]
+        moved = Tensor(self.b.add("MatMul", ins, None, f"{name}_rotate"), identity(3), x.dtype)
+        shift = self.b.transpose(shift, [0, 2, 1])
+        out = self.b.binary("Add", moved, shift, name if dims == 2 else f"{name}_move")
+        if dims == 3:
+            out = self.b.concat([out, self.b.slice(x, [(2, 2, 3, 1)], f"{name}_z")], 2, name)
+        self._set(op, out)

@@ -136,6 +136,8 @@ class _OpInfo:
     inputs: list[int]
     outputs: list[int]
     options: dict[str, Any] = field(default_factory=dict)
+    version: int = 1
+    custom_options: bytes = b""  # a custom op's options, as the file stores them
 
 
 @dataclass
@@ -220,11 +222,12 @@ class _Reader:
             subgraph_name=self.text(graph.Name(), "subgraph name"),
         )
 
-    def _opcode(self, code) -> tuple[str, str]:
+    def _opcode(self, code) -> tuple[str, str, int]:
         # Codes below 127 may sit in the old int8 field only; the newer field wins when larger.
         builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
         name = self.names.get(builtin, f"BUILTIN_{builtin}")
-        return name, self.text(code.CustomCode(), "custom op code") if name == "CUSTOM" else ""
+        custom = self.text(code.CustomCode(), "custom op code") if name == "CUSTOM" else ""
+        return name, custom, int(code.Version())
 
     def _buffer(self, buf, index: int) -> tuple[int, int]:
         offset, size = int(buf.Offset()), int(buf.Size())
@@ -294,23 +297,27 @@ class _Reader:
         values = vec.ValuesAsNumpy()
         return np.zeros(0, np.int64) if isinstance(values, int) else values.astype(np.int64)
 
-    def _operator(self, op, index: int, codes: list[tuple[str, str]]) -> _OpInfo:
+    def _operator(self, op, index: int, codes: list[tuple[str, str, int]]) -> _OpInfo:
         code = int(op.OpcodeIndex())
         if not 0 <= code < len(codes):
             raise self.fail(
                 f"operator {index}: opcode index {code} is out of range "
                 f"(the model has {len(codes)} operator codes)"
             )
-        name, custom = codes[code]
+        name, custom, version = codes[code]
         info = _OpInfo(
             index,
             name,
             custom,
             self.ints(op.InputsAsNumpy(), f"operator {index}"),
             self.ints(op.OutputsAsNumpy(), f"operator {index}"),
+            version=version,
         )
         if name in OPTIONS:
             info.options = self._options(op, name, index)
+        if name == "CUSTOM" and op.CustomOptionsLength():
+            self.count(op.CustomOptionsLength(), f"operator {index} custom options", 1)
+            info.custom_options = op.CustomOptionsAsNumpy().tobytes()
         return info
 
     def _options(self, op, name: str, index: int) -> dict[str, Any]:

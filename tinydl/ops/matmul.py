@@ -1,4 +1,4 @@
-"""Matrix products: MatMul (NumPy matmul semantics) and Gemm."""
+"""Matrix products: MatMul (NumPy matmul semantics), Gemm and Einsum."""
 
 import numpy as np
 
@@ -76,5 +76,76 @@ def gemm(a, b, c=None, *, alpha, beta, transA, transB):
     if alpha != 1.0:
         y = y * t(alpha)
     if c is not None:
+        # C broadcasts one way, to (M, N): a (5, 1) bias must not widen a (1, 5) product.
+        fits = all(d in (1, t_) for d, t_ in zip(c.shape[::-1], y.shape[::-1], strict=False))
+        if c.ndim > 2 or not fits:
+            raise ValueError(f"C of shape {c.shape} does not broadcast to {y.shape}")
         y = y + (c * t(beta) if beta != 1.0 else c)
     return y.astype(a.dtype, copy=False)
+
+
+def _einsum_labels(equation: str, ranks: list[int]) -> tuple[list[list[str]], list[str]]:
+    """Each input's axis labels and the output's, with `...` expanded to labels of its own
+    ("...0", "...1": right-aligned, so the broadcast batch axes line up)."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"equation {equation!r} has {len(terms)} operands, got {len(ranks)}")
+    spans = []
+    for term, rank in zip(terms, ranks, strict=True):
+        if term.count("...") > 1:
+            raise ValueError(f"equation {equation!r}: one '...' per operand")
+        n = rank - len(term.replace("...", "")) if "..." in term else 0
+        if n < 0 or ("..." not in term and len(term) != rank):
+            raise ValueError(f"equation {equation!r}: term {term!r} does not fit rank {rank}")
+        spans.append(n)
+    ell = max(spans, default=0)
+
+    def expand(term: str, n: int) -> list[str]:
+        head, dots, tail = term.partition("...")
+        return [*head, *(f"...{i}" for i in range(ell - n, ell) if dots), *tail]
+
+    inputs = [expand(t, n) for t, n in zip(terms, spans, strict=True)]
+    if arrow:
+        output = expand(rhs, ell)
+    else:
+        letters = [c for t in terms for c in t.replace("...", "")]
+        once = sorted(c for c in set(letters) if letters.count(c) == 1)
+        output = [f"...{i}" for i in range(ell)] + once
+    known = {label for labels in inputs for label in labels}
+    if not set(output) <= known or len(set(output)) != len(output):
+        raise ValueError(f"equation {equation!r}: output labels must be distinct input labels")
+    return inputs, output
+
+
+def _einsum_infer(ctx: InferContext) -> list[TensorType]:
+    n = len(ctx.inputs)
+    dtype, shapes = _same_dtype(ctx, *range(n)), [ctx.shape(i) for i in range(n)]
+    if any(s is None for s in shapes):
+        return [TensorType(dtype, None)]
+    inputs, output = _einsum_labels(ctx.attrs["equation"], [len(s) for s in shapes])
+    dims: dict[str, list] = {}
+    for labels, shape in zip(inputs, shapes, strict=True):
+        for label, d in zip(labels, shape, strict=True):
+            dims.setdefault(label, []).append(d)
+    out = []
+    for label in output:
+        (d,) = broadcast(*[(d,) for d in dims[label]])
+        out.append(d)
+    return [TensorType(dtype, tuple(out))]
+
+
+@op(
+    "Einsum",
+    types="numeric",
+    inputs=(1, 1 << 16),
+    same_dtype="all",
+    attrs={"equation": Attr("string")},
+    infer=_einsum_infer,
+)
+def einsum(*inputs, equation):
+    """Einstein summation (numpy.einsum); float16 is summed in float32."""
+    _einsum_labels(equation, [x.ndim for x in inputs])
+    ct = np.promote_types(inputs[0].dtype, np.float32) if inputs[0].dtype == np.float16 else None
+    args = [x.astype(ct) for x in inputs] if ct is not None else inputs
+    return np.asarray(np.einsum(equation.replace(" ", ""), *args)).astype(inputs[0].dtype)

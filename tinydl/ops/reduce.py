@@ -1,8 +1,8 @@
-"""Reductions: ReduceMean (opset 18 form, axes as an optional input)."""
+"""Reductions: ReduceMean (opset 18 form, axes as an optional input); CumSum."""
 
 import numpy as np
 
-from tinydl.ops.base import Attr, InferContext, TensorType, normalize_axis, op
+from tinydl.ops.base import Attr, InferContext, TensorType, normalize_axis, op, same_as_input
 
 
 def _reduce_axes(axes, rank: int, noop: int) -> tuple[int, ...] | None:
@@ -45,3 +45,26 @@ def reduce_mean(x, axes=None, *, keepdims, noop_with_empty_axes):
         return x
     ct = np.promote_types(x.dtype, np.float32)
     return np.mean(x, axis=axes, keepdims=bool(keepdims), dtype=ct).astype(x.dtype)
+
+
+@op(
+    "CumSum",
+    types={0: "numeric", 1: "index"},
+    inputs=2,
+    infer=same_as_input(0),
+    attrs={"exclusive": Attr("int", 0), "reverse": Attr("int", 0)},
+)
+def cumsum(x, axis, *, exclusive, reverse):
+    """Running sums along `axis` (a one-element tensor); `exclusive` leaves each element out of
+    its own sum, `reverse` sums from the end."""
+    if np.size(axis) != 1:
+        raise ValueError(f"axis must hold one value, got {np.size(axis)}")
+    axis = normalize_axis(int(np.ravel(axis)[0]), x.ndim)
+    y = np.flip(x, axis) if reverse else x
+    out = np.cumsum(y, axis=axis, dtype=x.dtype)
+    if exclusive:
+        # shift by one along the axis: zero first, the last sum dropped
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (1, 0)
+        out = np.delete(np.pad(out, pad), -1, axis=axis)
+    return np.flip(out, axis) if reverse else out

@@ -1,5 +1,6 @@
 """Shape and data movement: Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, Slice, Shape,
-Cast, Constant, Identity, Dropout (inference)."""
+Cast, Constant, Identity, Dropout (inference), Split, Expand, Tile; tensors made from shapes:
+ConstantOfShape, Range."""
 
 import math
 
@@ -7,7 +8,15 @@ import numpy as np
 
 from tinydl.ir.dtypes import ONNX_CODES
 from tinydl.ir.graph import Dim
-from tinydl.ops.base import Attr, InferContext, TensorType, normalize_axis, op, same_as_input
+from tinydl.ops.base import (
+    Attr,
+    InferContext,
+    TensorType,
+    broadcast,
+    normalize_axis,
+    op,
+    same_as_input,
+)
 
 
 def _product(dims) -> int | None:
@@ -348,3 +357,156 @@ def _dropout_infer(ctx: InferContext) -> list[TensorType]:
 def dropout(x, ratio_input=None, training_mode=None, *, seed, ratio):
     """Inference: the identity, and an all-true mask."""
     return x, np.ones(x.shape, bool)
+
+
+def _split_sizes(dim: int, split, num_outputs: int | None, outputs: int) -> list[int]:
+    """The size of each part: `split` when given, else `num_outputs` (or one per output) parts
+    of ceil(dim / n), the last one smaller."""
+    if split is not None:
+        if num_outputs is not None:
+            raise ValueError("give the 'split' input or the 'num_outputs' attribute, not both")
+        sizes = [int(s) for s in np.ravel(split)]
+        if any(s < 0 for s in sizes) or sum(sizes) != dim:
+            raise ValueError(f"split {sizes} must be non-negative and sum to the axis size {dim}")
+        return sizes
+    n = outputs if num_outputs is None else num_outputs
+    if n < 1:
+        raise ValueError(f"num_outputs must be positive, got {n}")
+    chunk = -(-dim // n)
+    return [min(chunk, max(dim - chunk * i, 0)) for i in range(n)]
+
+
+def _split_infer(ctx: InferContext) -> list[TensorType]:
+    x, n = ctx.shape(0), len(ctx.node.outputs)
+    if x is None or (ctx.has(1) and ctx.const(1) is None):
+        return [TensorType(ctx.dtype(0), None)] * n
+    axis = normalize_axis(ctx.attrs["axis"], len(x))
+    if not isinstance(x[axis], int):
+        return [TensorType(ctx.dtype(0), (*x[:axis], None, *x[axis + 1 :]))] * n
+    sizes = _split_sizes(x[axis], ctx.const(1), ctx.attrs["num_outputs"], n)
+    if len(sizes) != n:
+        raise ctx.fail(f"{len(sizes)} parts for {n} outputs")
+    return [TensorType(ctx.dtype(0), (*x[:axis], s, *x[axis + 1 :])) for s in sizes]
+
+
+@op(
+    "Split",
+    types={1: "index"},
+    inputs=(1, 2),
+    outputs=(1, 1 << 16),
+    attrs={"axis": Attr("int", 0), "num_outputs": Attr("int", None)},
+    infer=_split_infer,
+)
+def split(x, split=None, *, axis, num_outputs):
+    """Consecutive parts along `axis`, of the sizes in `split` or `num_outputs` equal parts."""
+    axis = normalize_axis(axis, x.ndim)
+    if split is None and num_outputs is None:
+        raise ValueError("Split needs the 'split' input or the 'num_outputs' attribute")
+    sizes = _split_sizes(x.shape[axis], split, num_outputs, 0)
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
+def _expand_infer(ctx: InferContext) -> list[TensorType]:
+    target = ctx.const(1)
+    if target is None:
+        return [TensorType(ctx.dtype(0), None)]
+    return [TensorType(ctx.dtype(0), broadcast(ctx.shape(0), tuple(int(d) for d in target)))]
+
+
+@op("Expand", types={1: "index"}, inputs=2, infer=_expand_infer)
+def expand(x, shape):
+    """Broadcast to `shape` both ways (NumPy rules: a 1 in `shape` keeps the input's dim)."""
+    out = np.broadcast_shapes(x.shape, tuple(int(d) for d in np.ravel(shape)))
+    return np.array(np.broadcast_to(x, out))
+
+
+def _tile_infer(ctx: InferContext) -> list[TensorType]:
+    x, repeats = ctx.shape(0), ctx.const(1)
+    if x is None:
+        return [TensorType(ctx.dtype(0), None)]
+    if repeats is None:
+        return [TensorType(ctx.dtype(0), (None,) * len(x))]
+    reps = _repeats(repeats, len(x))
+    return [
+        TensorType(
+            ctx.dtype(0),
+            tuple(d * r if isinstance(d, int) else None for d, r in zip(x, reps, strict=True)),
+        )
+    ]
+
+
+def _repeats(repeats, rank: int) -> list[int]:
+    reps = [int(r) for r in np.ravel(repeats)]
+    if len(reps) != rank or any(r < 0 for r in reps):
+        raise ValueError(f"repeats {reps} must be {rank} non-negative counts, one per axis")
+    return reps
+
+
+@op("Tile", types={1: "index"}, inputs=2, infer=_tile_infer)
+def tile(x, repeats):
+    """The input repeated `repeats[i]` times along each axis i."""
+    return np.tile(x, _repeats(repeats, x.ndim))
+
+
+def _fill_value(value) -> np.ndarray:
+    if value is None:
+        return np.zeros((), np.float32)
+    if np.size(value) != 1:
+        raise ValueError(f"value must hold one element, got {np.size(value)}")
+    return np.asarray(value).reshape(())
+
+
+def _target_shape(shape) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in np.ravel(shape))
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape {list(dims)} has a negative dim")
+    return dims
+
+
+def _constant_of_shape_infer(ctx: InferContext) -> list[TensorType]:
+    dtype = _fill_value(ctx.attrs["value"]).dtype.name
+    shape = ctx.const(0)
+    if shape is None:
+        known = ctx.shape(0)
+        rank = known[0] if known is not None and len(known) == 1 else None
+        return [TensorType(dtype, (None,) * rank if isinstance(rank, int) else None)]
+    return [TensorType(dtype, _target_shape(shape))]
+
+
+@op(
+    "ConstantOfShape",
+    types={0: "index"},
+    attrs={"value": Attr("tensor", None)},
+    infer=_constant_of_shape_infer,
+)
+def constant_of_shape(shape, *, value):
+    """A tensor of `shape` filled with the one element of `value` (float32 0 by default)."""
+    fill = _fill_value(value)
+    return np.full(_target_shape(shape), fill, fill.dtype)
+
+
+def _range_length(start, limit, delta) -> int:
+    start, limit, delta = (np.ravel(v)[0] for v in (start, limit, delta))
+    if delta == 0:
+        raise ValueError("delta must not be 0")
+    if np.issubdtype(np.asarray(delta).dtype, np.integer):
+        return max(-((int(start) - int(limit)) // int(delta)), 0)
+    return max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+
+
+def _range_infer(ctx: InferContext) -> list[TensorType]:
+    values = [ctx.const(i) for i in range(3)]
+    if any(v is None for v in values):
+        return [TensorType(ctx.dtype(0), (None,))]
+    return [TensorType(ctx.dtype(0), (_range_length(*values),))]
+
+
+@op("Range", types="signed", inputs=3, same_dtype="all", infer=_range_infer)
+def range_(start, limit, delta):
+    """start, start + delta, ... up to (not including) limit."""
+    n = _range_length(start, limit, delta)
+    dtype = start.dtype
+    start, delta = np.ravel(start)[0], np.ravel(delta)[0]
+    if np.issubdtype(dtype, np.integer):
+        return start + np.arange(n, dtype=dtype) * delta
+    return (float(start) + np.arange(n) * float(delta)).astype(dtype)

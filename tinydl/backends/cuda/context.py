@@ -10,6 +10,7 @@ the cubin instead of compiling. The cache lives in $TINYDL_CACHE_DIR/cuda (defau
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import tempfile
@@ -23,6 +24,8 @@ from tinydl.errors import BackendUnavailableError
 CACHE_ENV = "TINYDL_CACHE_DIR"
 DEVICE_ENV = "TINYDL_CUDA_DEVICE"
 OPTIONS = ("-std=c++17",)
+# Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
+MAX_MODULES = 2048
 
 
 class CompileError(RuntimeError):
@@ -101,7 +104,8 @@ class Context:
             self.capture_stream = cupy.cuda.Stream(non_blocking=True)
         self.nvrtc_version = tuple(nvrtc.getVersion())
         self.arch = self._arch()
-        self._modules: dict[str, Any] = {}
+        # Loaded modules by source hash, least recently used first (plans hold their own).
+        self._modules: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
@@ -125,6 +129,7 @@ class Context:
         with self._lock:
             mod = self._modules.get(key)
             if mod is not None:
+                self._modules.move_to_end(key)
                 return mod
             path = cache_dir() / f"{key}.cubin"
             if path.exists():
@@ -140,6 +145,8 @@ class Context:
                 mod = self.cp.RawModule(path=str(path))
             self.stats["load_s"] += time.perf_counter() - t0
             self._modules[key] = mod
+            while len(self._modules) > MAX_MODULES:
+                self._modules.popitem(last=False)
             return mod
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):

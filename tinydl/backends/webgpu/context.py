@@ -6,6 +6,7 @@ One Context per process (`get_context()`); a lost device marks it dead, and the 
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import hashlib
 import os
@@ -17,6 +18,10 @@ from typing import Any
 import numpy as np
 
 from tinydl.errors import BackendUnavailableError, BufferSizeError, DeviceLostError
+
+# Compiled pipelines a device keeps cached (shapes are baked into kernels, so inputs of ever new
+# sizes would otherwise grow this without bound).
+MAX_PIPELINES = 2048
 
 ADAPTER_ENV = "TINYDL_WEBGPU_ADAPTER"
 # Features used when the adapter has them; none is required.
@@ -99,7 +104,9 @@ class Context:
         info = self.adapter.info
         self.name = f"{info['device']} ({info['backend_type']}, {info['adapter_type']})"
         self.lost = False
-        self._pipelines: dict[str, Any] = {}
+        # Compiled pipelines by source hash, least recently used first (plans hold their own).
+        self._pipelines: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._pipelines_lock = threading.Lock()
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._lock = threading.Lock()
         # Held while a command buffer is recorded and submitted, and around the fence.
@@ -143,16 +150,21 @@ class Context:
     def pipeline(self, source: str, label: str = ""):
         """A compute pipeline for WGSL `source` (entry point `main`), cached by a hash of it."""
         key = hashlib.sha256(source.encode()).hexdigest()
-        cached = self._pipelines.get(key)
-        if cached is not None:
-            return cached
+        with self._pipelines_lock:
+            cached = self._pipelines.get(key)
+            if cached is not None:
+                self._pipelines.move_to_end(key)
+                return cached
         t0 = time.perf_counter()
         with self.guard(f"compiling {label or 'a kernel'}"):
             module = self.device.create_shader_module(label=label, code=source)
             pipeline = self.device.create_compute_pipeline(
                 label=label, layout="auto", compute={"module": module, "entry_point": "main"}
             )
-        self._pipelines[key] = pipeline
+        with self._pipelines_lock:
+            self._pipelines[key] = pipeline
+            while len(self._pipelines) > MAX_PIPELINES:
+                self._pipelines.popitem(last=False)
         self.stats["pipelines"] += 1
         self.stats["compile_s"] += time.perf_counter() - t0
         return pipeline

@@ -82,7 +82,9 @@ class Plan(planned.Plan):
     registry = REGISTRY
 
     def rewrite(self, body, keep, shape_of, types):
-        nodes = fuse(body, keep, shape_of, direct_ok)
+        nodes = fuse(
+            body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
+        )
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per
         # elementwise op, for comparisons.
         if self.owner.extra.get("fuse_elementwise", True):

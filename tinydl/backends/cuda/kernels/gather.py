@@ -1,7 +1,8 @@
-"""Transpose, Slice, Pad, Concat and DepthToSpace as table-driven gathers: the tables come from
-tinydl/backends/gathers.py (shared with the other GPU backend); this module emits them with one
-kernel. A copy between two storage types (an fp16 intermediate to a float32 output) converts
-on the way.
+"""Data movement as table-driven gathers (Transpose, Slice, Pad, Concat, DepthToSpace, Split,
+Expand, Tile, Trilu, and Gather, GatherElements, GatherND with constant indices): the tables come
+from tinydl/backends/gathers.py (shared with the other GPU backend); this module emits them with
+one kernel, and Gather and GatherElements whose indices are computed at run time with another. A
+copy between two storage types (an fp16 intermediate to a float32 output) converts on the way.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
-from tinydl.backends.gathers import Gather, register
+from tinydl.backends.gathers import Gather, Indexed, register
 
 BLOCK = 256
 
@@ -62,4 +63,32 @@ def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather)
+def emit_indexed(b, g: Indexed) -> None:
+    """Launch Gather or GatherElements reading its indices (input 1) at run time."""
+    total = int(np.prod(g.dims))
+    if total == 0:
+        return
+    if g.axis_dim == 0:
+        raise ValueError(f"{b.label}: cannot index an empty axis")
+    sin, sout = b.info(0), b.out()
+    b.launch(
+        "gather_index.cu",
+        [b.inputs[0], b.inputs[1], b.outputs[0]],
+        blocks(total, BLOCK),
+        BLOCK,
+        dims=list(g.dims),
+        sstrides=g.sstrides,
+        istrides=g.istrides,
+        axis_dim=g.axis_dim,
+        axis_stride=g.axis_stride,
+        total=total,
+        same=sin.stype == sout.stype,
+        store=store(sout.ctype, load(sin.ctype, "src[at]")),
+        in_ctype=sin.ctype,
+        idx_ctype=b.info(1).ctype,
+        out_ctype=sout.ctype,
+        block=BLOCK,
+    )
+
+
+register(kernel, constant_inputs, emit_gather, emit_indexed)

@@ -60,12 +60,30 @@ class DirectConfig:
         return cls(int(tx), int(ty), int(py), int(ocv), int(cc4), *(ct or ["f32"]))
 
 
-def direct_ok(node) -> bool:
-    return node.op in ("Conv", FUSED) and node.attrs.get("group", 1) == 1
+# The largest dilated window (rows x columns of input pixels one output pixel reads) the direct
+# kernel stages in workgroup memory, as vec4 of f32: at the smallest blocking the tile is about
+# the window, and WebGPU guarantees 16 KiB of workgroup memory. Wider windows (DeepLab's ASPP,
+# dilation 12-36) go to the kernel that reads global memory (conv_grouped.wgsl, one group).
+MAX_DIRECT_WINDOW = 8 << 10
+
+
+def direct_ok(node, weights: np.ndarray | None = None) -> bool:
+    """Whether the direct (staged-tile) kernel runs this convolution; `weights` gives the kernel
+    size when the node has no kernel_shape attribute."""
+    if node.op not in ("Conv", FUSED) or node.attrs.get("group", 1) != 1:
+        return False
+    ks = node.attrs.get("kernel_shape") or (None if weights is None else weights.shape[2:])
+    if ks is None:
+        return False
+    dil = node.attrs.get("dilations") or [1] * len(ks)
+    window = math.prod((k - 1) * d + 1 for k, d in zip(ks, dil, strict=False))
+    return window * 16 <= MAX_DIRECT_WINDOW
 
 
 def _packed4(node, plan) -> bool:
-    return direct_ok(node) and len(plan.infos[node.inputs[0]].shape) == 4
+    return (
+        direct_ok(node, plan.const(node.inputs[1])) and len(plan.infos[node.inputs[0]].shape) == 4
+    )
 
 
 @kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
@@ -87,7 +105,7 @@ def conv(b):
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
     if b.attrs["group"] == 1 and _winograd_config(b, geom) is not None:
         _winograd(b, w, bias, slope, acts, geom)
-    elif b.attrs["group"] == 1:
+    elif direct_ok(b.node, w):
         _direct(b, w, bias, slope, acts, geom)
     else:
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
@@ -160,6 +178,8 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             cfg.ocv //= 2
         elif cfg.tx > 1:
             cfg.tx //= 2
+        elif cfg.ty > 1:
+            cfg.ty //= 2
         else:
             raise ValueError(f"{b.label}: the kernel's taps do not fit in workgroup memory")
     return cfg

@@ -1,13 +1,14 @@
-"""Transpose, Slice, Pad, Concat and DepthToSpace as table-driven gathers: the tables come from
-tinydl/backends/gathers.py (shared with the other GPU backend); this module emits them with one
-kernel.
+"""Data movement as table-driven gathers (Transpose, Slice, Pad, Concat, DepthToSpace, Split,
+Expand, Tile, Trilu, and Gather, GatherElements, GatherND with constant indices): the tables come
+from tinydl/backends/gathers.py (shared with the other GPU backend); this module emits them with
+one kernel, and Gather and GatherElements whose indices are computed at run time with another.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tinydl.backends.gathers import Gather, register
+from tinydl.backends.gathers import Gather, Indexed, register
 from tinydl.backends.webgpu.kernels import constant_inputs, ctype, grid, kernel, wgsl_float
 
 WG = 256
@@ -45,4 +46,31 @@ def emit_gather(b, g: Gather, dst: str, label: str = "") -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather)
+def emit_indexed(b, g: Indexed) -> None:
+    """Dispatch Gather or GatherElements reading its indices (input 1) at run time."""
+    out = b.out()
+    total = int(np.prod(g.dims))
+    if total == 0:
+        return
+    if g.axis_dim == 0:
+        raise ValueError(f"{b.label}: cannot index an empty axis")
+    grid_ = grid(total, WG)
+    b.dispatch(
+        "gather_index.wgsl",
+        [b.inputs[0], b.inputs[1], b.outputs[0]],
+        grid_,
+        dims=list(g.dims),
+        sstrides=g.sstrides,
+        istrides=g.istrides,
+        axis_dim=g.axis_dim,
+        axis_stride=g.axis_stride,
+        total=total,
+        ctype=ctype(out.dtype),
+        in_t=b.info(0).stype,
+        out_t=out.stype,
+        wg=WG,
+        gx=grid_[0],
+    )
+
+
+register(kernel, constant_inputs, emit_gather, emit_indexed)

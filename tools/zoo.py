@@ -1,0 +1,364 @@
+"""The model zoo: real architectures with seeded random weights, exported to ONNX and run on
+every backend against onnxruntime.
+
+    pip install torch==2.14.1 torchvision==0.29.1 timm transformers ultralytics
+    python tools/zoo.py                                   # every model, every backend here
+    python tools/zoo.py --models resnet18,bert2 --backends numpy,webgpu --precision fp32,fp16
+    python tools/zoo.py --export-only --onnx-dir .zoo     # write the .onnx files and stop
+
+Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
+ultralytics' own yaml, BERT from a transformers Config, the CRNN here. Random weights that zero
+or explode activations hide mistakes, so each model is conditioned first: norm scales and
+shifts are randomized, and batch-norm statistics are set from one pass over the input.
+
+Each model is exported once to `--onnx-dir` (reused when the file exists: a machine without
+ultralytics runs the YOLO file exported elsewhere), then run by onnxruntime (CPU, the
+reference) and by tinydl on each backend with the NumPy reference as fallback
+(`backends=(backend, "numpy")`), so the placement shows what the backend ran. Reported per model
+and backend: the largest relative error over outputs (max |tinydl - onnxruntime| / max |ref|),
+the median time of a run with host input and output, and the share of nodes the backend ran
+with the ops it handed to the fallback. fp32 must be within 1e-4; fp16 within 1e-2 where the
+model's activations stay in fp16's range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tinydl as td  # noqa: E402
+
+SEED = 0
+
+
+# -- building -------------------------------------------------------------------------------------
+
+
+def _condition(model, example) -> None:
+    """Randomize norm scales/shifts and set batch-norm statistics from one pass."""
+    import torch
+
+    g = torch.Generator().manual_seed(SEED)
+    norms = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            norms.append(m)
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average: one pass gives that batch's statistics
+        if isinstance(
+            m, torch.nn.modules.batchnorm._BatchNorm | torch.nn.LayerNorm | torch.nn.GroupNorm
+        ):
+            if getattr(m, "weight", None) is not None:
+                with torch.no_grad():
+                    m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
+                    m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+    if norms:
+        model.train()
+        with torch.no_grad():
+            model(*example) if isinstance(example, tuple) else model(example)
+    model.eval()
+
+
+def _image(size: int) -> np.ndarray:
+    """scikit-image's astronaut at size x size, ImageNet-normalized, NCHW float32 (a natural
+    image keeps detectors' scores and boxes meaningful); noise if scikit-image is missing."""
+    try:
+        from PIL import Image
+        from skimage import data
+
+        rgb = Image.fromarray(data.astronaut()).resize((size, size), Image.BILINEAR)
+        x = np.asarray(rgb, np.float32) / 255.0
+    except ImportError:
+        x = np.random.default_rng(SEED).random((size, size, 3), dtype=np.float32)
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    return ((x - mean) / std).astype(np.float32).transpose(2, 0, 1)[None].copy()
+
+
+def _torchvision(name: str, size: int, **kw):
+    def build():
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None, **kw)
+        x = _image(size)
+        return model, (x,), ["x"]
+
+    return build
+
+
+def _detector(name: str, size: int):
+    def build():
+        import torchvision
+
+        model = getattr(torchvision.models.detection, name)(
+            weights=None, weights_backbone=None, num_classes=91, min_size=size, max_size=size
+        )
+        return model, (_image(size)[0],), ["x"]
+
+    return build
+
+
+def _yolov8n():
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel("yolov8n.yaml", verbose=False)
+    return model, (_image(320),), ["images"]
+
+
+def _timm(name: str, size: int):
+    def build():
+        import timm
+
+        return timm.create_model(name, pretrained=False), (_image(size),), ["x"]
+
+    return build
+
+
+def _bert2():
+    import torch
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(SEED)
+
+    class Bert(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = BertModel(config).eval()
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    rng = np.random.default_rng(SEED)
+    ids = rng.integers(1, 1000, (1, 24)).astype(np.int64)
+    mask = np.ones((1, 24), np.int64)
+    mask[0, 20:] = 0
+    return Bert(), (ids, mask), ["input_ids", "attention_mask"]
+
+
+def _crnn():
+    """A text recognizer as PP-OCR and LPRNet users write it: convs, pooling to one row, a
+    bidirectional LSTM over the columns, per-column class scores."""
+    import torch
+    from torch import nn
+
+    class CRNN(nn.Module):
+        def __init__(self, classes: int = 37):
+            super().__init__()
+
+            def block(i, o, pool):
+                return [
+                    nn.Conv2d(i, o, 3, padding=1),
+                    nn.BatchNorm2d(o),
+                    nn.ReLU(),
+                    nn.MaxPool2d(pool),
+                ]
+
+            self.cnn = nn.Sequential(
+                *block(3, 32, 2), *block(32, 64, 2), *block(64, 96, (2, 1)), *block(96, 96, (4, 1))
+            )
+            self.rnn = nn.LSTM(96, 64, bidirectional=True, batch_first=False)
+            self.fc = nn.Linear(128, classes)
+
+        def forward(self, x):
+            f = self.cnn(x).squeeze(2).permute(2, 0, 1)  # (W, N, C)
+            y, _ = self.rnn(f)
+            return self.fc(y).softmax(-1)
+
+    torch.manual_seed(SEED)
+    x = np.random.default_rng(SEED).standard_normal((1, 3, 32, 160)).astype(np.float32)
+    return CRNN(), (x,), ["x"]
+
+
+MODELS = {
+    "yolov8n": _yolov8n,
+    "resnet18": _torchvision("resnet18", 224),
+    "mobilenet_v3_large": _torchvision("mobilenet_v3_large", 224),
+    "vit_b_16": _torchvision("vit_b_16", 224),
+    "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
+    "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320),
+    "bert2": _bert2,
+    "crnn_bilstm": _crnn,
+    "efficientnet_b0": _timm("efficientnet_b0", 224),
+}
+
+
+def export(name: str, onnx_dir: Path) -> Path:
+    """Build `name` with seeded random weights, condition it, export it (once) to ONNX."""
+    path = onnx_dir / f"{name}.onnx"
+    feeds_path = onnx_dir / f"{name}.npz"
+    if path.exists() and feeds_path.exists():
+        return path
+    import torch
+
+    torch.manual_seed(SEED)
+    model, example, names = MODELS[name]()
+    tensors = tuple(torch.from_numpy(np.asarray(a)) for a in example)
+    _condition(model, tensors)
+    onnx_dir.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, tensors, str(path), input_names=names, opset_version=17, dynamo=False
+        )
+    np.savez(feeds_path, **{n: np.asarray(a) for n, a in zip(names, example, strict=True)})
+    return path
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def _rel_err(got: list, ref: list) -> float:
+    worst = 0.0
+    for g, r in zip(got, ref, strict=True):
+        g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        if g.shape != r.shape:
+            return float("inf")
+        if r.size == 0:
+            continue
+        worst = max(worst, float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)))
+    return worst
+
+
+def _median_time(fn, budget: float = 3.0, most: int = 20) -> float:
+    fn()
+    times = []
+    t_end = time.perf_counter() + budget
+    while len(times) < 3 or (time.perf_counter() < t_end and len(times) < most):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_model(name: str, onnx_dir: Path, backends: list[str], precisions: list[str]) -> list[dict]:
+    import onnxruntime as ort
+
+    path = export(name, onnx_dir)
+    feeds = dict(np.load(onnx_dir / f"{name}.npz"))
+    ref_sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = ref_sess.run(None, feeds)
+    rows = [
+        {
+            "model": name,
+            "backend": "onnxruntime",
+            "precision": "fp32",
+            "relerr": 0.0,
+            "ms": 1e3 * _median_time(lambda: ref_sess.run(None, feeds)),
+            "placement": "reference",
+        }
+    ]
+    try:
+        graph = td.load(path)
+    except td.TinyDLError as exc:
+        return rows + [{"model": name, "backend": "load", "error": f"{type(exc).__name__}: {exc}"}]
+    names = [v.name for v in graph.outputs]
+    for backend in backends:
+        for precision in precisions:
+            row = {"model": name, "backend": backend, "precision": precision}
+            rows.append(row)
+            try:
+                chain = (backend,) if backend == "numpy" else (backend, "numpy")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    sess = td.compile(graph, backends=chain, precision=precision)
+                out = sess.run(feeds)
+                row["relerr"] = _rel_err([out[n] for n in names], ref)
+                row["ms"] = 1e3 * _median_time(lambda: sess.run(feeds))  # noqa: B023
+                placed = Counter(sess.placement.nodes.values())
+                total = sum(placed.values())
+                fallback = sorted(
+                    {sess.placement.ops[n] for n, b in sess.placement.nodes.items() if b != backend}
+                )
+                row["placement"] = f"{placed.get(backend, 0)}/{total} on {backend}" + (
+                    f"; numpy: {', '.join(fallback)}" if fallback else ""
+                )
+            except Exception as exc:  # noqa: BLE001 - a zoo row reports every failure
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| model | backend | precision | rel. error vs onnxruntime | ms / run | placement |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(
+                f"| {r['model']} | {r['backend']} | {r.get('precision', '')} | "
+                f"error: {r['error'][:160].replace('|', '/')} | | |"
+            )
+            continue
+        lines.append(
+            f"| {r['model']} | {r['backend']} | {r['precision']} | {r['relerr']:.1e} | "
+            f"{r['ms']:.1f} | {r['placement']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all)")
+    p.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated tinydl backends (default: numpy, onnxruntime, available GPUs)",
+    )
+    p.add_argument("--precision", default="fp32", help="comma-separated: fp32, fp16")
+    p.add_argument("--onnx-dir", type=Path, default=ROOT / ".zoo", help="exported models (cache)")
+    p.add_argument("--export-only", action="store_true", help="export the models and stop")
+    p.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    names = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        p.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+    if args.backends:
+        backends = args.backends.split(",")
+    else:
+        backends = [b.name for b in td.list_backends() if b.available]
+    rows: list[dict] = []
+    for name in names:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        try:
+            if args.export_only:
+                print(export(name, args.onnx_dir))
+                continue
+            rows += run_model(name, args.onnx_dir, backends, args.precision.split(","))
+        except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too
+            rows.append(
+                {"model": name, "backend": "export", "error": f"{type(exc).__name__}: {exc}"}
+            )
+    if args.export_only:
+        for r in rows:
+            print(f"{r['model']}: {r['error']}", file=sys.stderr)
+        return 1 if rows else 0
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("onnxruntime") is None:
+        sys.exit("tools/zoo.py needs onnxruntime (the reference): pip install onnxruntime")
+    sys.exit(main())
