@@ -101,3 +101,35 @@ def test_scalar_initializers_stay_scalars(rng):
     ids = rng.integers(-30, 30, (2, 9)).astype(np.int64)
     (y,) = sess.run(None, {"ids": ids})
     np.testing.assert_allclose(y, embedding_reference(graph, ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "inits"),
+    [
+        ("ReduceMax", {"keepdims": 0}, {"axes": np.array([1], np.int64)}),
+        ("ReduceL2", {"noop_with_empty_axes": 1}, {}),
+        ("ReduceSum", {}, {"axes": np.array([-1], np.int64)}),
+        ("ArgMin", {"axis": 1, "select_last_index": 1}, {}),
+        ("TopK", {"largest": 0}, {"k": np.array([2], np.int64)}),
+        ("LogSoftmax", {"axis": 1}, {}),
+        ("LayerNormalization", {"axis": 1}, {"s": np.full((3, 4), 0.5, np.float32)}),
+        ("InstanceNormalization", {}, {"s": np.ones(3, np.float32), "b": np.zeros(3, np.float32)}),
+        (
+            "GroupNormalization",
+            {"num_groups": 1},
+            {"s": np.ones(3, np.float32), "b": np.ones(3, np.float32)},
+        ),
+    ],
+)
+def test_reductions_and_normalizations_export_at_the_opset_they_need(op, attrs, inits, rng):
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    outputs = ["y", "i"] if op == "TopK" else ["y"]
+    node = Node(op, ["x", *inits], outputs, attrs, name="n")
+    graph = validate(
+        Graph([Value("x", "float32", (2, 3, 4))], [Value(o) for o in outputs], [node], inits)
+    )
+    want, got = run_both(graph, rng)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

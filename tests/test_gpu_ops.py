@@ -105,3 +105,29 @@ def test_op_fp16(name, case_id, op, inputs, attrs, consts, rtol, atol):
             f"output {i} (fp16)",
             against="the reference",
         )
+
+
+@pytest.mark.parametrize("name", GPU_BACKENDS)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_layer_normalization_mean_and_inv_std_dev(name, precision):
+    """The optional Mean and InvStdDev outputs (not requested by the shared cases), on a row
+    longer than a workgroup."""
+    from helpers.opcheck import node_model
+
+    from tinydl.importers.onnx import from_model
+
+    backend = gpu_backend(name)
+    rng = np.random.default_rng(11)
+    x, s, b = N(3, 2, 700).draw(rng), N(2, 700).draw(rng), N(2, 700).draw(rng)
+    model, feeds = node_model(
+        "LayerNormalization", {"x": x, "s": s, "b": b}, {"axis": 1}, {"s", "b"}, outputs=3
+    )
+    graph = from_model(model)
+    assert backend.supports(graph.nodes[0], graph)
+    if precision == "fp16":
+        require_f16(name)
+        graph = wrap_fp16(graph)
+    want = run_reference(model, feeds)
+    tol = 1e-4 if precision == "fp32" else F16["atol"]
+    for i, (g, w) in enumerate(zip(_run(backend, graph, feeds, precision), want, strict=True)):
+        compare(g, w, tol, tol, f"output {i}", against="the reference")

@@ -257,3 +257,76 @@ def test_non_max_suppression_row_count_is_left_to_the_data():
     assert y.shape == (None, 3) and y.dtype == "int64"
     with pytest.raises(InvalidModelError, match=r"boxes must be \[batch, boxes, 4\]"):
         infer("NonMaxSuppression", f32_type(1, 5, 5), f32_type(1, 2, 5))
+
+
+# -- older opsets' forms, rewritten by the importer; outputs the shared cases do not request -----
+
+
+def _against_onnxruntime(spec: dict, rtol=1e-5, atol=1e-5) -> None:
+    from helpers.opcheck import compare, node_model, run_onnxruntime, run_tinydl
+
+    model, feeds = node_model(**spec)
+    want = run_onnxruntime(model, feeds)
+    got = run_tinydl(model, feeds)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        compare(g, w, rtol, atol, f"output {i}")
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs"),
+    [
+        ("ReduceSum", 11, {"axes": [0, -1], "keepdims": 0}),
+        ("ReduceMax", 13, {"axes": [1]}),
+        ("ReduceLogSumExp", 17, {"axes": [-2]}),
+        ("ReduceL2", 11, {}),
+    ],
+)
+def test_reduce_axes_attribute(op, opset, attrs):
+    x = N(3, 4, 5).draw(np.random.default_rng(1))
+    _against_onnxruntime(dict(op=op, inputs={"x": x}, attrs=attrs, opset=opset))
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_log_softmax_before_opset_13_flattens_at_axis(axis):
+    x = N(2, 3, 4, scale=3).draw(np.random.default_rng(2))
+    _against_onnxruntime(dict(op="LogSoftmax", inputs={"x": x}, attrs={"axis": axis}, opset=11))
+
+
+def test_group_normalization_opset_18_scales_per_group():
+    rng = np.random.default_rng(3)
+    x, s, b = N(2, 6, 5, 4).draw(rng), N(3).draw(rng), N(3).draw(rng)
+    spec = dict(
+        op="GroupNormalization",
+        inputs={"x": x, "s": s, "b": b},
+        attrs={"num_groups": 3, "epsilon": 1e-3},
+        consts={"s", "b"},
+        opset=18,
+    )
+    _against_onnxruntime(spec, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_layer_normalization_mean_and_inv_std_dev(dtype):
+    rng = np.random.default_rng(4)
+    x, s, b = (N(*shape, dtype=dtype).draw(rng) for shape in ((2, 3, 40), (3, 40), (3, 40)))
+    tol = 1e-5 if dtype == np.float32 else 1e-2
+    inputs = {"x": x, "s": s, "b": b}
+    got = check_op(
+        dict(op="LayerNormalization", inputs=inputs, attrs={"axis": 1}, outputs=3),
+        rtol=tol,
+        atol=tol,
+    )
+    assert [g.dtype for g in got] == [dtype, np.float32, np.float32]
+    assert got[1].shape == got[2].shape == (2, 1, 1)
+
+
+def test_topk_k_beyond_the_axis_is_refused():
+    with pytest.raises(ValueError, match="outside 0..5"):
+        infer("TopK", f32_type(3, 5), TensorType("int64", (1,), i64(6)), outputs=("v", "i"))
+
+
+def test_group_normalization_groups_must_divide_channels():
+    c = f32_type(6)
+    with pytest.raises(InvalidModelError, match="6 channels do not divide into 4 groups"):
+        infer("GroupNormalization", f32_type(1, 6, 3), c, c, num_groups=4)

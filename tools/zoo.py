@@ -65,9 +65,15 @@ def _condition(model, example) -> None:
                     m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
     if norms:
-        model.train()
+        # A detector's heads want targets in training mode: its backbone alone sets the stats.
+        body = getattr(model, "backbone", model)
+        # (two images: a 1x1 feature map of one image has no batch statistics)
+        batch = tuple(
+            torch.cat([t[None], t.flip(-1)[None]]) if t.dim() == 3 else t for t in example
+        )
+        body.train()
         with torch.no_grad():
-            model(*example) if isinstance(example, tuple) else model(example)
+            body(*batch)
     model.eval()
 
 
@@ -97,14 +103,27 @@ def _torchvision(name: str, size: int, **kw):
     return build
 
 
-def _detector(name: str, size: int):
+def _detector(name: str, size: int, **kw):
     def build():
+        import torch
         import torchvision
 
-        model = getattr(torchvision.models.detection, name)(
-            weights=None, weights_backbone=None, num_classes=91, min_size=size, max_size=size
+        class OneImage(torch.nn.Module):
+            """The detector on one CHW image: boxes, scores and labels as a tuple."""
+
+            def __init__(self):
+                super().__init__()
+                self.backbone = detector.backbone  # for _condition
+                self.detector = detector
+
+            def forward(self, x):
+                out = self.detector([x])[0]
+                return out["boxes"], out["scores"], out["labels"]
+
+        detector = getattr(torchvision.models.detection, name)(
+            weights=None, weights_backbone=None, num_classes=91, **kw
         )
-        return model, (_image(size)[0],), ["x"]
+        return OneImage(), (_image(size)[0],), ["x"]
 
     return build
 
@@ -194,7 +213,7 @@ MODELS = {
     "mobilenet_v3_large": _torchvision("mobilenet_v3_large", 224),
     "vit_b_16": _torchvision("vit_b_16", 224),
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
-    "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320),
+    "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
     "bert2": _bert2,
     "crnn_bilstm": _crnn,
     "efficientnet_b0": _timm("efficientnet_b0", 224),
@@ -202,7 +221,21 @@ MODELS = {
 
 
 def export(name: str, onnx_dir: Path) -> Path:
-    """Build `name` with seeded random weights, condition it, export it (once) to ONNX."""
+    """Build `name` with seeded random weights, condition it, export it (once) to ONNX. In a
+    child process: PyTorch's exporter and a software Vulkan driver each load their own LLVM,
+    and one process holding both crashes."""
+    import subprocess
+
+    path = onnx_dir / f"{name}.onnx"
+    if not (path.exists() and (onnx_dir / f"{name}.npz").exists()):
+        cmd = [sys.executable, __file__, "--export-only", "--models", name]
+        done = subprocess.run([*cmd, "--onnx-dir", str(onnx_dir)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"exporting {name} failed:\n{done.stderr[-2000:]}")
+    return path
+
+
+def _export_here(name: str, onnx_dir: Path) -> Path:
     path = onnx_dir / f"{name}.onnx"
     feeds_path = onnx_dir / f"{name}.npz"
     if path.exists() and feeds_path.exists():
@@ -332,16 +365,17 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         p.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    if args.backends:
-        backends = args.backends.split(",")
-    else:
-        backends = [b.name for b in td.list_backends() if b.available]
     rows: list[dict] = []
+    if not args.export_only:
+        if args.backends:
+            backends = args.backends.split(",")
+        else:
+            backends = [b.name for b in td.list_backends() if b.available]
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
         try:
             if args.export_only:
-                print(export(name, args.onnx_dir))
+                print(_export_here(name, args.onnx_dir))
                 continue
             rows += run_model(name, args.onnx_dir, backends, args.precision.split(","))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too

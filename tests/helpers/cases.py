@@ -230,6 +230,10 @@ case("HardSigmoid-custom", "HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, x=N(3, 
 for axis in (-1, 0, 1, 3):
     case(f"Softmax-axis{axis}", "Softmax", {"axis": axis}, x=N(2, 3, 4, 5, scale=3))
 case("Softmax-default", "Softmax", x=N(4, 7, scale=3))
+for axis in (-1, 0, 2):
+    case(f"LogSoftmax-axis{axis}", "LogSoftmax", {"axis": axis}, x=N(2, 3, 4, 5, scale=3))
+case("LogSoftmax-large", "LogSoftmax", x=N(3, 10, scale=100))
+case("LogSoftmax-row-3000", "LogSoftmax", atol=1e-4, x=N(2, 3000, scale=3))
 
 case("Gelu-default", "Gelu", x=N(3, 4, 16, scale=3))
 case("Gelu-tanh", "Gelu", {"approximate": "tanh"}, x=N(3, 4, 16, scale=3))
@@ -398,6 +402,102 @@ case(f"{RM}-spatial", RM, x=N(2, 8, 16, 16), axes=i64(2, 3), consts={"axes"})
 case(f"{RM}-all", RM, x=N(2, 3, 4))
 case(f"{RM}-all-no-keepdims", RM, {"keepdims": 0}, x=N(2, 3, 4))
 case(f"{RM}-noop-empty-axes", RM, {"noop_with_empty_axes": 1}, x=N(2, 3, 4))
+
+
+def fixed(seed: int, values, shape) -> np.ndarray:
+    """A random draw from `values` (each exact in fp16, so fp16 runs see the same input)."""
+    return np.random.default_rng(seed).choice(np.asarray(values, np.float32), shape)
+
+
+# Inputs per reduction: positive where a log or a long product needs it.
+REDUCE_INPUTS = {
+    "ReduceMax": N,
+    "ReduceMin": N,
+    "ReduceSum": N,
+    "ReduceProd": lambda *shape: U(*shape, lo=0.7, hi=1.4),
+    "ReduceL1": N,
+    "ReduceL2": N,
+    "ReduceLogSum": U,
+    "ReduceLogSumExp": lambda *shape: N(*shape, scale=3),
+    "ReduceSumSquare": N,
+}
+for op, x in REDUCE_INPUTS.items():
+    case(f"{op}-axis1", op, x=x(2, 3, 4, 5), axes=i64(1), consts={"axes"})
+    case(
+        f"{op}-negative-axes-no-keepdims",
+        op,
+        {"keepdims": 0},
+        x=x(2, 3, 4, 5),
+        axes=i64(-1, -3),
+        consts={"axes"},
+    )
+    case(f"{op}-all", op, x=x(2, 3, 4))
+    case(f"{op}-noop-empty-axes", op, {"noop_with_empty_axes": 1}, x=x(3, 4))
+    # Rows longer than a workgroup (and than a cuda warp's share): positive values, so the sums
+    # are far from 0 at fp16; the product's are 1 but for a few halvings and doublings.
+    long = fixed(3, [0.5, 2.0] + [1.0] * 500, (2, 3000)) if op == "ReduceProd" else U(2, 3000)
+    case(f"{op}-row-3000", op, x=long, axes=i64(-1), consts={"axes"})
+    case(f"{op}-outer-axis-3000", op, rtol=1e-4, x=U(3000, 3), axes=i64(0), consts={"axes"})
+case("ReduceMax-int32", "ReduceMax", x=I(3, 4, dtype=np.int32), axes=i64(1), consts={"axes"})
+case("ReduceMin-int64", "ReduceMin", {"keepdims": 0}, x=I(3, 4), axes=i64(0), consts={"axes"})
+case("ReduceSum-int64", "ReduceSum", x=I(3, 4, 5), axes=i64(0, 2), consts={"axes"})
+case("ReduceLogSumExp-large", "ReduceLogSumExp", x=N(4, 6, scale=200), axes=i64(1), consts={"axes"})
+
+# ArgMax/ArgMin and TopK on integer-valued floats: ties, and exact in fp16.
+TIES = {"lo": -4, "hi": 4, "dtype": np.float32}
+for op in ("ArgMax", "ArgMin"):
+    case(f"{op}-default", op, x=I(3, 4, 5, **TIES))
+    case(f"{op}-axis-last-no-keepdims", op, {"axis": -1, "keepdims": 0}, x=I(3, 4, 5, **TIES))
+    case(f"{op}-select-last-index", op, {"axis": 1, "select_last_index": 1}, x=I(3, 6, 5, **TIES))
+    case(f"{op}-row-3000", op, {"axis": 1}, x=I(2, 3000, lo=-1000, hi=1000, dtype=np.float32))
+    case(f"{op}-int64", op, {"axis": 1}, x=I(3, 7))
+case("ArgMax-float", "ArgMax", {"axis": 2}, x=N(2, 3, 9))
+
+TK = "TopK"
+case(f"{TK}-default", TK, consts={"k"}, x=I(3, 20, **TIES), k=i64(5))
+case(f"{TK}-smallest-axis0", TK, {"axis": 0, "largest": 0}, {"k"}, x=I(20, 3, **TIES), k=i64(4))
+case(f"{TK}-middle-axis", TK, {"axis": 1}, {"k"}, x=N(2, 9, 3), k=i64(3))
+case(f"{TK}-k-all", TK, consts={"k"}, x=I(2, 8, **TIES), k=i64(8))
+case(f"{TK}-unsorted-k1", TK, {"sorted": 0}, {"k"}, x=N(4, 10), k=i64(1))
+case(f"{TK}-int64", TK, consts={"k"}, x=I(4, 10), k=i64(3))
+case(
+    f"{TK}-row-3000-k200",
+    TK,
+    consts={"k"},
+    x=I(2, 3000, lo=-1000, hi=1000, dtype=np.float32),
+    k=i64(200),
+)
+case(
+    f"{TK}-row-3000-smallest",
+    TK,
+    {"largest": 0},
+    {"k"},
+    x=I(2, 3000, lo=-1000, hi=1000, dtype=np.float32),
+    k=i64(37),
+)
+
+# -- normalization --------------------------------------------------------------------------------
+
+LN = "LayerNormalization"
+SB = {"s", "b"}
+case(f"{LN}-last-axis", LN, consts=SB, x=N(2, 3, 8), s=N(8), b=N(8))
+case(f"{LN}-axis1", LN, {"axis": 1}, SB, x=N(2, 3, 4, 5), s=N(3, 4, 5), b=N(3, 4, 5))
+case(f"{LN}-no-bias-epsilon", LN, {"epsilon": 0.1}, {"s"}, x=N(3, 10), s=N(10), b=None)
+case(f"{LN}-scale-fed", LN, {"axis": -2}, x=N(2, 3, 8), s=N(3, 8), b=N(3, 8))
+case(f"{LN}-row-3000", LN, consts=SB, atol=1e-4, x=N(4, 3000), s=N(3000), b=N(3000))
+# A large mean and a small variance: single-pass statistics (sum of squares) lose it, even in f32.
+LARGE_MEAN = fixed(5, 1000 + 0.5 * np.arange(-4, 5), (4, 3000))
+case(f"{LN}-large-mean", LN, consts=SB, atol=1e-4, x=LARGE_MEAN, s=N(3000), b=N(3000))
+IN = "InstanceNormalization"
+case(f"{IN}-2d", IN, consts=SB, x=N(2, 3, 4, 5, scale=3), s=N(3), b=N(3))
+case(f"{IN}-1d", IN, consts=SB, x=N(2, 4, 7), s=N(4), b=N(4))
+case(f"{IN}-3600", IN, consts=SB, atol=1e-4, x=N(1, 2, 60, 60), s=N(2), b=N(2))
+case(f"{IN}-large-mean", IN, consts=SB, atol=1e-4, x=LARGE_MEAN.reshape(2, 2, 3000), s=N(2), b=N(2))
+GN = "GroupNormalization"
+case(f"{GN}-3-groups", GN, {"num_groups": 3}, SB, x=N(2, 6, 4, 5), s=N(6), b=N(6))
+case(f"{GN}-1-group", GN, {"num_groups": 1}, SB, x=N(2, 4, 3), s=N(4), b=N(4))
+case(f"{GN}-group-per-channel", GN, {"num_groups": 4}, x=N(2, 4, 6), s=N(4), b=N(4))
+case(f"{GN}-3200", GN, {"num_groups": 2}, SB, atol=1e-4, x=N(1, 4, 40, 40), s=N(4), b=N(4))
 
 # -- matrix products ------------------------------------------------------------------------------
 
@@ -845,6 +945,30 @@ case(
 case("MaxPool-float16", "MaxPool", {"kernel_shape": [3, 3]}, x=h(1, 3, 8, 8))
 case("GlobalAveragePool-float16", "GlobalAveragePool", **F16, x=h(1, 3, 8, 8))
 case("ReduceMean-float16", "ReduceMean", **F16, x=h(2, 3, 8))
+case("ReduceSum-float16", "ReduceSum", **F16, x=h(2, 3, 8), axes=i64(1), consts={"axes"})
+case("ReduceMax-float16", "ReduceMax", x=h(2, 3, 8))
+case("ArgMin-float16", "ArgMin", {"axis": 1}, x=h(2, 30))
+case("TopK-float16", "TopK", consts={"k"}, x=h(2, 30), k=i64(4))
+case("LogSoftmax-float16", "LogSoftmax", **F16, x=h(2, 30))
+case(
+    "LayerNormalization-float16",
+    "LayerNormalization",
+    consts={"s", "b"},
+    **F16,
+    x=h(2, 3, 16),
+    s=h(16),
+    b=h(16),
+)
+case("InstanceNormalization-float16", "InstanceNormalization", **F16, x=h(2, 3, 9), s=h(3), b=h(3))
+case(
+    "GroupNormalization-float16",
+    "GroupNormalization",
+    {"num_groups": 2},
+    **F16,
+    x=h(2, 4, 9),
+    s=h(4),
+    b=h(4),
+)
 case("Gemm-float16", "Gemm", {"alpha": 0.5}, **F16, a=h(3, 4), b=h(4, 5), c=h(5))
 case("MatMul-float16", "MatMul", **F16, a=h(3, 4), b=h(4, 5))
 resize_scales = f32(1, 1, 2, 2)

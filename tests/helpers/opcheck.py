@@ -41,10 +41,15 @@ def node_model(
 
     inputs: the node's inputs in order, name -> array; None leaves an optional input empty ("").
     consts: input names stored as initializers (shape-like inputs, weights); the rest are fed.
-    outputs: how many; by default one, or as many as a Split makes.
+    outputs: how many; by default the op's required ones (TopK's two), or as many as a Split
+    makes.
     """
     if outputs is None:
-        outputs = _split_parts(inputs, attrs or {}) if op == "Split" else 1
+        schema = schema_of(op)
+        if op == "Split":
+            outputs = _split_parts(inputs, attrs or {})
+        else:
+            outputs = schema.outputs[0] if schema is not None else 1
     graph_inputs, inits, feeds = [], [], {}
     for name, arr in inputs.items():
         if arr is None:
@@ -69,7 +74,18 @@ def node_model(
     # IR version 10 (ONNX 1.16) is what onnxruntime reads; onnx's newest default may be newer.
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     # Declare the output types (importers want them) as onnx's own shape inference finds them.
-    inferred = onnx.shape_inference.infer_shapes(model).graph.output
+    inferred = list(onnx.shape_inference.infer_shapes(model).graph.output)
+    # onnx infers nothing for some function ops (GroupNormalization): such an output is
+    # declared with the first input's element type, shape unknown.
+    first = next(iter(inputs.values()))
+    inferred = [
+        o
+        if o.type.HasField("tensor_type")
+        else helper.make_tensor_value_info(
+            o.name, helper.np_dtype_to_tensor_dtype(first.dtype), None
+        )
+        for o in inferred
+    ]
     model.graph.ClearField("output")
     model.graph.output.extend(inferred)
     return model, feeds

@@ -1,5 +1,5 @@
 """Backend-neutral lowering of the ops whose geometry every GPU backend needs: pooling windows,
-Resize tap tables, MatMul/Gemm strides and batch offsets.
+Resize tap tables, MatMul/Gemm strides and batch offsets, normalization rows.
 
 Each function takes a `Build` (backends/planned.py) and returns plain numbers and NumPy
 tables; a backend's kernel module turns them into its own template parameters and uploads.
@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinydl.backends.base import Support
 from tinydl.backends.indexing import broadcast_strides, strides_of
+from tinydl.ops.base import normalize_axis
 from tinydl.ops.conv import window_attrs, window_geometry
+from tinydl.ops.reduce import topk_count
 from tinydl.ops.resize import _check_resize_attrs, _given, _resize_targets, axis_taps
 
 
@@ -159,3 +162,101 @@ def matmul(b) -> MatMulGeometry:
         bo = sum(i * s for i, s in zip(idx[len(idx) - len(b_st) :], b_st, strict=True)) * k * n
         offsets.append((ao, bo))
     return MatMulGeometry(offsets or [(0, 0)], m, n, k, (k, 1), (n, 1))
+
+
+@dataclass
+class NormRows:
+    """LayerNormalization, InstanceNormalization and GroupNormalization as `rows` contiguous
+    rows of `length` elements, each normalized alone. Element k of row r takes scale and bias
+    `k` (per_channel False: LayerNormalization's, one per element of the normalized shape), or
+    those of channel (r % groups) * (channels // groups) + k // spatial."""
+
+    rows: int
+    length: int
+    per_channel: bool
+    groups: int = 1
+    channels: int = 1
+    spatial: int = 1
+
+
+def norm_rows(b) -> NormRows:
+    shape = b.info(0).shape
+    if b.node.op == "LayerNormalization":
+        axis = normalize_axis(b.attrs["axis"], len(shape))
+        return NormRows(math.prod(shape[:axis]), math.prod(shape[axis:]), False)
+    n, c, spatial = shape[0], shape[1], math.prod(shape[2:])
+    groups = c if b.node.op == "InstanceNormalization" else b.attrs["num_groups"]
+    return NormRows(n * groups, c // groups * spatial, True, groups, c, spatial)
+
+
+def norm_supports(node, graph) -> Support:
+    """The GPU kernels compute statistics in f32, and take LayerNormalization's scale and bias
+    with the normalized shape itself (not broadcast to it)."""
+    if node.attrs.get("stash_type", 1) != 1:
+        return Support(
+            False,
+            f"{node.op}: stash_type {node.attrs['stash_type']} (statistics "
+            "in that type) is not implemented; the kernels compute them in f32",
+        )
+    if node.op != "LayerNormalization":
+        return Support(True)
+    if len([o for o in node.outputs[1:] if o]) == 1:
+        return Support(
+            False,
+            f"{node.op}: Mean without InvStdDev (or the reverse) is not "
+            "implemented; the kernels write both or neither",
+        )
+    x = graph.value(node.inputs[0])
+    if x is None or x.shape is None:
+        return Support(False, f"{node.op}: the input's rank is unknown")
+    axis = normalize_axis(node.attrs["axis"], len(x.shape))
+    for name in node.inputs[1:]:
+        v = graph.value(name) if name else None
+        if name and (v is None or v.shape is None or tuple(v.shape) != tuple(x.shape[axis:])):
+            got = "unknown" if v is None or v.shape is None else tuple(v.shape)
+            return Support(
+                False,
+                f"{node.op}: scale or bias of shape {got} broadcast to the "
+                f"normalized shape {tuple(x.shape[axis:])} is not implemented",
+            )
+    return Support(True)
+
+
+# TopK's kernels make a pass over the row per output element: k beyond this is refused.
+TOPK_MAX = 1024
+
+
+@dataclass
+class TopKRows:
+    """TopK as `rows` rows of `length` elements `inner` apart (row r starts at
+    (r // inner) * length * inner + r % inner); its k outputs per row are `inner` apart too,
+    in order (sorted=0 gets the sorted order as well)."""
+
+    rows: int
+    length: int
+    inner: int
+    k: int
+
+
+def topk_rows(b) -> TopKRows:
+    shape = b.info(0).shape
+    axis = normalize_axis(b.attrs["axis"], len(shape))
+    length, inner = shape[axis], math.prod(shape[axis + 1 :])
+    rows = math.prod(shape) // length if length else 0
+    return TopKRows(rows, length, inner, topk_count(b.const(1), length))
+
+
+def topk_supports(node, graph) -> Support:
+    k = graph.initializers.get(node.inputs[1])
+    if k is None:
+        return Support(False, f"{node.op} needs k as a constant (an initializer)")
+    if np.size(k) == 1 and int(np.ravel(k)[0]) > TOPK_MAX:
+        return Support(
+            False,
+            f"{node.op} with k = {int(np.ravel(k)[0])} > {TOPK_MAX} is not "
+            "implemented: the kernels make a pass over the row per output element",
+        )
+    x = graph.value(node.inputs[0])
+    if x is not None and x.dtype not in ("float32", "float16"):
+        return Support(False, f"{node.op} on {x.dtype} is not implemented")
+    return Support(True)

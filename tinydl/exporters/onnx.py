@@ -16,10 +16,11 @@ import numpy as np
 from tinydl.errors import UnsupportedOpError
 from tinydl.ir.dtypes import ONNX_NAMES
 from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops.reduce import REDUCTIONS
 
 # The lowest opset a graph is written at: Squeeze/Unsqueeze take `axes` as an input and Softmax
-# has its per-axis meaning from opset 13, the IR's forms. ReduceMean with `axes` as an input, or
-# Pad with an `axes` input, need opset 18.
+# has its per-axis meaning from opset 13, the IR's forms. Reduce* (but ReduceSum) with `axes` as
+# an input, or Pad with an `axes` input, need opset 18.
 MIN_OPSET = 13
 # IR version 8 (ONNX 1.13+): readable by every runtime that reads the opsets written here.
 IR_VERSION = 8
@@ -32,7 +33,7 @@ _NEWER = {
     ("GRU", "layout"): (14, 0),
     ("LSTM", "layout"): (14, 0),
     ("RNN", "layout"): (14, 0),
-    ("ReduceMean", "noop_with_empty_axes"): (18, 0),
+    **{(op, "noop_with_empty_axes"): (18, 0) for op in REDUCTIONS if op != "ReduceSum"},
     ("Reshape", "allowzero"): (14, 0),
     ("Resize", "antialias"): (18, 0),
     ("Resize", "axes"): (18, None),
@@ -44,8 +45,16 @@ _NEWER = {
     ("Split", "num_outputs"): (18, None),
 }
 # Ops ONNX added after MIN_OPSET; RoiAlign, because the IR always states its
-# coordinate_transformation_mode, which opset 16 added.
-_OP_SINCE = {"HardSwish": 14, "Mish": 18, "Gelu": 20, "RoiAlign": 16, "Trilu": 14}
+# coordinate_transformation_mode, which opset 16 added; GroupNormalization's per-channel form: 21.
+_OP_SINCE = {
+    "HardSwish": 14,
+    "RoiAlign": 16,
+    "Trilu": 14,
+    "LayerNormalization": 17,
+    "GroupNormalization": 21,
+    "Mish": 18,
+    "Gelu": 20,
+}
 # ScatterElements/ScatterND reductions ONNX added after `add` and `mul` (opset 16).
 _REDUCTION_SINCE = {"max": 18, "min": 18}
 
@@ -96,7 +105,9 @@ def needed_opset(graph: Graph) -> int:
     need = MIN_OPSET
     for node in graph.nodes:
         need = max(need, _OP_SINCE.get(node.op, 0))
-        if node.op == "ReduceMean" and len(node.inputs) > 1 and node.inputs[1]:
+        # Reduce* take `axes` as an input from opset 18 (ReduceSum from 13).
+        reduce = node.op in REDUCTIONS and node.op != "ReduceSum"
+        if reduce and len(node.inputs) > 1 and node.inputs[1]:
             need = max(need, 18)
         if node.op == "Pad" and len(node.inputs) > 3 and node.inputs[3]:
             need = max(need, 18)

@@ -329,7 +329,9 @@ class _Converter:
                 )
             self.initializers[outputs[0]] = np.asarray(value)
             return
-        if op in ("Squeeze", "Unsqueeze", "ReduceMean") and "axes" in attrs:
+        # Squeeze/Unsqueeze (opset < 13), ReduceSum (< 13) and the other Reduce* (< 18) take
+        # `axes` as an attribute.
+        if (op in ("Squeeze", "Unsqueeze") or op.startswith("Reduce")) and "axes" in attrs:
             axes = attrs.pop("axes")
             if (
                 not isinstance(axes, list)
@@ -346,8 +348,11 @@ class _Converter:
             ]
         if op == "Split":
             inputs = self._split_form(name, inputs, outputs, attrs)
-        if op == "Softmax" and self.opset < 13:
-            self._legacy_softmax(name, inputs, outputs, attrs)
+        if op in ("Softmax", "LogSoftmax") and self.opset < 13:
+            self._legacy_softmax(op, name, inputs, outputs, attrs)
+            return
+        if op == "GroupNormalization" and self.opset < 21:
+            self._legacy_group_norm(name, inputs, outputs, attrs)
             return
         if op == "RoiAlign" and self.opset < 16:
             # RoiAlign-10 has no such attribute: it samples as "output_half_pixel" names it
@@ -447,27 +452,63 @@ class _Converter:
         known = infer_graph(graph).get(value)
         return None if known is None else known.value
 
-    def _legacy_softmax(self, name, inputs, outputs, attrs: dict[str, Any]) -> None:
-        """Opset < 13 Softmax coerces the input to 2-D at `axis`; axis -1 is the same as today's."""
+    def _legacy_softmax(self, op: str, name, inputs, outputs, attrs: dict[str, Any]) -> None:
+        """Opset < 13 (Log)Softmax coerces the input to 2-D at `axis`; axis -1 is the same as
+        today's."""
         if len(inputs) != 1 or not inputs[0] or len(outputs) != 1 or not outputs[0]:
-            raise self.fail(f"node '{name}' (Softmax): expects one input and one output")
+            raise self.fail(f"node '{name}' ({op}): expects one input and one output")
         axis = attrs.pop("axis", 1)
         if attrs:
             raise self.fail(
-                f"node '{name}' (Softmax): unknown attribute '{sorted(attrs)[0]}' (known: axis)"
+                f"node '{name}' ({op}): unknown attribute '{sorted(attrs)[0]}' (known: axis)"
             )
         if not isinstance(axis, int):
             raise self.fail(
-                f"node '{name}' (Softmax): attribute 'axis' must be an int, "
-                f"got {type(axis).__name__}"
+                f"node '{name}' ({op}): attribute 'axis' must be an int, got {type(axis).__name__}"
             )
         if axis == -1:
-            self.nodes.append(Node("Softmax", inputs, outputs, {"axis": -1}, name))
+            self.nodes.append(Node(op, inputs, outputs, {"axis": -1}, name))
             return
         flat, soft, shape = (self._fresh(f"{name}_{s}") for s in ("flat", "soft", "shape"))
         self.nodes += [
             Node("Flatten", [inputs[0]], [flat], {"axis": axis}, f"{name}_flatten"),
-            Node("Softmax", [flat], [soft], {"axis": 1}, name),
+            Node(op, [flat], [soft], {"axis": 1}, name),
             Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
             Node("Reshape", [soft, shape], outputs, {}, f"{name}_reshape"),
+        ]
+
+    def _legacy_group_norm(self, name, inputs, outputs, attrs: dict[str, Any]) -> None:
+        """Opset 18-20 GroupNormalization scales and shifts per group, not per channel: that is
+        InstanceNormalization of x seen as (N, groups, rest), reshaped back."""
+        if len(inputs) != 3 or not all(inputs) or len(outputs) != 1 or not outputs[0]:
+            raise self.fail(
+                f"node '{name}' (GroupNormalization): expects inputs X, scale, bias and one output"
+            )
+        groups = attrs.pop("num_groups", None)
+        epsilon = attrs.pop("epsilon", 1e-5)
+        if attrs:
+            raise self.fail(
+                f"node '{name}' (GroupNormalization): unknown attribute '{sorted(attrs)[0]}' "
+                "(known: epsilon, num_groups)"
+            )
+        if not isinstance(groups, int) or groups < 1:
+            raise self.fail(
+                f"node '{name}' (GroupNormalization): 'num_groups' must be a positive int, "
+                f"got {groups!r}"
+            )
+        grouped, normed, shape = (
+            self._fresh(f"{name}_{s}") for s in ("grouped", "normed", "shape")
+        )
+        target = self._const(f"{name}_groups", np.array([0, groups, -1], np.int64))
+        self.nodes += [
+            Node("Reshape", [inputs[0], target], [grouped], {}, f"{name}_group"),
+            Node(
+                "InstanceNormalization",
+                [grouped, inputs[1], inputs[2]],
+                [normed],
+                {"epsilon": epsilon},
+                name,
+            ),
+            Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
+            Node("Reshape", [normed, shape], outputs, {}, f"{name}_reshape"),
         ]

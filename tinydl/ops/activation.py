@@ -1,5 +1,5 @@
-"""Activations: Relu, Clip, LeakyRelu, PRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax;
-and Gelu, Softplus, Mish, Elu, Selu, Softsign, which no fusion takes.
+"""Activations: Relu, Clip, LeakyRelu, PRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax,
+LogSoftmax; and Gelu, Softplus, Mish, Elu, Selu, Softsign, which no fusion takes.
 
 ACTIVATIONS (at the end) is the one table of the activations that fuse into a convolution or an
 elementwise run: tinydl.FusedConv's `activation` attribute, the optimizer's fusion pass, the GPU
@@ -101,6 +101,14 @@ def softmax(x, axis):
     """Softmax along one axis (opset 13 semantics; the importer rewrites older forms)."""
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
+
+
+@op("LogSoftmax", types="float", attrs={"axis": Attr("int", -1)}, infer=_softmax_infer)
+def log_softmax(x, axis):
+    """log(Softmax(x)) along one axis (opset 13 semantics), as x - max - log(sum(exp(x - max)))
+    so a large |x| neither overflows nor takes the log of 0."""
+    d = x - np.max(x, axis=axis, keepdims=True)
+    return (d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))).astype(x.dtype)
 
 
 def _gelu_infer(ctx: InferContext) -> list[TensorType]:

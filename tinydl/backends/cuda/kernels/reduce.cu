@@ -1,11 +1,40 @@
-// {{ label }}: mean over {{ R }} elements for each of {{ O }} outputs; a {{ "warp" if per_warp else "block" }} per
-// output: strided fp32 sums per thread, then warp shuffles{{ "" if per_warp else " and one exchange through shared memory" }}.
+// {{ label }}: {{ ("the index of the " ~ ("largest" if arg == "max" else "smallest")) if arg else "a reduction" }} over {{ R }} elements for each of {{ O }} outputs; a {{ "warp" if per_warp else "block" }}
+// per output: a strided fp32 pass per thread, then warp shuffles{{ "" if per_warp else " and one exchange through shared memory" }}.
 // Kept axes (size, stride) {{ kept }}; reduced axes {{ reduced }}.
-__device__ __forceinline__ float warp_sum_(float v) {
+{% if arg %}
+// (a, ia) comes before (b, ib): {{ "larger" if arg == "max" else "smaller" }}, then the {{ "last" if last else "first" }} index among equals.
+// NONE_ marks a thread that has seen no element yet.
+#define NONE_ 0xffffffffu
+__device__ __forceinline__ bool before_(float a, unsigned ia, float b, unsigned ib) {
+    if (ia == NONE_ || ib == NONE_) return ib == NONE_ && ia != NONE_;
+    return a {{ ">" if arg == "max" else "<" }} b || (a == b && ia {{ ">" if last else "<" }} ib);
+}
+__device__ __forceinline__ void warp_arg_(float& v, unsigned& i) {
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    for (int d = 16; d > 0; d >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, d);
+        const unsigned j = __shfl_xor_sync(0xffffffffu, i, d);
+        if (before_(w, j, v, i)) {
+            v = w;
+            i = j;
+        }
+    }
+}
+{% else %}
+__device__ __forceinline__ float combine_(float a, float b) { return {{ combine }}; }
+__device__ __forceinline__ float warp_combine_(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = combine_(v, __shfl_xor_sync(0xffffffffu, v, d));
     return v;
 }
+{% if shift %}
+__device__ __forceinline__ float warp_max_(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+}
+{% endif %}
+{% endif %}
 
 extern "C" __global__ void __launch_bounds__({{ block }}) k(
     const {{ xt }}* __restrict__ x,
@@ -20,6 +49,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% else %}
     const {{ itype }} o = blockIdx.x;
     const unsigned first = threadIdx.x, step = {{ block }}u;
+    __shared__ float part[{{ warps }}];
 {% endif %}
     {{ itype }} rem = o;
     {{ itype }} base = 0;
@@ -27,23 +57,69 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
     base += (rem % {{ kept[d][0] }}u) * {{ kept[d][1] }}u;
     rem /= {{ kept[d][0] }}u;
 {% endfor %}
-    float s = 0.0f;
-    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+{% macro offset() %}
         {{ itype }} q = r;
         {{ itype }} off = base;
 {% for d in range(reduced | length - 1, -1, -1) %}
         off += (q % {{ reduced[d][0] }}u) * {{ reduced[d][1] }}u;
         q /= {{ reduced[d][0] }}u;
 {% endfor %}
-        s += {{ xload }};
+{% endmacro %}
+{% if arg %}
+    float best = 0.0f;
+    unsigned bi = NONE_;
+    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+{{ offset() }}
+        const float v = {{ xload }};
+        if (before_(v, (unsigned)r, best, bi)) {
+            best = v;
+            bi = (unsigned)r;
+        }
     }
-    s = warp_sum_(s);
+    warp_arg_(best, bi);
 {% if not per_warp %}
-    __shared__ float part[{{ warps }}];
+    __shared__ unsigned ipart[{{ warps }}];
+    if (lane == 0) {
+        part[threadIdx.x >> 5] = best;
+        ipart[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32u) return;
+    best = lane < {{ warps }}u ? part[lane] : 0.0f;
+    bi = lane < {{ warps }}u ? ipart[lane] : NONE_;
+    warp_arg_(best, bi);
+{% endif %}
+    if (lane == 0) y[o] = ({{ yt }})bi;
+{% else %}
+{% if shift %}
+    // The largest element first, so that exp never overflows (0 when it is -inf: log(0) stays).
+    float m = -__int_as_float(0x7f800000);
+    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+{{ offset() }}
+        m = fmaxf(m, {{ xload }});
+    }
+    m = warp_max_(m);
+{% if not per_warp %}
+    if (lane == 0) part[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = warp_max_(lane < {{ warps }}u ? part[lane] : m);
+    __syncthreads();  // part is reused by the sum
+{% endif %}
+    if (m == -__int_as_float(0x7f800000)) m = 0.0f;
+{% endif %}
+    float s = {{ init }};
+    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+{{ offset() }}
+        const float v = {{ xload }};
+        s = combine_(s, {{ element }});
+    }
+    s = warp_combine_(s);
+{% if not per_warp %}
     if (lane == 0) part[threadIdx.x >> 5] = s;
     __syncthreads();
     if (threadIdx.x >= 32u) return;
-    s = warp_sum_(lane < {{ warps }}u ? part[lane] : 0.0f);
+    s = warp_combine_(lane < {{ warps }}u ? part[lane] : {{ init }});
 {% endif %}
     if (lane == 0) y[o] = {{ ystore }};
+{% endif %}
 }

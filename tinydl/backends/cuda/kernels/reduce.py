@@ -1,6 +1,7 @@
-"""ReduceMean (and GlobalAveragePool, through emit_mean): a warp per output element when each
-mean is short, a block per output element when it is long; threads sum strided elements in
-fp32, then warp shuffles (and, for a block, one exchange through shared memory) add the sums.
+"""The Reduce* ops, ArgMax and ArgMin (and GlobalAveragePool, through emit_mean): a warp per
+output element when each reduction is short, a block per output element when it is long;
+threads reduce strided elements in fp32, then warp shuffles (and, for a block, one exchange
+through shared memory) combine their results.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import (
     FLOATS,
     blocks,
+    cfloat,
     constant_inputs,
     index_type,
     kernel,
@@ -18,12 +20,28 @@ from tinydl.backends.cuda.kernels import (
     store,
 )
 from tinydl.backends.indexing import collapse, strides_of
-from tinydl.ops.reduce import _reduce_axes
+from tinydl.ops.base import normalize_axis
+from tinydl.ops.reduce import REDUCTIONS, _reduce_axes
 
 BLOCK = 256
 WARPS = BLOCK // 32
-# Means over at least this many elements get a block each; shorter ones a warp each.
+# Reductions over at least this many elements get a block each; shorter ones a warp each.
 BLOCK_MIN = 1024
+# Per Reduce* op: (initial value, what an element v contributes, how two partial results a and b
+# combine, the output from the total s; m is the largest element where the op shifts by it).
+CUDA_REDUCTIONS = {
+    "ReduceMean": ("0.0f", "v", "a + b", "s / {R}"),
+    "ReduceMax": (cfloat(-math.inf), "v", "fmaxf(a, b)", "s"),
+    "ReduceMin": (cfloat(math.inf), "v", "fminf(a, b)", "s"),
+    "ReduceSum": ("0.0f", "v", "a + b", "s"),
+    "ReduceProd": ("1.0f", "v", "a * b", "s"),
+    "ReduceL1": ("0.0f", "fabsf(v)", "a + b", "s"),
+    "ReduceL2": ("0.0f", "v * v", "a + b", "sqrtf(s)"),
+    "ReduceLogSum": ("0.0f", "v", "a + b", "logf(s)"),
+    "ReduceLogSumExp": ("0.0f", "expf(v - m)", "a + b", "logf(s) + m"),
+    "ReduceSumSquare": ("0.0f", "v * v", "a + b", "s"),
+}
+assert CUDA_REDUCTIONS.keys() == REDUCTIONS.keys()
 
 
 def float_input(node, graph) -> Support:
@@ -41,6 +59,12 @@ def _supports(node, graph) -> Support:
 
 def emit_mean(b, axes: tuple[int, ...]) -> None:
     """Launch the mean of input 0 over `axes` into output 0 (same element order as NumPy)."""
+    emit_reduce(b, axes, "ReduceMean")
+
+
+def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0) -> None:
+    """Reduce input 0 over `axes` into output 0 (NumPy's element order): Reduce* op `op`, or
+    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`."""
     xi, yo = b.info(0), b.out()
     shape = xi.shape
     st = strides_of(shape)
@@ -52,6 +76,7 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
     if outputs == 0:
         return
     per_warp = count < BLOCK_MIN
+    init, element, combine, finish = CUDA_REDUCTIONS[op]
     b.launch(
         "reduce.cu",
         [b.inputs[0], b.outputs[0]],
@@ -68,15 +93,40 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
         xt=xi.ctype,
         yt=yo.ctype,
         xload=load(xi.ctype, "x[off]"),
-        ystore=store(yo.ctype, f"s / {float(max(count, 1))!r}f"),
+        ystore=store(yo.ctype, finish.format(R=f"{float(max(count, 1))!r}f")),
+        arg=arg,
+        last=last,
+        init=init,
+        element=element,
+        combine=combine,
+        shift=op == "ReduceLogSumExp",
     )
 
 
-@kernel("ReduceMean", supports=_supports)
-def reduce_mean(b):
-    xi = b.info(0)
-    axes = _reduce_axes(b.const(1), len(xi.shape), b.attrs["noop_with_empty_axes"])
-    if axes is None and xi.stype == b.out().stype:
-        b.alias(b.outputs[0], b.inputs[0])  # no axes with noop_with_empty_axes: the input
-        return
-    emit_mean(b, () if axes is None else axes)
+# Reductions whose value over one element is that element: no axes (noop_with_empty_axes) is
+# the input itself.
+_IDENTITY = ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd")
+
+
+def _reduction(op: str):
+    def build(b):
+        xi = b.info(0)
+        axes = _reduce_axes(b.const(1), len(xi.shape), b.attrs["noop_with_empty_axes"])
+        if axes is None and op in _IDENTITY and xi.stype == b.out().stype:
+            b.alias(b.outputs[0], b.inputs[0])
+            return
+        emit_reduce(b, axes or (), op)
+
+    return build
+
+
+for _op in CUDA_REDUCTIONS:
+    kernel(_op, supports=_supports)(_reduction(_op))
+
+
+@kernel("ArgMax", "ArgMin", supports=_supports)
+def arg_extreme(b):
+    shape = b.info(0).shape
+    axis = normalize_axis(b.attrs["axis"], len(shape))
+    arg = "max" if b.node.op == "ArgMax" else "min"
+    emit_reduce(b, (axis,), arg=arg, last=b.attrs["select_last_index"])

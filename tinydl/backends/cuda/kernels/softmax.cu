@@ -1,4 +1,4 @@
-// {{ label }}: softmax over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
+// {{ label }}: {{ "log-softmax" if log else "softmax" }} over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
 // {{ "warp" if per_warp else "block of %d threads" % T }} per row, {{ vpt }} element(s) per thread{{ " kept in registers" if cached else "" }}:
 // the row's max, the sum of exponentials, then the normalized write.
 #define NEG_INF_ __int_as_float(0xff800000)
@@ -75,6 +75,13 @@ extern "C" __global__ void __launch_bounds__({{ 32 * warps }}) k(
     for (unsigned k = t; k < {{ L }}u; k += {{ T }}u) s += expf({{ xload }} - m);
 {% endif %}
     s = {{ "warp_sum_(s)" if per_warp else "block_sum_(s, part)" }};
+{% if log %}
+    const float ls = logf(s);
+    for (unsigned k = t; k < {{ L }}u; k += {{ T }}u) {
+        const float xv = {{ xload }};
+        y[base + (unsigned long long)k * {{ inner }}ull] = {{ logstore }};
+    }
+{% else %}
     const float inv = 1.0f / s;
 {% if cached %}
 #pragma unroll
@@ -90,5 +97,6 @@ extern "C" __global__ void __launch_bounds__({{ 32 * warps }}) k(
         const float e = expf({{ xload }} - m);
         y[base + (unsigned long long)k * {{ inner }}ull] = {{ ystore }};
     }
+{% endif %}
 {% endif %}
 }

@@ -1,7 +1,7 @@
-"""Softmax along one axis (opset 13): a warp per row for rows up to 1024 long, a block per row
-for longer ones. Each thread keeps its share of the row in registers (up to 32 values), so the
-row is read once: max, then the sum of exponentials, then the normalized write, all in fp32.
-"""
+"""Softmax and LogSoftmax along one axis (opset 13): a warp per row for rows up to 1024 long, a
+block per row for longer ones. Each thread keeps its share of the row in registers (up to 32
+values), so the row is read once: max, then the sum of exponentials, then the normalized write,
+all in fp32 (LogSoftmax reads the row again for x - max - log(sum))."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _threads(length: int) -> int:
     return 256 if length <= 256 * CACHE else 512
 
 
-@kernel("Softmax")
+@kernel("Softmax", "LogSoftmax")
 def softmax(b):
     xi, yo = b.info(0), b.out()
     shape = xi.shape
@@ -51,4 +51,6 @@ def softmax(b):
         yt=yo.ctype,
         xload=load(xi.ctype, f"x[base + (unsigned long long)k * {inner}ull]"),
         ystore=store(yo.ctype, "e * inv"),
+        log=b.node.op == "LogSoftmax",
+        logstore=store(yo.ctype, "(xv - m) - ls"),
     )

@@ -1,4 +1,5 @@
-"""ReduceMean and GlobalAveragePool: a workgroup per output element, tree-summed in f32."""
+"""The Reduce* ops, ArgMax, ArgMin and GlobalAveragePool: a workgroup per output element, a
+strided pass per thread, then a tree in workgroup memory, in f32."""
 
 from __future__ import annotations
 
@@ -12,8 +13,28 @@ from tinydl.backends.webgpu.kernels import (
     grid,
     kernel,
     strides_of,
+    wgsl_float,
 )
-from tinydl.ops.reduce import _reduce_axes
+from tinydl.ops.base import normalize_axis
+from tinydl.ops.reduce import REDUCTIONS, _reduce_axes
+
+INF = wgsl_float(math.inf)
+LOWEST = wgsl_float(-math.inf)
+# Per Reduce* op: (initial value, what an element v contributes, how two partial results a and b
+# combine, the output from the total s; m is the largest element where the op shifts by it).
+WGSL_REDUCTIONS = {
+    "ReduceMean": ("0.0", "v", "a + b", "s / {R}.0"),
+    "ReduceMax": (LOWEST, "v", "max(a, b)", "s"),
+    "ReduceMin": (INF, "v", "min(a, b)", "s"),
+    "ReduceSum": ("0.0", "v", "a + b", "s"),
+    "ReduceProd": ("1.0", "v", "a * b", "s"),
+    "ReduceL1": ("0.0", "abs(v)", "a + b", "s"),
+    "ReduceL2": ("0.0", "v * v", "a + b", "sqrt(s)"),
+    "ReduceLogSum": ("0.0", "v", "a + b", "log(s)"),
+    "ReduceLogSumExp": ("0.0", "exp(v - m)", "a + b", "log(s) + m"),
+    "ReduceSumSquare": ("0.0", "v * v", "a + b", "s"),
+}
+assert WGSL_REDUCTIONS.keys() == REDUCTIONS.keys()
 
 
 def _supports(node, graph) -> Support:
@@ -25,7 +46,9 @@ def _supports(node, graph) -> Support:
     return Support(True)
 
 
-def emit_mean(b, axes: tuple[int, ...]) -> None:
+def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0) -> None:
+    """Reduce input 0 over `axes` into output 0 (NumPy's element order): Reduce* op `op`, or
+    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`."""
     shape = b.info(0).shape
     st = strides_of(shape)
     kept = [(d, s) for i, (d, s) in enumerate(zip(shape, st, strict=True)) if i not in axes]
@@ -33,7 +56,10 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
     kd, (ks,) = collapse([d for d, _ in kept], [s for _, s in kept]) if kept else ([1], [[0]])
     rd, (rs,) = collapse([d for d, _ in red], [s for _, s in red]) if red else ([1], [[0]])
     outputs, count = math.prod(kd), math.prod(rd)
+    if outputs == 0:
+        return
     wg = 256 if count >= 256 else 64 if count >= 64 else 32
+    init, element, combine, finish = WGSL_REDUCTIONS[op]
     g = grid(outputs, 1)
     b.dispatch(
         "reduce.wgsl",
@@ -48,16 +74,39 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
         gx=g[0],
         st=b.info(0).stype,
         ot=b.out().stype,
+        arg=arg,
+        last=last,
+        init=init,
+        element=element,
+        combine=combine,
+        finish=finish.format(R=count),
+        shift=op == "ReduceLogSumExp",
+        lowest=LOWEST,
     )
 
 
-@kernel("ReduceMean", supports=_supports)
-def reduce_mean(b):
-    rank = len(b.info(0).shape)
-    axes = _reduce_axes(b.const(1), rank, b.attrs["noop_with_empty_axes"])
-    emit_mean(b, () if axes is None else axes)  # no axes with noop_with_empty_axes: a copy
+def _reduction(op: str):
+    def build(b):
+        rank = len(b.info(0).shape)
+        # No axes with noop_with_empty_axes: each element reduced alone (a copy for Mean).
+        axes = _reduce_axes(b.const(1), rank, b.attrs["noop_with_empty_axes"]) or ()
+        emit_reduce(b, axes, op)
+
+    return build
+
+
+for _op in WGSL_REDUCTIONS:
+    kernel(_op, supports=_supports)(_reduction(_op))
 
 
 @kernel("GlobalAveragePool", supports=_supports)
 def global_average_pool(b):
-    emit_mean(b, tuple(range(2, len(b.info(0).shape))))
+    emit_reduce(b, tuple(range(2, len(b.info(0).shape))))
+
+
+@kernel("ArgMax", "ArgMin", supports=_supports)
+def arg_extreme(b):
+    shape = b.info(0).shape
+    axis = normalize_axis(b.attrs["axis"], len(shape))
+    arg = "max" if b.node.op == "ArgMax" else "min"
+    emit_reduce(b, (axis,), arg=arg, last=b.attrs["select_last_index"])

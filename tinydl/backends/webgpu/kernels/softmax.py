@@ -1,4 +1,5 @@
-"""Softmax along any axis: a workgroup per row (max, sum of exponentials, write)."""
+"""Softmax and LogSoftmax along any axis: a workgroup per row (max, sum of exponentials,
+write)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from tinydl.backends.webgpu.kernels import grid, kernel
 from tinydl.ops.base import normalize_axis
 
 
-@kernel("Softmax")
+@kernel("Softmax", "LogSoftmax")
 def softmax(b):
     shape = b.info(0).shape
     axis = normalize_axis(b.attrs["axis"], len(shape))
@@ -28,4 +29,5 @@ def softmax(b):
         gx=g[0],
         st=b.info(0).stype,
         ot=b.out().stype,
+        log=b.node.op == "LogSoftmax",
     )

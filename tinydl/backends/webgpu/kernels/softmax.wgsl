@@ -1,5 +1,5 @@
 {{ header }}
-// {{ label }}: softmax over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
+// {{ label }}: {{ "log-softmax" if log else "softmax" }} over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
 // workgroup per row: max, then the sum of exponentials, then the normalized write.
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
 @group(0) @binding(1) var<storage, read_write> y: array<{{ ot }}>;
@@ -55,7 +55,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (wid.y * {{ gx }}u + wid.x < {{ rows }}u) {
         for (var k = li; k < {{ L }}u; k += {{ WG }}u) {
             let i = base + k * {{ inner }}u;
+{% if log %}
+            y[i] = {{ ot }}(f32(x[i]) - m - log(s));
+{% else %}
             y[i] = {{ ot }}(exp(f32(x[i]) - m) / s);
+{% endif %}
         }
     }
 }

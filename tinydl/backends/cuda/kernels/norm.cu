@@ -1,0 +1,71 @@
+// {{ label }}: {{ rows }} rows of {{ L }} elements normalized alone; a {{ "warp" if per_warp else "block" }} per row: the
+// mean, then the variance as the mean of (x - mean)^2 (both in fp32, so a large mean with a small
+// variance keeps its precision), then (x - mean) / sqrt(var + epsilon) * scale + bias.
+__device__ __forceinline__ float warp_sum_(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+{% if not per_warp %}
+// Every thread of the block calls this (no thread has returned): each one gets the sum.
+__device__ __forceinline__ float block_sum_(float v, float* part) {
+    const unsigned lane = threadIdx.x & 31u;
+    v = warp_sum_(v);
+    if (lane == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = warp_sum_(lane < {{ warps }}u ? part[lane] : 0.0f);
+    __syncthreads();  // part is reused by the next sum
+    return v;
+}
+{% endif %}
+
+extern "C" __global__ void __launch_bounds__({{ T }}) k(
+    const {{ xt }}* __restrict__ x,
+    const {{ wt }}* __restrict__ scale,
+{% if bias %}
+    const {{ bt }}* __restrict__ bias,
+{% endif %}
+{% if stats %}
+    {{ yt }}* __restrict__ y,
+    {{ mt }}* __restrict__ mean_out,
+    {{ it }}* __restrict__ inv_out)
+{% else %}
+    {{ yt }}* __restrict__ y)
+{% endif %}
+{
+{% if per_warp %}
+    // The exit is per warp (all lanes share the row), so shuffles see full warps.
+    const {{ itype }} row = ({{ itype }})blockIdx.x * {{ warps }}u + (threadIdx.x >> 5);
+    if (row >= {{ rows }}u) return;
+    const unsigned t = threadIdx.x & 31u, step = 32u;
+{% else %}
+    __shared__ float part[{{ warps }}];
+    const {{ itype }} row = blockIdx.x;
+    const unsigned t = threadIdx.x, step = {{ T }}u;
+{% endif %}
+    const {{ itype }} base = row * {{ L }}u;
+    float s = 0.0f;
+    for (unsigned k = t; k < {{ L }}u; k += step) s += {{ xload }};
+    const float mean = {{ "warp_sum_(s)" if per_warp else "block_sum_(s, part)" }} * {{ 1.0 / L }}f;
+    float q = 0.0f;
+    for (unsigned k = t; k < {{ L }}u; k += step) {
+        const float d = {{ xload }} - mean;
+        q += d * d;
+    }
+    const float inv = rsqrtf({{ "warp_sum_(q)" if per_warp else "block_sum_(q, part)" }} * {{ 1.0 / L }}f + {{ epsilon }});
+    for (unsigned k = t; k < {{ L }}u; k += step) {
+{% if per_channel %}
+        const unsigned c = (unsigned)(row % {{ groups }}u) * {{ channels // groups }}u + k / {{ spatial }}u;
+{% else %}
+        const unsigned c = k;
+{% endif %}
+        const float v = ({{ xload }} - mean) * inv * {{ wload }}{{ (" + " ~ bload) if bias else "" }};
+        y[base + k] = {{ ystore }};
+    }
+{% if stats %}
+    if (t == 0) {
+        mean_out[row] = {{ mstore }};
+        inv_out[row] = {{ istore }};
+    }
+{% endif %}
+}

@@ -1,0 +1,58 @@
+{{ header }}
+// {{ label }}: the {{ K }} {{ "largest" if largest else "smallest" }} of {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows,
+// in order, equal values by index; a workgroup per row makes a pass per output: the first element
+// (in that order) after the one the last pass found.
+@group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
+@group(0) @binding(1) var<storage, read_write> y: array<{{ ot }}>;
+@group(0) @binding(2) var<storage, read_write> idx: array<{{ it }}>;
+
+const NONE = 0xffffffffu;
+var<workgroup> part: array<f32, {{ WG }}>;
+var<workgroup> index: array<u32, {{ WG }}>;
+
+// (a, ia) comes before (b, ib); NONE (no element) comes after every element.
+fn before(a: f32, ia: u32, b: f32, ib: u32) -> bool {
+    if (ia == NONE || ib == NONE) {
+        return ib == NONE && ia != NONE;
+    }
+    return a {{ ">" if largest else "<" }} b || (a == b && ia < ib);
+}
+
+@compute @workgroup_size({{ WG }})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let row = min(wid.y * {{ gx }}u + wid.x, {{ rows - 1 }}u);
+    let base = (row / {{ inner }}u) * {{ L * inner }}u + row % {{ inner }}u;
+    let out = (row / {{ inner }}u) * {{ K * inner }}u + row % {{ inner }}u;
+    var pv = 0.0;
+    var pi = NONE;
+    for (var j = 0u; j < {{ K }}u; j++) {
+        var bv = 0.0;
+        var bi = NONE;
+        for (var r = li; r < {{ L }}u; r += {{ WG }}u) {
+            let v = f32(x[base + r * {{ inner }}u]);
+            if ((pi == NONE || before(pv, pi, v, r)) && before(v, r, bv, bi)) {
+                bv = v;
+                bi = r;
+            }
+        }
+        part[li] = bv;
+        index[li] = bi;
+{% set ns = namespace(step=WG // 2) %}
+{% for _ in range(steps) %}
+        workgroupBarrier();
+        if (li < {{ ns.step }}u && before(part[li + {{ ns.step }}u], index[li + {{ ns.step }}u], part[li], index[li])) {
+            part[li] = part[li + {{ ns.step }}u];
+            index[li] = index[li + {{ ns.step }}u];
+        }
+{% set ns.step = ns.step // 2 %}
+{% endfor %}
+        workgroupBarrier();
+        pv = part[0];
+        pi = index[0];
+        workgroupBarrier();
+        if (li == 0u && wid.y * {{ gx }}u + wid.x < {{ rows }}u) {
+            y[out + j * {{ inner }}u] = {{ ot }}(pv);
+            idx[out + j * {{ inner }}u] = {{ it }}(pi);
+        }
+    }
+}
