@@ -57,6 +57,19 @@ def test_blazepose_landmark_from_tflite(rng):
         assert np.abs(g - w).max() <= 5e-4 * max(np.abs(w).max(), 1e-6)
 
 
+@pytest.mark.parametrize(("op", "opset"), [("Elu", 13), ("Mish", 18), ("Gelu", 20)])
+def test_ops_newer_than_opset_13_raise_it(op, opset, rng):
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    graph = validate(
+        Graph([Value("x", "float32", (2, 5))], [Value("y")], [Node(op, ["x"], ["y"], name="n")])
+    )
+    assert to_onnx(graph).opset_import[0].version == opset
+    (want,), (got,) = run_both(graph, rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_fused_ops_are_refused(tmp_path, rng):
     espcn_onnx(tmp_path / "e.onnx", 3, rng)
     optimized = td.compile(td.load(tmp_path / "e.onnx"), backends=("numpy",)).graph

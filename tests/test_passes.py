@@ -371,6 +371,55 @@ def test_hard_swish_patterns(rng):
     assert ops(out) == ["HardSwish"] * 3
 
 
+def test_gelu_pattern_as_pytorch_exports_it(rng):
+    """F.gelu and transformers' x * 0.5 * (1 + erf(x / sqrt 2)), exported by torch.onnx: each
+    becomes one Gelu node with the same outputs (the second reads the first, so its x is made
+    by a Mul of the first pattern and read twice)."""
+    torch = pytest.importorskip("torch")
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            h = torch.nn.functional.gelu(x)
+            return h * 0.5 * (1.0 + torch.erf(h / 1.4142135623730951))
+
+    g = td.from_torch(Model(), torch.randn(3, 16), opset_version=17, dynamo=False)
+    assert ops(g).count("Erf") == 2
+    out = check(g, "activation_patterns", {"input": f32(rng, 3, 16, scale=3)})
+    assert ops(out) == ["Gelu", "Gelu"]
+    assert all(n.attrs == {"approximate": "none"} for n in out.nodes)
+
+
+def test_gelu_pattern_variants(rng):
+    """Erf(x * (1 / sqrt 2)), 0.5 first, 1 + erf: one Gelu; with 0.6 for 0.5, or the half
+    product read elsewhere, nothing changes."""
+    inits = {
+        "half": np.float32(0.5),
+        "six_tenths": np.float32(0.6),
+        "one": np.float32(1),
+        "inv_sqrt2": np.float32(1 / np.sqrt(2)),
+    }
+
+    def pattern(half, outputs=("y",)):
+        return graph(
+            [
+                ("Mul", ["half" if half else "six_tenths", "x"], ["h"], None),
+                ("Mul", ["x", "inv_sqrt2"], ["s"], None),
+                ("Erf", ["s"], ["e"], None),
+                ("Add", ["one", "e"], ["a"], None),
+                ("Mul", ["h", "a"], ["y"], None),
+            ],
+            {"x": ("N", 7)},
+            outputs,
+            inits,
+        )
+
+    feeds = {"x": f32(rng, 4, 7, scale=3)}
+    assert ops(check(pattern(True), "activation_patterns", feeds)) == ["Gelu"]
+    assert "Gelu" not in ops(check(pattern(False), "activation_patterns", feeds))
+    kept = check(pattern(True, ("y", "h")), "activation_patterns", feeds)
+    assert "Gelu" not in ops(kept)
+
+
 # case -> (activation nodes after the conv, FusedConv activation, its parameters)
 CONV_ACTIVATIONS = {
     "relu": ([("Relu", ["c"], ["y"], None)], "Relu", {}),

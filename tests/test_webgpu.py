@@ -439,6 +439,44 @@ def test_elementwise_run_is_one_dispatch(rng):
             assert rel_err(got[name], want[name]) <= tol, (precision, name)
 
 
+def test_elementwise_runs_take_only_float_values(rng):
+    """Bool and integer values between float runs (a comparison, Not, Where, an int64 Add and
+    Relu) end the runs and are never fused: only the float runs become one dispatch each."""
+    graph = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 3, 8)), Value("z", "float32", (2, 3, 8))],
+            outputs=[Value("y"), Value("k")],
+            nodes=[
+                Node("Mul", ["x", "two"], ["a"], name="mul"),
+                Node("Add", ["a", "half"], ["b"], name="add"),
+                Node("Greater", ["b", "z"], ["c"], name="greater"),
+                Node("Not", ["c"], ["d"], name="not"),
+                Node("Where", ["d", "b", "z"], ["e"], name="where"),
+                Node("Relu", ["e"], ["f"], name="relu"),
+                Node("Sqrt", ["f"], ["y"], name="sqrt"),
+                Node("Cast", ["x"], ["i"], {"to": 7}, name="cast"),
+                Node("Add", ["i", "one"], ["j"], name="add_int"),
+                Node("Relu", ["j"], ["k"], name="relu_int"),
+            ],
+            initializers={
+                "two": np.array(2.0, np.float32),
+                "half": np.array(0.5, np.float32),
+                "one": np.array(1, np.int64),
+            },
+        )
+    )
+    feeds = {k: rng.standard_normal((2, 3, 8)).astype(np.float32) * 4 for k in ("x", "z")}
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
+    sess = td.compile(graph, backends=("webgpu",), strict=True)
+    got = sess.run(feeds)
+    labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    fused = ["Mul+Add", "Greater", "Not", "Where", "Relu+Sqrt", "Cast", "Add", "Relu"]
+    assert sorted(labels) == sorted(fused), labels
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6)
+    assert got["k"].dtype == np.int64
+    np.testing.assert_array_equal(got["k"], want["k"])
+
+
 def test_backend_options_reach_the_kernel_builders(rng, monkeypatch):
     """backend_options (and the environment variable that sets the same option, read once at
     compile) turn the elementwise-run fusion off: one dispatch per op instead of one per run."""

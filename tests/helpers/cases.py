@@ -22,7 +22,8 @@ class Rand:
     """A random input, drawn when the case runs.
 
     kind: "normal" (times `scale`), "uniform" in [lo, hi), "signed" (|x| in [lo, hi), either sign),
-    "int" in [lo, hi), "bool". `zeros` is the fraction of entries set to exactly 0.
+    "int" in [lo, hi), "bool". `zeros` is the fraction of entries set to exactly 0, `special`
+    the fraction set to NaN, inf or -inf.
     """
 
     shape: tuple
@@ -32,6 +33,7 @@ class Rand:
     lo: float = 0.5
     hi: float = 2.0
     zeros: float = 0.0
+    special: float = 0.0
 
     def draw(self, rng) -> np.ndarray:
         if self.kind == "normal":
@@ -46,6 +48,9 @@ class Rand:
             x = rng.random(self.shape) < 0.5
         if self.zeros:
             x = x * (rng.random(self.shape) >= self.zeros)
+        if self.special:
+            odd = rng.choice([np.nan, np.inf, -np.inf], self.shape)
+            x = np.where(rng.random(self.shape) < self.special, odd, x)
         return np.asarray(x, self.dtype)
 
 
@@ -63,6 +68,10 @@ def S(*shape):
 
 def I(*shape, lo=-9, hi=9, dtype=np.int64):  # noqa: E743
     return Rand(shape, "int", dtype, lo=lo, hi=hi)
+
+
+def B(*shape):
+    return Rand(shape, "bool", np.bool_)
 
 
 def i64(*values):
@@ -119,6 +128,90 @@ case("Pow-int-exponent", "Pow", a=N(3, 4), b=i64(2), consts={"b"})
 case("Sqrt", "Sqrt", x=U(2, 3, 4, lo=0.01, hi=9))
 case("Erf", "Erf", x=N(3, 4, 16, scale=2.0))  # both branches of the WGSL erf, both signs
 
+case(
+    "Mod-int64-fmod0", "Mod", a=I(3, 4, lo=-50, hi=50), b=Rand((4,), "signed", np.int64, lo=1, hi=9)
+)
+case(
+    "Mod-int32-fmod1",
+    "Mod",
+    {"fmod": 1},
+    a=I(2, 3, 4, lo=-50, hi=50, dtype=np.int32),
+    b=Rand((3, 1), "signed", np.int32, lo=1, hi=9),
+)
+case(
+    "Mod-int32-fmod0-scalar",
+    "Mod",
+    a=I(5, 6, lo=-50, hi=50, dtype=np.int32),
+    b=np.array(-7, np.int32),
+    consts={"b"},
+)
+case("Mod-int64-fmod1-same", "Mod", {"fmod": 1}, a=I(4, 5, lo=-99, hi=99), b=I(4, 5, lo=1, hi=9))
+case("Mod-float-fmod1", "Mod", {"fmod": 1}, a=N(2, 3, 4, scale=5), b=S(4))
+case("Mod-float-fmod1-both", "Mod", {"fmod": 1}, a=N(2, 1, 4, scale=5), b=S(3, 1))
+for op in ("Ceil", "Floor", "Round"):
+    case(op, op, x=N(3, 4, 5, scale=4))
+case("Round-halves", "Round", x=f32(-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5))
+case("Exp", "Exp", x=N(3, 4, 5, scale=3))
+case("Log", "Log", x=U(3, 4, 5, lo=0.01, hi=50))
+case("Sin", "Sin", x=N(3, 4, 5, scale=4))
+case("Cos", "Cos", x=N(3, 4, 5, scale=4))
+case("Reciprocal", "Reciprocal", x=S(3, 4, 5))
+for op in ("Abs", "Neg", "Sign"):
+    case(op, op, x=Rand((3, 4, 5), scale=3, zeros=0.2))
+    case(f"{op}-int32", op, x=I(3, 4, 5, lo=-50, hi=50, dtype=np.int32))
+    case(f"{op}-int64", op, x=I(4, 6, lo=-50, hi=50))
+VARIADIC = {
+    "one": ((2, 3, 4),),
+    "two-same": ((2, 3, 4), (2, 3, 4)),
+    "three-broadcast": ((2, 3, 4), (4,), (3, 1)),
+    "four-broadcast": ((3, 1), (2, 1, 5), (), (5,)),
+}
+for op in ("Min", "Max", "Sum", "Mean"):
+    for name, shapes in VARIADIC.items():
+        case(f"{op}-{name}", op, **{f"x{k}": N(*s) for k, s in enumerate(shapes)})
+for op in ("Min", "Max"):
+    case(f"{op}-int32", op, a=I(3, 4, dtype=np.int32), b=I(4, dtype=np.int32))
+    case(f"{op}-int64", op, a=I(2, 3, 4), b=I(3, 1), c=I(4))
+    special = Rand((4, 5), special=0.3)
+    case(f"{op}-nan-inf", op, a=special, b=Rand((4, 5), special=0.3))
+case("IsNaN", "IsNaN", x=Rand((3, 4, 5), special=0.4))
+IS_INF = {
+    "default": {},
+    "positive": {"detect_negative": 0},
+    "negative": {"detect_positive": 0},
+    "neither": {"detect_positive": 0, "detect_negative": 0},
+}
+for name, attrs in IS_INF.items():
+    case(f"IsInf-{name}", "IsInf", attrs, x=Rand((3, 4, 5), special=0.4))
+
+# -- comparisons and logic ------------------------------------------------------------------------
+
+COMPARISONS = ("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual")
+for op in COMPARISONS:
+    # Whole numbers in a small range, so that ties (where the ops differ) are common.
+    for name, (sa, sb) in BROADCASTS.items():
+        a, b = (I(*s, lo=-3, hi=3, dtype=np.float32) for s in (sa, sb))
+        case(f"{op}-{name}", op, a=a, b=b)
+    case(
+        f"{op}-int32",
+        op,
+        a=I(3, 4, lo=-3, hi=3, dtype=np.int32),
+        b=I(4, lo=-3, hi=3, dtype=np.int32),
+    )
+    case(f"{op}-int64", op, a=I(2, 3, 4, lo=-3, hi=3), b=I(3, 1, lo=-3, hi=3))
+    case(f"{op}-const", op, a=I(3, 4, lo=-3, hi=3), b=i64(1), consts={"b"})
+    case(f"{op}-nan-inf", op, a=Rand((4, 5), special=0.3), b=Rand((4, 5), special=0.3))
+case("Equal-bool", "Equal", a=B(3, 4), b=B(4))
+for op in ("And", "Or", "Xor"):
+    case(f"{op}-same", op, a=B(2, 3, 4), b=B(2, 3, 4))
+    case(f"{op}-broadcast", op, a=B(2, 1, 4), b=B(3, 1))
+case("Not", "Not", x=B(3, 4, 5))
+case("Where-float", "Where", c=B(2, 3, 4), x=N(2, 3, 4), y=N(2, 3, 4))
+case("Where-broadcast", "Where", c=B(3, 1), x=N(2, 3, 4), y=N(4))
+case("Where-int64", "Where", c=B(3, 4), x=I(3, 4), y=I(1, 4))
+case("Where-int32", "Where", c=B(2, 5), x=I(5, dtype=np.int32), y=I(2, 1, dtype=np.int32))
+case("Where-const-scalar", "Where", c=B(3, 4), x=N(3, 4), y=f32(-1.5), consts={"y"})
+
 # -- activations ----------------------------------------------------------------------------------
 
 for op in ("Relu", "HardSwish", "Sigmoid", "Tanh"):
@@ -141,6 +234,17 @@ for axis in (-1, 0, 2):
     case(f"LogSoftmax-axis{axis}", "LogSoftmax", {"axis": axis}, x=N(2, 3, 4, 5, scale=3))
 case("LogSoftmax-large", "LogSoftmax", x=N(3, 10, scale=100))
 case("LogSoftmax-row-3000", "LogSoftmax", atol=1e-4, x=N(2, 3000, scale=3))
+
+case("Gelu-default", "Gelu", x=N(3, 4, 16, scale=3))
+case("Gelu-tanh", "Gelu", {"approximate": "tanh"}, x=N(3, 4, 16, scale=3))
+case("Softplus", "Softplus", x=N(3, 4, 5, scale=4))
+case("Softplus-large", "Softplus", x=N(100, scale=40))
+case("Mish", "Mish", x=N(3, 4, 5, scale=4))
+case("Elu-default", "Elu", x=N(3, 4, 5, scale=3))
+case("Elu-alpha", "Elu", {"alpha": 0.3}, x=N(3, 4, 5, scale=3))
+case("Selu-default", "Selu", x=N(3, 4, 5, scale=3))
+case("Selu-custom", "Selu", {"alpha": 1.5, "gamma": 2.0}, x=N(3, 4, 5, scale=3))
+case("Softsign", "Softsign", x=N(3, 4, 5, scale=4))
 
 # -- convolutions ---------------------------------------------------------------------------------
 
@@ -894,6 +998,14 @@ case(
     p=i64(1, 1, 1, 1),
     v=np.array(1.5, np.float16),
 )
+case("Where-float16", "Where", c=B(3, 4), x=h(3, 4), y=h(4))
+case("Max-float16", "Max", a=h(2, 3, 4), b=h(4), c=h(3, 1))
+case("Mean-float16", "Mean", **F16, a=h(3, 4), b=h(3, 4))
+case("Gelu-float16", "Gelu", **F16, x=h(3, 16))
+case("Exp-float16", "Exp", **F16, x=h(3, 4))
+case("Less-float16", "Less", a=h(3, 4), b=h(4))
+case("IsInf-float16", "IsInf", x=Rand((3, 4), dtype=np.float16, special=0.4))
+case("Mod-float16-fmod1", "Mod", {"fmod": 1}, **F16, a=h(3, 4), b=Rand((4,), "signed", np.float16))
 
 # -- indexing and data movement -------------------------------------------------------------------
 # Index inputs cover negative entries; "fed" indices run the GPU kernels that read them at run

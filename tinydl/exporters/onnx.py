@@ -52,6 +52,8 @@ _OP_SINCE = {
     "Trilu": 14,
     "LayerNormalization": 17,
     "GroupNormalization": 21,
+    "Mish": 18,
+    "Gelu": 20,
 }
 # ScatterElements/ScatterND reductions ONNX added after `add` and `mul` (opset 16).
 _REDUCTION_SINCE = {"max": 18, "min": 18}

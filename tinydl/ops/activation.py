@@ -1,5 +1,5 @@
 """Activations: Relu, Clip, LeakyRelu, PRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax,
-LogSoftmax.
+LogSoftmax; and Gelu, Softplus, Mish, Elu, Selu, Softsign, which no fusion takes.
 
 ACTIVATIONS (at the end) is the one table of the activations that fuse into a convolution or an
 elementwise run: tinydl.FusedConv's `activation` attribute, the optimizer's fusion pass, the GPU
@@ -9,6 +9,7 @@ and references from it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from tinydl.ops.base import (
     op,
     same_as_input,
 )
+from tinydl.ops.elementwise import erf
 
 
 @op("Relu", types="signed", infer=same_as_input(0))
@@ -107,6 +109,63 @@ def log_softmax(x, axis):
     so a large |x| neither overflows nor takes the log of 0."""
     d = x - np.max(x, axis=axis, keepdims=True)
     return (d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))).astype(x.dtype)
+
+
+def _gelu_infer(ctx: InferContext) -> list[TensorType]:
+    if ctx.attrs["approximate"] not in ("none", "tanh"):
+        raise ctx.fail(f"approximate must be 'none' or 'tanh', got {ctx.attrs['approximate']!r}")
+    return [TensorType(ctx.dtype(0), ctx.shape(0))]
+
+
+@op("Gelu", types="float", attrs={"approximate": Attr("string", "none")}, infer=_gelu_infer)
+def gelu(x, approximate):
+    """0.5 x (1 + erf(x / sqrt 2)); "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+    Computed in float64."""
+    v = x.astype(np.float64)
+    if approximate == "tanh":
+        inner = np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))
+    else:
+        inner = erf(v / math.sqrt(2))
+    return (0.5 * v * (1 + inner)).astype(x.dtype)
+
+
+@op("Softplus", types="float", infer=same_as_input(0))
+def softplus(x):
+    # log(1 + e^x) without overflow: logaddexp(x, 0)
+    return np.logaddexp(x, x.dtype.type(0))
+
+
+@op("Mish", types="float", infer=same_as_input(0))
+def mish(x):
+    v = x.astype(np.float64)
+    return (v * np.tanh(np.logaddexp(v, 0))).astype(x.dtype)
+
+
+@op("Elu", types="float", attrs={"alpha": Attr("float", 1.0)}, infer=same_as_input(0))
+def elu(x, alpha):
+    # expm1 of min(x, 0): the branch not taken cannot overflow
+    negative = x.dtype.type(alpha) * np.expm1(np.minimum(x, x.dtype.type(0)))
+    return np.where(x < 0, negative, x).astype(x.dtype)
+
+
+@op(
+    "Selu",
+    types="float",
+    attrs={
+        "alpha": Attr("float", 1.67326319217681884765625),
+        "gamma": Attr("float", 1.05070102214813232421875),
+    },
+    infer=same_as_input(0),
+)
+def selu(x, alpha, gamma):
+    t = x.dtype.type
+    negative = t(alpha) * np.expm1(np.minimum(x, t(0)))
+    return (t(gamma) * np.where(x <= 0, negative, x)).astype(x.dtype)
+
+
+@op("Softsign", types="float", infer=same_as_input(0))
+def softsign(x):
+    return x / (x.dtype.type(1) + np.abs(x))
 
 
 def silu(x):

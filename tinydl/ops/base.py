@@ -33,6 +33,8 @@ TYPE_CLASSES = {
     "signed": _SIGNED,
     "numeric": _NUMERIC,
     "index": {"int32", "int64"},
+    "bool": {"bool"},
+    "any": _NUMERIC | {"bool"},
 }
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
@@ -249,6 +251,16 @@ def op(
 def same_as_input(i: int = 0) -> Infer:
     def infer(ctx: InferContext) -> list[TensorType]:
         return [TensorType(ctx.dtype(i), ctx.shape(i))]
+
+    return infer
+
+
+def broadcast_all(dtype: str | None = None, like: int = 0) -> Infer:
+    """Every input broadcast together; the output's dtype is `dtype`, or input `like`'s."""
+
+    def infer(ctx: InferContext) -> list[TensorType]:
+        shape = broadcast(*(ctx.shape(i) for i in range(len(ctx.inputs))))
+        return [TensorType(dtype or ctx.dtype(like), shape)]
 
     return infer
 

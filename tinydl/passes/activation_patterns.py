@@ -1,13 +1,19 @@
-"""Activation patterns: multi-node spellings of HardSwish become one HardSwish node.
+"""Activation patterns: multi-node spellings of HardSwish and GELU become one node.
 
     x * HardSigmoid(x, alpha=1/6, beta=0.5)
     x * Clip(x + 3, 0, 6) / 6          (also * (1/6), and x * (Clip(x + 3, 0, 6) / 6))
+    x * 0.5 * (1 + Erf(x / sqrt(2)))   (the three factors multiplied in any order; also
+                                        Erf(x * (1/sqrt(2))))  -> Gelu
 
 Paddle and PyTorch exporters write the second form (PP-OCRv4 has it after most convolutions);
-as one node it can then fuse into the convolution before it.
+as one node it can then fuse into the convolution before it. PyTorch (before opset 20) and
+transformers' BERT-style models export GELU as the third: one Gelu node is one kernel instead
+of five.
 """
 
 from __future__ import annotations
+
+import math
 
 from tinydl.ir.graph import Graph, Node
 from tinydl.passes.rewrite import Accepts, Uses, allowed, const, near, rank, repeat, scalar
@@ -22,21 +28,78 @@ def run(graph: Graph, accepts: Accepts | None = None) -> int:
 def _rewrite_one(graph: Graph, accepts: Accepts | None) -> bool:
     uses = Uses(graph)
     for node in graph.nodes:
-        found = _hard_swish(graph, uses, node)
-        if found is None:
-            continue
-        x, inner = found
-        if not all(uses.only_read_by(o, [*inner, node]) for n in inner for o in n.outputs):
-            continue
-        if not allowed(
-            accepts, Node("HardSwish", [x], node.outputs[:1], {}, node.name), node, graph
+        for op, attrs, match in (
+            ("HardSwish", {}, _hard_swish),
+            ("Gelu", {"approximate": "none"}, _gelu),
         ):
-            continue
-        for n in inner:
-            graph.nodes.remove(n)
-        node.op, node.inputs, node.attrs = "HardSwish", [x], {}
-        return True
+            found = match(graph, uses, node)
+            if found is None:
+                continue
+            x, inner = found
+            if not all(uses.only_read_by(o, [*inner, node]) for n in inner for o in n.outputs):
+                continue
+            if not allowed(accepts, Node(op, [x], node.outputs[:1], attrs, node.name), node, graph):
+                continue
+            for n in inner:
+                graph.nodes.remove(n)
+            node.op, node.inputs, node.attrs = op, [x], dict(attrs)
+            return True
     return False
+
+
+def _gelu(graph: Graph, uses: Uses, node: Node) -> tuple[str, list[Node]] | None:
+    """(x, the pattern's other nodes) when Mul `node` computes x * 0.5 * (1 + Erf(x / sqrt 2))."""
+    if node.op != "Mul":
+        return None
+    # The product's factors: through the Muls whose output only the product reads (x is read
+    # by the Div as well, so a Mul that made x stays one factor).
+    muls, factors = [], []
+    todo = [(v, node) for v in node.inputs]
+    while todo and len(factors) <= 3:
+        value, parent = todo.pop()
+        inner = uses.producer.get(value)
+        if inner is not None and inner.op == "Mul" and uses.sole_reader(value, parent):
+            muls.append(inner)
+            todo += [(v, inner) for v in inner.inputs]
+        else:
+            factors.append(value)
+    halves = [f for f in factors if near(scalar(graph, f), 0.5)]
+    others = [f for f in factors if f not in halves]
+    if len(factors) != 3 or len(halves) != 1 or len(others) != 2:
+        return None
+    for one_plus, x in (others, others[::-1]):
+        found = _one_plus_erf(graph, uses, one_plus)
+        if found is not None and found[0] == x and _keeps_shape(graph, x, halves[0]):
+            return x, [*muls, *found[1]]
+    return None
+
+
+def _one_plus_erf(graph: Graph, uses: Uses, value: str) -> tuple[str, list[Node]] | None:
+    """(x, nodes) when `value` is 1 + Erf(x / sqrt 2) (or Erf(x * (1 / sqrt 2)) + 1)."""
+    add = uses.producer.get(value)
+    if add is None or add.op != "Add":
+        return None
+    for k in (0, 1):
+        erf, one = uses.producer.get(add.inputs[k]), add.inputs[1 - k]
+        if erf is None or erf.op != "Erf" or not near(scalar(graph, one), 1.0):
+            continue
+        scaled = uses.producer.get(erf.inputs[0])
+        x = _scaled_by(graph, scaled, math.sqrt(2)) if scaled is not None else None
+        if x is not None and _keeps_shape(graph, x, one):
+            return x, [add, erf, scaled]
+    return None
+
+
+def _scaled_by(graph: Graph, node: Node, divisor: float) -> str | None:
+    """The input v when `node` is v / divisor, v * (1/divisor) or (1/divisor) * v."""
+    if node.op == "Div" and near(scalar(graph, node.inputs[1]), divisor):
+        return node.inputs[0] if _keeps_shape(graph, *node.inputs) else None
+    if node.op == "Mul":
+        for k in (0, 1):
+            v, c = node.inputs[k], node.inputs[1 - k]
+            if near(scalar(graph, c), 1 / divisor) and _keeps_shape(graph, v, c):
+                return v
+    return None
 
 
 def _hard_swish(graph: Graph, uses: Uses, node: Node) -> tuple[str, list[Node]] | None:
@@ -86,15 +149,7 @@ def _relu6_of_plus_3(graph: Graph, uses: Uses, value: str) -> tuple[str, list[No
 
 
 def _scaled_by_sixth(graph: Graph, node: Node) -> str | None:
-    """The input v when `node` is v / 6, v * (1/6) or (1/6) * v."""
-    if node.op == "Div" and near(scalar(graph, node.inputs[1]), 6.0):
-        return node.inputs[0] if _keeps_shape(graph, *node.inputs) else None
-    if node.op == "Mul":
-        for k in (0, 1):
-            v, c = node.inputs[k], node.inputs[1 - k]
-            if near(scalar(graph, c), 1 / 6) and _keeps_shape(graph, v, c):
-                return v
-    return None
+    return _scaled_by(graph, node, 6.0)
 
 
 def _keeps_shape(graph: Graph, x: str, c: str) -> bool:

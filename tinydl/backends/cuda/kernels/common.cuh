@@ -33,3 +33,17 @@ __device__ __forceinline__ float pow_(float a, float b) {
     return r;
 }
 
+// log(1 + e^x) without overflow.
+__device__ __forceinline__ float softplus_(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+// Min and Max pass a NaN on (fminf and fmaxf drop it), as NumPy does.
+__device__ __forceinline__ float min_(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ float max_(float a, float b) { return (a > b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T min_(T a, T b) { return a < b ? a : b; }
+template <typename T> __device__ __forceinline__ T max_(T a, T b) { return a > b ? a : b; }
+// Integer remainders; a zero divisor gives 0, not a trap. trunc_mod_ has the dividend's sign
+// (C, ONNX fmod=1), floor_mod_ the divisor's (ONNX fmod=0).
+template <typename T> __device__ __forceinline__ T trunc_mod_(T a, T b) { return b == 0 ? (T)0 : (T)(a % b); }
+template <typename T> __device__ __forceinline__ T floor_mod_(T a, T b) {
+    const T r = trunc_mod_(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+}

@@ -1,5 +1,6 @@
-"""Elementwise ops with NumPy broadcasting: arithmetic, activations, Pow, Sqrt, Cast,
-BatchNormalization (inference form).
+"""Elementwise ops with NumPy broadcasting: arithmetic, math functions, activations, Pow, Sqrt,
+Cast, BatchNormalization (inference form). (Comparisons, logic and Where are logic.py's,
+through `emit`.)
 
 One template serves all: each operand is an array read through its broadcast strides (axes
 merged where contiguous), or a literal baked into the source for a one-element constant.
@@ -199,6 +200,73 @@ def activation(b):
     if slope:
         ops.append(operand(b, 1, ct))
     emit(b, activation_code(op, "a0", params), ops, b.outputs[0], ct)
+
+
+# C per one-input float op: {x} is the operand (a float), {alpha} and {gamma} the node's
+# attributes; the functions ending in _ are common.cuh's.
+UNARY = {
+    "Exp": "expf({x})",
+    "Log": "logf({x})",
+    "Sin": "sinf({x})",
+    "Cos": "cosf({x})",
+    "Reciprocal": "1.0f / {x}",
+    "Ceil": "ceilf({x})",
+    "Floor": "floorf({x})",
+    "Round": "rintf({x})",  # halves to even, as ONNX
+    "Softplus": "softplus_({x})",
+    "Mish": "{x} * tanhf(softplus_({x}))",
+    "Softsign": "{x} / (1.0f + fabsf({x}))",
+    "Elu": "({x} < 0.0f ? {alpha} * expm1f({x}) : {x})",
+    "Selu": "{gamma} * ({x} <= 0.0f ? {alpha} * expm1f({x}) : {x})",
+    "Gelu": "0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f))",
+}
+GELU_TANH = "0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x})))"
+
+
+@kernel(*UNARY, supports=_float_only)
+def unary(b):
+    op = b.node.op
+    code = GELU_TANH if op == "Gelu" and b.attrs["approximate"] == "tanh" else UNARY[op]
+    params = {k: cfloat(v) for k, v in b.attrs.items() if k in ("alpha", "gamma")}
+    emit(b, code.format(x="a0", **params), [operand(b, 0, "float")], b.outputs[0], "float")
+
+
+@kernel("Abs", "Neg", "Sign", supports=_int_arithmetic)
+def signs(b):
+    """On floats and integers alike; the sign of a NaN is NaN, as in NumPy."""
+    ct = compute_type(b.out().dtype)
+    whole = "((a0 > 0) - (a0 < 0))"
+    expr = {
+        "Abs": "fabsf(a0)" if ct == "float" else "(a0 < 0 ? -a0 : a0)",
+        "Neg": "-a0",
+        "Sign": f"(a0 != a0 ? a0 : (float){whole})" if ct == "float" else whole,
+    }[b.node.op]
+    emit(b, expr, [operand(b, 0, ct)], b.outputs[0], ct)
+
+
+@kernel("Mod", supports=_int_arithmetic)
+def mod(b):
+    """Floats: C's fmod (the schema asks fmod=1). Integers: common.cuh's trunc_mod_ (fmod=1) or
+    floor_mod_."""
+    ct = compute_type(b.out().dtype)
+    if ct == "float":
+        expr = "fmodf(a0, a1)"
+    else:
+        expr = f"{'trunc_mod_' if b.attrs['fmod'] else 'floor_mod_'}<{ct}>(a0, a1)"
+    emit(b, expr, [operand(b, 0, ct), operand(b, 1, ct)], b.outputs[0], ct)
+
+
+@kernel("Min", "Max", "Sum", "Mean", supports=_int_arithmetic)
+def variadic(b):
+    """Folded left to right; Min and Max of floats pass a NaN on (common.cuh's min_, max_)."""
+    op, n = b.node.op, len(b.inputs)
+    ct = compute_type(b.out().dtype)
+    expr = "a0"
+    for k in range(1, n):
+        expr = f"{expr} + a{k}" if op in ("Sum", "Mean") else f"{op.lower()}_({expr}, a{k})"
+    if op == "Mean":
+        expr = f"({expr}) / {cfloat(n)}"
+    emit(b, expr, [operand(b, i, ct) for i in range(n)], b.outputs[0], ct)
 
 
 @kernel("Cast")

@@ -29,3 +29,20 @@ fn pow_1(a: f32, b: f32) -> f32 {
 fn pow_4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(pow_1(a.x, b.x), pow_1(a.y, b.y), pow_1(a.z, b.z), pow_1(a.w, b.w));
 }
+// log(1 + e^x) without overflow.
+fn softplus_1(x: f32) -> f32 { return max(x, 0.0) + log(1.0 + exp(-abs(x))); }
+fn softplus_4(x: vec4<f32>) -> vec4<f32> {
+    return max(x, vec4<f32>(0.0)) + log(vec4<f32>(1.0) + exp(-abs(x)));
+}
+// C's fmod (the sign of a): a - trunc(a / b) * b in one rounding, the quotient corrected by one
+// where a / b rounded across a whole number.
+fn fmod_1(a: f32, b: f32) -> f32 {
+    let m = abs(b);
+    let s = select(1.0, -1.0, a < 0.0);
+    var r = fma(-trunc(a / b), b, a);
+    r = select(r, r - s * m, abs(r) >= m);
+    return select(r, r + s * m, r * s < 0.0);
+}
+fn fmod_4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(fmod_1(a.x, b.x), fmod_1(a.y, b.y), fmod_1(a.z, b.z), fmod_1(a.w, b.w));
+}

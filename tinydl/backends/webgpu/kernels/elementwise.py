@@ -1,4 +1,5 @@
-"""Elementwise ops with NumPy broadcasting: arithmetic, activations, Cast, BatchNormalization.
+"""Elementwise ops with NumPy broadcasting: arithmetic, math functions, activations, Cast,
+BatchNormalization. (Comparisons, logic and Where are logic.py's, through `emit`.)
 
 One template serves all: each operand is a buffer read through its broadcast strides (axes
 merged where contiguous), or a literal baked into the source for a one-element constant. When
@@ -170,13 +171,11 @@ def sqrt(b):
     emit(b, "sqrt(a0)", [operand(b, 0, "f32")], b.outputs[0], "f32")
 
 
-def _erf(vec: int):
-    """erf in f32 (WGSL has none): its Taylor series below 0.5 (relative error < 1e-6), and
-    Abramowitz & Stegun 7.1.26 above (absolute error < 1.5e-7)."""
-    t = f"vec{vec}<f32>" if vec > 1 else "f32"
-
-    def c(x):
-        return f"{t}({wgsl_float(x)})"
+def _erf(vec: int, x: str = "a0", to: str = "e"):
+    """erf(x) in f32 (WGSL has none): its Taylor series below 0.5 (relative error < 1e-6), and
+    Abramowitz & Stegun 7.1.26 above (absolute error < 1.5e-7). Let statements named `to`_...,
+    and the final expression."""
+    c = literal(vec)
 
     def poly(v, coefs):
         text = c(coefs[-1])
@@ -187,14 +186,25 @@ def _erf(vec: int):
     taylor = [1.1283791670955126, -0.3761263890318375, 0.11283791670955126]
     taylor += [-0.026866170645131252, 0.005223977625442188]
     series = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]
+    ax, x2, t = f"{to}_ax", f"{to}_x2", f"{to}_t"
     lets = [
-        ("ax", "abs(a0)"),
-        ("x2", "a0 * a0"),
-        ("e_t", f"{c(1)} / ({c(1)} + {c(0.3275911)} * ax)"),
-        ("e_small", f"a0 * {poly('x2', taylor)}"),
-        ("e_big", f"sign(a0) * ({c(1)} - e_t * {poly('e_t', series)} * exp(-x2))"),
+        (ax, f"abs({x})"),
+        (x2, f"{x} * {x}"),
+        (t, f"{c(1)} / ({c(1)} + {c(0.3275911)} * {ax})"),
+        (f"{to}_small", f"{x} * {poly(x2, taylor)}"),
+        (f"{to}_big", f"sign({x}) * ({c(1)} - {t} * {poly(t, series)} * exp(-{x2}))"),
     ]
-    return lets, f"select(e_big, e_small, ax < {c(0.5)})"
+    return lets, f"select({to}_big, {to}_small, {ax} < {c(0.5)})"
+
+
+def _vtype(vec: int, ct: str) -> str:
+    return f"vec{vec}<{ct}>" if vec > 1 else ct
+
+
+def literal(vec: int, ct: str = "f32"):
+    """A function writing a number as a WGSL literal of type vec`vec`<ct> (or ct)."""
+    t = _vtype(vec, ct)
+    return lambda x: f"{t}({int(x) if ct == 'i32' else wgsl_float(x)})"
 
 
 @kernel("Erf", supports=_float_only)
@@ -219,6 +229,123 @@ def activation(b):
     if slope:
         ops.append(operand(b, 1, ct))
     emit(b, lambda vec: activation_expr(op, "a0", params, vec), ops, b.outputs[0], ct)
+
+
+# WGSL per one-input float op: {x} is the operand, {t} its type (f32 or vec4<f32>), {vec} the
+# width (common.wgsl's helpers end in _1 or _4), {alpha} and {gamma} the node's attributes.
+UNARY = {
+    "Exp": "exp({x})",
+    "Log": "log({x})",
+    "Sin": "sin({x})",
+    "Cos": "cos({x})",
+    "Reciprocal": "{t}(1.0) / {x}",
+    "Ceil": "ceil({x})",
+    "Floor": "floor({x})",
+    "Round": "round({x})",  # halves to even, as ONNX
+    "Softplus": "softplus_{vec}({x})",
+    "Mish": "{x} * tanh_{vec}(softplus_{vec}({x}))",
+    "Softsign": "{x} / ({t}(1.0) + abs({x}))",
+    "Elu": "select({x}, {alpha} * (exp({x}) - {t}(1.0)), {x} < {t}(0.0))",
+    "Selu": "{gamma} * select({x}, {alpha} * (exp({x}) - {t}(1.0)), {x} <= {t}(0.0))",
+}
+
+
+@kernel(*UNARY, supports=_float_only)
+def unary(b):
+    def code(vec: int) -> str:
+        c = literal(vec)
+        params = {k: c(v) for k, v in b.attrs.items()}
+        return UNARY[b.node.op].format(x="a0", t=_vtype(vec, "f32"), vec=vec, **params)
+
+    emit(b, code, [operand(b, 0, "f32")], b.outputs[0], "f32")
+
+
+@kernel("Gelu", supports=_float_only)
+def gelu(b):
+    def code(vec: int):
+        c = literal(vec)
+        if b.attrs["approximate"] == "tanh":
+            cube = f"a0 + {c(0.044715)} * a0 * a0 * a0"
+            return f"{c(0.5)} * a0 * ({c(1)} + tanh_{vec}({c(0.7978845608028654)} * ({cube})))"
+        lets, e = _erf(vec, "g_x")
+        return [("g_x", f"a0 * {c(0.7071067811865476)}"), *lets], f"{c(0.5)} * a0 * ({c(1)} + {e})"
+
+    emit(b, code, [operand(b, 0, "f32")], b.outputs[0], "f32")
+
+
+@kernel("Abs", "Neg", "Sign")
+def signs(b):
+    """On floats and integers alike; the sign of a NaN is NaN, as in NumPy."""
+    ct = ctype(b.out().dtype)
+
+    def code(vec: int) -> str:
+        if b.node.op == "Abs":
+            return "abs(a0)"
+        if b.node.op == "Neg":
+            return "-a0"
+        c = literal(vec, ct)
+        whole = f"select(select({c(0)}, {c(-1)}, a0 < {c(0)}), {c(1)}, a0 > {c(0)})"
+        return whole if ct == "i32" else f"select({whole}, a0, isnan_{vec}(a0))"
+
+    emit(b, code, [operand(b, 0, ct)], b.outputs[0], ct)
+
+
+@kernel("Mod")
+def mod(b):
+    """Floats: C's fmod (the schema asks fmod=1). Integers: the truncated remainder, moved to
+    the divisor's sign unless fmod=1; a zero divisor gives 0."""
+    ct = ctype(b.out().dtype)
+    ops = [operand(b, 0, ct), operand(b, 1, ct)]
+    if ct == "f32":
+        emit(b, lambda vec: f"fmod_{vec}(a0, a1)", ops, b.outputs[0], ct)
+        return
+
+    def code(vec: int):
+        c = literal(vec, ct)
+        lets = [("r", f"select(a0 % a1, {c(0)}, a1 == {c(0)})")]
+        if b.attrs["fmod"]:
+            return lets, "r"
+        moved = f"(r != {c(0)}) & ((r < {c(0)}) != (a1 < {c(0)}))"
+        return lets, f"select(r, r + a1, {moved})"
+
+    emit(b, code, ops, b.outputs[0], ct)
+
+
+# WebGPU guarantees 8 storage buffers per shader stage: the output and 7 operands.
+MAX_OPERANDS = 7
+
+
+def _variadic_supports(node, graph) -> Support:
+    if len(node.inputs) > MAX_OPERANDS:
+        return Support(False, f"{node.op} of {len(node.inputs)} inputs (at most {MAX_OPERANDS})")
+    return Support(True)
+
+
+@kernel("Min", "Max", "Sum", "Mean", supports=_variadic_supports)
+def variadic(b):
+    """Folded left to right; Min and Max of floats pass a NaN on, as NumPy does."""
+    op, n = b.node.op, len(b.inputs)
+    ct = ctype(b.out().dtype)
+    ops = [operand(b, i, ct) for i in range(n)]
+
+    def code(vec: int):
+        lets, v = [], "a0"
+        for k in range(1, n):
+            a = f"a{k}"
+            if op in ("Sum", "Mean"):
+                text = f"{v} + {a}"
+            elif ct == "i32":
+                text = f"{op.lower()}({v}, {a})"
+            else:
+                cmp = "<" if op == "Min" else ">"
+                text = f"select({a}, {v}, ({v} {cmp} {a}) | isnan_{vec}({v}))"
+            lets.append((f"t{k}", text))
+            v = f"t{k}"
+        if op == "Mean":
+            v = f"{v} / {literal(vec)(n)}"
+        return lets, v
+
+    emit(b, code, ops, b.outputs[0], ct)
 
 
 @kernel("Cast")
