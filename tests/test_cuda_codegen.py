@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.cases import CASES
+from helpers.models import ATTENTION_VARIANTS, attention_graph
 from helpers.opcheck import backend_case, wrap_fp16
 
 from tinydl.backends.base import CompileOptions
@@ -192,3 +193,20 @@ def test_fused_conv_epilogues_compile(activation, precision):
     )
     kernel = CUDAKernel(CTX, graph, CompileOptions(precision=precision))
     assert kernel.plans
+
+
+@pytest.mark.parametrize("variant", sorted(ATTENTION_VARIANTS))
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_attention_is_one_kernel_that_compiles(variant, precision):
+    """Each attention variant is planned as one tinydl.Attention launch that NVRTC compiles
+    (ptxas refuses static shared memory over 48 KiB); at fp16 it reads half_t intermediates."""
+    from tinydl.backends.fusion import ATTENTION
+
+    graph = attention_graph(**ATTENTION_VARIANTS[variant])
+    if precision == "fp16":
+        graph = wrap_fp16(graph)
+    kernel = CUDAKernel(CTX, graph, CompileOptions(precision=precision))
+    (plan,) = kernel.plans.values()
+    (step,) = [s for s in plan.steps if "Softmax" in s.label]
+    assert [n.op for n in plan.nodes if n.op != "Identity"] == [ATTENTION]
+    assert ("h2f(q[" in step.fn.source) == (precision == "fp16")

@@ -1,7 +1,7 @@
 """What every GPU backend must do alike, parametrized over them (helpers/gpu.py): PP-OCRv4 det vs
-onnxruntime in fp32 and fp16, a plan per input shape, and per-shape tables that match the cpu
-backend. Backend-specific behaviour (fusion, device tensors, submissions, CUDA graphs, adapters)
-is tested in test_webgpu.py and test_cuda.py.
+onnxruntime in fp32 and fp16, a plan per input shape, per-shape tables that match the cpu
+backend, and attention fused into one kernel. Backend-specific behaviour (conv fusion, device
+tensors, submissions, CUDA graphs, adapters) is tested in test_webgpu.py and test_cuda.py.
 
 A backend that is not available skips with its own reason: webgpu runs on Mesa's lavapipe in CI,
 cuda needs an NVIDIA GPU and CuPy.
@@ -13,16 +13,22 @@ import numpy as np
 import pytest
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
 from helpers.models import (
+    ATTENTION_VARIANTS,
+    attention_feeds,
+    attention_graph,
     embedding_graph,
     embedding_reference,
     espcn,
     kernel_of,
+    only_plan,
     rel_err,
     shape_arithmetic_graph,
     shape_tables_graph,
 )
+from helpers.opcheck import wrap_fp16
 
 import tinydl as td
+from tinydl.backends.fusion import ATTENTION
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
@@ -188,3 +194,50 @@ def test_nan_follows_the_reference(backend, rng):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=act)
         ok = ~np.isnan(want)
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=act)
+
+
+# -- fused attention -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(ATTENTION_VARIANTS))
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_attention_is_one_kernel(backend, variant, precision, rng):
+    """MatMul(Q, Kᵀ) -> scale -> (+ mask) -> Softmax -> MatMul(·, V) is planned as one kernel
+    and matches the NumPy reference of the unfused graph. At fp16 identity copies around the
+    graph make Q, K, V and the output fp16 intermediates (the kernel still accumulates in f32)."""
+    graph = attention_graph(**ATTENTION_VARIANTS[variant])
+    feeds = attention_feeds(graph, rng)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    optimize = "all"
+    if precision == "fp16":
+        require_f16(backend)
+        graph, optimize = wrap_fp16(graph), "none"
+    sess = td.compile(
+        graph, backends=(backend,), precision=precision, optimize=optimize, strict=True
+    )
+    got = sess.run(feeds)["y"]
+    plan = only_plan(kernel_of(sess, backend))
+    assert [n.op for n in plan.nodes if n.op != "Identity"] == [ATTENTION]
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"probs_output": True, "mask": "keys"},  # the probabilities are read outside
+        {"d": 160},  # a head dim over the kernel's limit
+    ],
+    ids=["probs-output", "d160"],
+)
+def test_attention_left_unfused_is_still_right(backend, variant, rng):
+    """Where the pattern cannot be one kernel the nodes run as they are, and still match."""
+    graph = attention_graph(**variant)
+    feeds = attention_feeds(graph, rng)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    got = sess.run(feeds)
+    ops = [n.op for n in only_plan(kernel_of(sess, backend)).nodes]
+    assert ATTENTION not in ops and "Softmax" in ops
+    for name in want:
+        assert rel_err(got[name], want[name]) <= 1e-5, name

@@ -13,7 +13,16 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers.models import espcn, kernel_of, only_plan, rel_err, small_graph, small_reference
+from helpers.models import (
+    attention_feeds,
+    attention_graph,
+    espcn,
+    kernel_of,
+    only_plan,
+    rel_err,
+    small_graph,
+    small_reference,
+)
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -475,6 +484,36 @@ def test_elementwise_runs_take_only_float_values(rng):
     np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6)
     assert got["k"].dtype == np.int64
     np.testing.assert_array_equal(got["k"], want["k"])
+
+
+def test_attention_fits_the_smallest_workgroup_memory(rng, monkeypatch):
+    """WebGPU guarantees 16 KiB of workgroup memory (some lavapipe builds give no more): at
+    head dim 128 the kernel then walks the keys 4 at a time, and is still right."""
+    from tinydl.backends.webgpu import context, program
+    from tinydl.backends.webgpu.kernels.attention import shared_bytes
+
+    assert shared_bytes(128, 128, 4) <= 16384 < shared_bytes(128, 128, 8)
+    monkeypatch.setattr(context.Context, "max_workgroup_storage", property(lambda ctx: 16384))
+    sources = []
+    render = program.render
+    monkeypatch.setattr(program, "render", _recording(render, sources))
+    graph = attention_graph(d=128, s=37, mask="keys")
+    feeds = attention_feeds(graph, rng)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    got = td.compile(graph, backends=("webgpu",), strict=True).run(feeds)["y"]
+    assert rel_err(got, want) <= 1e-5
+    (source,) = [s for s in sources if "softmax(" in s]
+    assert "walks the keys in blocks of 4 " in source
+
+
+def _recording(fn, calls: list):
+    """`fn`, appending each result to `calls`."""
+
+    def wrapper(*args, **kwargs):
+        calls.append(fn(*args, **kwargs))
+        return calls[-1]
+
+    return wrapper
 
 
 def test_backend_options_reach_the_kernel_builders(rng, monkeypatch):

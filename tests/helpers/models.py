@@ -177,6 +177,90 @@ def small_reference(x):
     return 1 / (1 + np.exp(-np.maximum(2 * x, 0).reshape(4, 4)))
 
 
+def attention_graph(
+    batch=(2, 3), s=37, d=64, dv=None, k="transpose", scale="div", mask=None, probs_output=False
+):
+    """Scaled dot-product attention as transformer exports write it: MatMul(Q, Kᵀ) -> scale ->
+    (+ mask) -> Softmax -> MatMul(·, V), over `batch` (B, H) or (B·H,) and `s` tokens, head dims
+    `d` (Q, K) and `dv` (V, default d). k: "transpose" (K (.., S, D) through a Transpose),
+    "pre" (Kᵀ given as (.., D, S)) or "bshd" (K as (B, S, H, D), one Transpose to (B, H, D, S),
+    4-D only). scale: "div" (by √d), "mul" (by 1/√d), "split" (Q and Kᵀ each times d^-1/4) or
+    None. mask: None, "keys" (an additive (B, 1, 1, S) input; (1, 1, S) in 3-D) or "full"
+    ((B, 1, S, S); (1, S, S) in 3-D). probs_output: the probabilities are an output too."""
+    from tinydl.ir.graph import Graph, Node, Value
+
+    dv = dv or d
+    lead = tuple(batch)
+    inputs = [Value("q", "float32", (*lead, s, d))]
+    nodes, inits = [], {}
+    if k == "pre":
+        inputs.append(Value("kt", "float32", (*lead, d, s)))
+        kt = "kt"
+    elif k == "bshd":
+        inputs.append(Value("k", "float32", (lead[0], s, lead[1], d)))
+        nodes.append(Node("Transpose", ["k"], ["kt"], {"perm": [0, 2, 3, 1]}, name="k_t"))
+        kt = "kt"
+    else:
+        inputs.append(Value("k", "float32", (*lead, s, d)))
+        perm = [*range(len(lead)), len(lead) + 1, len(lead)]
+        nodes.append(Node("Transpose", ["k"], ["kt"], {"perm": perm}, name="k_t"))
+        kt = "kt"
+    inputs.append(Value("v", "float32", (*lead, s, dv)))
+    q = "q"
+    if scale == "split":
+        inits["root"] = np.array(d**-0.25, np.float32)
+        nodes.append(Node("Mul", ["q", "root"], ["qs"], name="q_scale"))
+        nodes.append(Node("Mul", ["root", kt], ["kts"], name="k_scale"))
+        q, kt = "qs", "kts"
+    nodes.append(Node("MatMul", [q, kt], ["scores"], name="qk"))
+    x = "scores"
+    if scale == "div":
+        inits["sqrt_d"] = np.array(np.sqrt(d), np.float32)
+        nodes.append(Node("Div", [x, "sqrt_d"], ["scaled"], name="scale"))
+        x = "scaled"
+    elif scale == "mul":
+        inits["inv_sqrt_d"] = np.array(1 / np.sqrt(d), np.float32)
+        nodes.append(Node("Mul", ["inv_sqrt_d", x], ["scaled"], name="scale"))
+        x = "scaled"
+    if mask is not None:
+        rows = 1 if mask == "keys" else s
+        shape = (lead[0], 1, rows, s) if len(lead) == 2 else (1, rows, s)
+        inputs.append(Value("mask", "float32", shape))
+        nodes.append(Node("Add", [x, "mask"], ["masked"], name="mask"))
+        x = "masked"
+    nodes.append(Node("Softmax", [x], ["probs"], {"axis": -1}, name="softmax"))
+    nodes.append(Node("MatMul", ["probs", "v"], ["y"], name="pv"))
+    outputs = [Value("y", "float32", None)] + ([Value("probs")] if probs_output else [])
+    return validate(Graph(inputs, outputs, nodes, inits))
+
+
+# attention_graph's variants that both GPU backends fuse into one kernel, by test id.
+ATTENTION_VARIANTS = {
+    "4d-transpose-div": {},
+    "4d-pre-mul-keys": {"k": "pre", "scale": "mul", "mask": "keys"},
+    "4d-bshd-split-full-d80": {"k": "bshd", "scale": "split", "mask": "full", "d": 80},
+    "4d-split-keys-d16": {"d": 16, "scale": "split", "mask": "keys"},
+    "4d-d128-dv80": {"d": 128, "dv": 80, "s": 70, "mask": "full"},
+    "3d-transpose-mul-full-d16": {"batch": (6,), "scale": "mul", "mask": "full", "d": 16},
+    "3d-pre-div-keys-d80": {"batch": (6,), "k": "pre", "mask": "keys", "d": 80},
+    "3d-unscaled-s1": {"batch": (4,), "s": 1, "scale": None},
+}
+
+
+def attention_feeds(graph, rng) -> dict[str, np.ndarray]:
+    """Random inputs for `attention_graph`: normal values of scale 2 (so the softmax is not
+    flat), and a mask of 0 and -10000 (BERT's) that leaves every row some key."""
+    feeds = {}
+    for v in graph.inputs:
+        if v.name == "mask":
+            masked = rng.random(v.shape) < 0.3
+            masked[..., 0] = False
+            feeds[v.name] = np.where(masked, -10000.0, 0.0).astype(np.float32)
+        else:
+            feeds[v.name] = (2 * rng.standard_normal(v.shape)).astype(np.float32)
+    return feeds
+
+
 # -- a compiled session's parts -------------------------------------------------------------------
 
 

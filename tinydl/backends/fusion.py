@@ -14,6 +14,7 @@ channel). Each GPU backend turns one into code with `render_activation` and its 
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Mapping
 
@@ -504,3 +505,150 @@ def conv_supports(node: Node, graph: Graph):
     if activation is not None and activation not in (*ACTIVATIONS, NO_ACTIVATION):
         return Support(False, f"FusedConv activation {activation} not implemented")
     return Support(True)
+
+
+ATTENTION = "tinydl.Attention"
+# Workgroups / blocks per grid dimension that every GPU backend launches: the fused kernel has
+# one per (batch, head) in one dimension.
+_MAX_GROUPS = 65535
+
+
+def fuse_attention(
+    nodes: list[Node], keep: set[str], shape_of, types, const, max_dim: int
+) -> list[Node]:
+    """Scaled dot-product attention as one `tinydl.Attention` node placed where it ends:
+    MatMul(Q, Kᵀ) → Div or Mul by a scalar constant (optional) → Add of a mask that broadcasts
+    into the scores (optional) → Softmax over the last axis → MatMul(·, V), each intermediate
+    read by the next node alone and not kept. Transposes that only feed an operand are taken in
+    (Kᵀ = Transpose(K)), and scalar Mul/Div that only feed Q or Kᵀ (Q·√s and Kᵀ·√s) go into the
+    scale. Inputs: [Q, K, V] (and the mask); meta["scale"] multiplies the scores, meta["perms"]
+    gives per operand the permutation of its input that the MatMul reads (None: as it is).
+    `shape_of(value)` gives a value's concrete shape, `types[value]` a computed value's dtype,
+    `const(name)` a value known when planning (or None); head dims over `max_dim` stay
+    unfused."""
+    users = _readers(nodes)
+    producer = {o: n for n in nodes for o in n.outputs if o}
+
+    def shape(name: str) -> tuple | None:
+        """The shape of a float value a node computes (None for any other value)."""
+        t = types.get(name)
+        return None if t is None or t.dtype not in ("float32", "float16") else shape_of(name)
+
+    def feeds_only(value: str, node: Node) -> Node | None:
+        """The producer of `value` when `node` alone reads it (once) and it is not kept."""
+        p = producer.get(value)
+        if p is None or value in keep or users.get(value, []) != [node]:
+            return None
+        return p
+
+    def factor(node: Node, x: str) -> float | None:
+        """What Mul/Div `node` multiplies its input `x` by, when the other operand is a scalar
+        constant and the output has x's shape."""
+        if node.op not in ("Mul", "Div") or list(node.inputs).count(x) != 1:
+            return None
+        if node.op == "Div" and node.inputs[0] != x:
+            return None
+        other = node.inputs[1] if node.inputs[0] == x else node.inputs[0]
+        c = const(other)
+        if c is None or c.size != 1 or c.dtype.kind != "f":
+            return None
+        if shape(node.outputs[0]) is None or shape_of(node.outputs[0]) != shape_of(x):
+            return None
+        c = float(c.reshape(()))
+        if node.op == "Div":
+            return 1.0 / c if c != 0.0 else None
+        return c
+
+    def operand(value: str, user: Node, scaled: bool):
+        """Walk back from a MatMul operand through Transposes (and scalar Mul/Div, when
+        `scaled`) that feed only it: (input, permutation or None, factor, nodes taken)."""
+        perm, scale, taken = None, 1.0, []
+        while True:
+            p = feeds_only(value, user)
+            if p is None:
+                break
+            if p.op == "Transpose":
+                rank = len(shape_of(value))
+                inner = p.attrs.get("perm") or list(range(rank))[::-1]
+                perm = [inner[i] for i in (perm or range(rank))]
+                value = p.inputs[0]
+            else:
+                found = [(x, factor(p, x)) for x in p.inputs]
+                found = [(x, f) for x, f in found if f is not None]
+                if not scaled or not found:
+                    break
+                value, f = found[0]
+                scale *= f
+            taken.append(p)
+            user = p
+        return value, perm, scale, taken
+
+    def scores(value: str, user: Node):
+        """(MatMul(Q, Kᵀ), factor, the Mul/Div applying it or None) computing `value`."""
+        p = feeds_only(value, user)
+        if p is not None and p.op in ("Mul", "Div"):
+            for x in p.inputs:
+                f = factor(p, x)
+                qk = feeds_only(x, p) if f is not None else None
+                if qk is not None and qk.op == "MatMul":
+                    return qk, f, p
+        return (p, 1.0, None) if p is not None and p.op == "MatMul" else None
+
+    dropped: set[int] = set()
+    fused: dict[int, Node] = {}
+    for sm in nodes:
+        x = sm.inputs[0] if sm.op == "Softmax" else ""
+        if shape(x) is None or sm.attrs["axis"] not in (-1, len(shape(x)) - 1):
+            continue
+        rank = len(shape(x))
+        pv = (users.get(sm.outputs[0]) or [None])[0]
+        if pv is None or pv.op != "MatMul" or feeds_only(sm.outputs[0], pv) is not sm:
+            continue
+        if pv.inputs[0] != sm.outputs[0]:
+            continue
+        mask, found, add = None, scores(x, sm), feeds_only(x, sm)
+        if found is None and add is not None and add.op == "Add":
+            for s, m in (add.inputs, add.inputs[::-1]):
+                if s != m and shape(add.outputs[0]) == shape_of(s):
+                    found, mask = scores(s, add), m
+                    if found is not None:
+                        break
+        if found is None:
+            continue
+        qk, scale, scaling = found
+        q, q_perm, q_scale, q_taken = operand(qk.inputs[0], qk, True)
+        k, k_perm, k_scale, k_taken = operand(qk.inputs[1], qk, True)
+        v, v_perm, _, v_taken = operand(pv.inputs[1], pv, False)
+        logical = [shape_of(qk.inputs[0]), shape_of(qk.inputs[1]), shape_of(pv.inputs[1])]
+        out_shape = shape(pv.outputs[0])
+        if out_shape is None or any(len(s) != rank for s in logical):
+            continue
+        if any(d == 0 for s in logical for d in s) or math.prod(out_shape[:-2]) > _MAX_GROUPS:
+            continue
+        if max(logical[0][-1], logical[2][-1]) > max_dim:
+            continue
+        middle = [n for n in (scaling, feeds_only(x, sm) if mask else None) if n is not None]
+        dropped.update(id(n) for n in (qk, *middle, sm, *q_taken, *k_taken, *v_taken))
+        fused[id(pv)] = Node(
+            ATTENTION,
+            [q, k, v, *([mask] if mask else [])],
+            [pv.outputs[0]],
+            {},
+            name=pv.name,
+            meta={
+                "scale": scale * q_scale * k_scale,
+                "perms": [q_perm, k_perm, v_perm],
+                "label": "+".join(["MatMul", *(n.op for n in middle), "Softmax", "MatMul"]),
+            },
+        )
+    return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+def _readers(nodes: list[Node]) -> dict[str, list[Node]]:
+    """Value name -> the nodes that read it (a node reading it twice is listed twice)."""
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+    return users

@@ -1,5 +1,6 @@
 """Backend-neutral lowering of the ops whose geometry every GPU backend needs: pooling windows,
-Resize tap tables, MatMul/Gemm strides and batch offsets, normalization rows.
+Resize tap tables, MatMul/Gemm strides and batch offsets, normalization rows, fused attention's
+operand strides.
 
 Each function takes a `Build` (backends/planned.py) and returns plain numbers and NumPy
 tables; a backend's kernel module turns them into its own template parameters and uploads.
@@ -260,3 +261,49 @@ def topk_supports(node, graph) -> Support:
     if x is not None and x.dtype not in ("float32", "float16"):
         return Support(False, f"{node.op} on {x.dtype} is not implemented")
     return Support(True)
+
+
+@dataclass
+class AttentionGeometry:
+    """softmax(scale · Q·Kᵀ + mask)·V for each of b × h (batch, head) pairs (b = 1 below 4-D):
+    m queries, n keys, head dims d (Q, K) and dv (V). Each operand is read through element
+    strides over (batch, head, row, column), 0 where it broadcasts, so transposed operands need
+    no copy: q's rows are queries, k's those of Kᵀ as the MatMul reads it (rows d, columns
+    keys), v's keys; mask's (rows queries, columns keys) is None without a mask. The output is
+    contiguous (b, h, m, dv)."""
+
+    b: int
+    h: int
+    m: int
+    n: int
+    d: int
+    dv: int
+    q: tuple[int, int, int, int]
+    k: tuple[int, int, int, int]
+    v: tuple[int, int, int, int]
+    mask: tuple[int, int, int, int] | None
+    scale: float
+
+
+def attention(b) -> AttentionGeometry:
+    """The geometry of a tinydl.Attention node (backends/fusion.py: fuse_attention)."""
+    out = b.out().shape
+    batch = (1,) * (4 - len(out)) + tuple(out[:-2])
+
+    def view(i: int) -> tuple[list[int], tuple[int, ...]]:
+        shape = b.info(i).shape
+        strides = strides_of(shape)
+        perm = b.node.meta["perms"][i] or range(len(shape))
+        dims = [1] * (4 - len(shape)) + [shape[p] for p in perm]
+        st = [0] * (4 - len(shape)) + [strides[p] for p in perm]
+        st[:2] = [0 if d == 1 else s for d, s in zip(dims[:2], st[:2], strict=True)]
+        return dims, tuple(st)
+
+    (q, sq), (k, sk), (v, sv) = view(0), view(1), view(2)
+    mask = None
+    if b.has(3):
+        scores = (*batch, q[2], k[3])
+        mask = tuple(broadcast_strides(b.info(3).shape, scores))
+    return AttentionGeometry(
+        *batch, q[2], k[3], q[3], v[3], sq, sk, sv, mask, float(b.node.meta["scale"])
+    )

@@ -1,8 +1,9 @@
 """CUDA plans (backends/planned.py makes them), replayed as CUDA graphs.
 
 What is CUDA's own: values that become known constants once shapes are (a Shape of a fixed
-input) are computed when the plan is made; conv epilogues take residual Adds and small-conv
-chains become one kernel (kernels/chain.py); buffers are CuPy arrays; steps are launches.
+input) are computed when the plan is made; conv epilogues take residual Adds, small-conv
+chains become one kernel (kernels/chain.py) and attention one (kernels/attention.py); buffers
+are CuPy arrays; steps are launches.
 
 Running: the first run of a plan launches its kernels one by one on the caller's current CuPy
 stream. Later runs replay a CUDA graph captured from the same launches. A graph bakes in the
@@ -25,7 +26,8 @@ import numpy as np
 
 from tinydl.backends import planned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
-from tinydl.backends.fusion import fuse, fuse_residuals
+from tinydl.backends.cuda.kernels.attention import MAX_DIM
+from tinydl.backends.fusion import fuse, fuse_attention, fuse_residuals
 
 MAX_GRAPHS = 8
 ALIGN = 256
@@ -135,6 +137,7 @@ class Plan(planned.Plan):
 
     def rewrite(self, body, keep, shape_of, types):
         nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
+        nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         return fuse_residuals(nodes, keep, shape_of, body)
 
     @classmethod

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
-from tinydl.backends.fusion import fuse, fuse_elementwise
+from tinydl.backends.fusion import fuse, fuse_attention, fuse_elementwise
 from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
+from tinydl.backends.webgpu.kernels.attention import MAX_DIM
 from tinydl.backends.webgpu.kernels.conv import direct_ok
 from tinydl.backends.webgpu.tensor import (
     LOGICAL,
@@ -85,6 +86,8 @@ class Plan(planned.Plan):
         nodes = fuse(
             body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
         )
+        # Before the elementwise runs, which would take the scores' scale and mask.
+        nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per
         # elementwise op, for comparisons.
         if self.owner.extra.get("fuse_elementwise", True):
