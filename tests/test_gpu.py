@@ -222,6 +222,26 @@ def test_attention_is_one_kernel(backend, variant, precision, rng):
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 
 
+def test_ppocrv4_rec_attention_is_fused(backend, rapidocr_models, rng):
+    """PP-OCRv4 rec's two attention blocks (opset 11: Flatten -> Softmax -> Reshape, Q scaled
+    by a Mul) become one kernel each, and the model still matches onnxruntime."""
+    import onnxruntime as ort
+
+    path = rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx"
+    graph = td.load(path)
+    (x,) = graph.inputs
+    graph.inputs = [Value(x.name, x.dtype, (1, 3, 48, 320))]
+    feed = {x.name: rng.random((1, 3, 48, 320), dtype=np.float32)}
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    (got,) = sess.run(feed).values()
+    labels = [
+        n.meta["label"] for n in only_plan(kernel_of(sess, backend)).nodes if n.op == ATTENTION
+    ]
+    assert labels == ["MatMul+Flatten+Softmax+Reshape+MatMul"] * 2
+    assert rel_err(got, want) <= 1e-4
+
+
 @pytest.mark.parametrize(
     "variant",
     [

@@ -178,7 +178,15 @@ def small_reference(x):
 
 
 def attention_graph(
-    batch=(2, 3), s=37, d=64, dv=None, k="transpose", scale="div", mask=None, probs_output=False
+    batch=(2, 3),
+    s=37,
+    d=64,
+    dv=None,
+    k="transpose",
+    scale="div",
+    mask=None,
+    flat_softmax=False,
+    probs_output=False,
 ):
     """Scaled dot-product attention as transformer exports write it: MatMul(Q, Kᵀ) -> scale ->
     (+ mask) -> Softmax -> MatMul(·, V), over `batch` (B, H) or (B·H,) and `s` tokens, head dims
@@ -186,7 +194,9 @@ def attention_graph(
     "pre" (Kᵀ given as (.., D, S)) or "bshd" (K as (B, S, H, D), one Transpose to (B, H, D, S),
     4-D only). scale: "div" (by √d), "mul" (by 1/√d), "split" (Q and Kᵀ each times d^-1/4) or
     None. mask: None, "keys" (an additive (B, 1, 1, S) input; (1, 1, S) in 3-D) or "full"
-    ((B, 1, S, S); (1, S, S) in 3-D). probs_output: the probabilities are an output too."""
+    ((B, 1, S, S); (1, S, S) in 3-D). flat_softmax: an opset < 13 Softmax as the importer
+    writes it (Flatten -> Softmax -> Reshape). probs_output: the probabilities are an output
+    too."""
     from tinydl.ir.graph import Graph, Node, Value
 
     dv = dv or d
@@ -228,7 +238,13 @@ def attention_graph(
         inputs.append(Value("mask", "float32", shape))
         nodes.append(Node("Add", [x, "mask"], ["masked"], name="mask"))
         x = "masked"
-    nodes.append(Node("Softmax", [x], ["probs"], {"axis": -1}, name="softmax"))
+    if flat_softmax:
+        inits["scores_shape"] = np.array([*lead, s, s], np.int64)
+        nodes.append(Node("Flatten", [x], ["flat"], {"axis": len(lead) + 1}, name="flatten"))
+        nodes.append(Node("Softmax", ["flat"], ["flat_probs"], {"axis": 1}, name="softmax"))
+        nodes.append(Node("Reshape", ["flat_probs", "scores_shape"], ["probs"], name="unflatten"))
+    else:
+        nodes.append(Node("Softmax", [x], ["probs"], {"axis": -1}, name="softmax"))
     nodes.append(Node("MatMul", ["probs", "v"], ["y"], name="pv"))
     outputs = [Value("y", "float32", None)] + ([Value("probs")] if probs_output else [])
     return validate(Graph(inputs, outputs, nodes, inits))
@@ -244,6 +260,7 @@ ATTENTION_VARIANTS = {
     "3d-transpose-mul-full-d16": {"batch": (6,), "scale": "mul", "mask": "full", "d": 16},
     "3d-pre-div-keys-d80": {"batch": (6,), "k": "pre", "mask": "keys", "d": 80},
     "3d-unscaled-s1": {"batch": (4,), "s": 1, "scale": None},
+    "4d-flat-softmax-keys": {"flat_softmax": True, "scale": "mul", "mask": "keys"},
 }
 
 

@@ -519,7 +519,8 @@ def fuse_attention(
     """Scaled dot-product attention as one `tinydl.Attention` node placed where it ends:
     MatMul(Q, Kᵀ) → Div or Mul by a scalar constant (optional) → Add of a mask that broadcasts
     into the scores (optional) → Softmax over the last axis → MatMul(·, V), each intermediate
-    read by the next node alone and not kept. Transposes that only feed an operand are taken in
+    read by the next node alone and not kept (an opset < 13 Softmax as the importer writes it,
+    Flatten -> Softmax -> Reshape, counts as one). Transposes that only feed an operand are taken in
     (Kᵀ = Transpose(K)), and scalar Mul/Div that only feed Q or Kᵀ (Q·√s and Kᵀ·√s) go into the
     scale. Inputs: [Q, K, V] (and the mask); meta["scale"] multiplies the scores, meta["perms"]
     gives per operand the permutation of its input that the MatMul reads (None: as it is).
@@ -594,19 +595,40 @@ def fuse_attention(
                     return qk, f, p
         return (p, 1.0, None) if p is not None and p.op == "MatMul" else None
 
-    dropped: set[int] = set()
-    fused: dict[int, Node] = {}
-    for sm in nodes:
+    def softmax_rows(sm: Node):
+        """(x, probabilities, nodes) when `sm` is a Softmax over the last axis of x: itself, or
+        the importer's form of an opset < 13 Softmax, Flatten(x, rank - 1) -> Softmax ->
+        Reshape back to x's shape, each read by the next alone."""
         x = sm.inputs[0] if sm.op == "Softmax" else ""
         if shape(x) is None or sm.attrs["axis"] not in (-1, len(shape(x)) - 1):
+            return None
+        flat = feeds_only(x, sm)
+        back = (users.get(sm.outputs[0]) or [None])[0]
+        if len(shape(x)) != 2 or flat is None or flat.op != "Flatten" or back is None:
+            return x, sm.outputs[0], [sm]
+        rank = len(shape_of(flat.inputs[0]))
+        if flat.attrs["axis"] not in (-1, rank - 1) or back.op != "Reshape":
+            return x, sm.outputs[0], [sm]
+        if feeds_only(sm.outputs[0], back) is not sm or back.inputs[0] != sm.outputs[0]:
+            return x, sm.outputs[0], [sm]
+        if shape(back.outputs[0]) != shape_of(flat.inputs[0]):
+            return x, sm.outputs[0], [sm]
+        return flat.inputs[0], back.outputs[0], [flat, sm, back]
+
+    dropped: set[int] = set()
+    fused: dict[int, Node] = {}
+    for node in nodes:
+        found = softmax_rows(node)
+        if found is None:
             continue
-        rank = len(shape(x))
-        pv = (users.get(sm.outputs[0]) or [None])[0]
-        if pv is None or pv.op != "MatMul" or feeds_only(sm.outputs[0], pv) is not sm:
+        x, probs, rows = found
+        first, rank = rows[0], len(shape_of(x))
+        pv = (users.get(probs) or [None])[0]
+        if pv is None or pv.op != "MatMul" or feeds_only(probs, pv) is not rows[-1]:
             continue
-        if pv.inputs[0] != sm.outputs[0]:
+        if pv.inputs[0] != probs:
             continue
-        mask, found, add = None, scores(x, sm), feeds_only(x, sm)
+        mask, found, add = None, scores(x, first), feeds_only(x, first)
         if found is None and add is not None and add.op == "Add":
             for s, m in (add.inputs, add.inputs[::-1]):
                 if s != m and shape(add.outputs[0]) == shape_of(s):
@@ -627,8 +649,8 @@ def fuse_attention(
             continue
         if max(logical[0][-1], logical[2][-1]) > max_dim:
             continue
-        middle = [n for n in (scaling, feeds_only(x, sm) if mask else None) if n is not None]
-        dropped.update(id(n) for n in (qk, *middle, sm, *q_taken, *k_taken, *v_taken))
+        middle = [n for n in (scaling, add if mask else None) if n is not None]
+        dropped.update(id(n) for n in (qk, *middle, *rows, *q_taken, *k_taken, *v_taken))
         fused[id(pv)] = Node(
             ATTENTION,
             [q, k, v, *([mask] if mask else [])],
@@ -638,7 +660,7 @@ def fuse_attention(
             meta={
                 "scale": scale * q_scale * k_scale,
                 "perms": [q_perm, k_perm, v_perm],
-                "label": "+".join(["MatMul", *(n.op for n in middle), "Softmax", "MatMul"]),
+                "label": "+".join(["MatMul", *(n.op for n in (*middle, *rows)), "MatMul"]),
             },
         )
     return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]

@@ -16,7 +16,7 @@ extern "C" __global__ void __launch_bounds__({{ NT }}) k(
     __shared__ float qs[{{ BQ * DP }}];  // [row][d], scaled; rows padded against bank conflicts
     __shared__ float ks[{{ BK * DP }}];  // [key][d]
     __shared__ float vs[{{ BK * DV }}];  // [key][column]
-    __shared__ float ps[{{ BQ * BK }}];  // [row][key]: the block's scores
+    __shared__ float ps[{{ BQ * (BK + 1) }}];  // [row][key]: the block's scores
     const unsigned bh = blockIdx.x, bi = bh / {{ H }}u, hi = bh % {{ H }}u;
     const unsigned q0 = blockIdx.y * {{ BQ }}u;
     const unsigned r = threadIdx.x / {{ TPR }}u, t = threadIdx.x % {{ TPR }}u;
@@ -61,19 +61,19 @@ extern "C" __global__ void __launch_bounds__({{ NT }}) k(
 {% if MS %}
             s += {{ mload }};
 {% endif %}
-            ps[r * {{ BK }}u + j] = s;
+            ps[r * {{ BK + 1 }}u + j] = s;
         }
         __syncthreads();
         // The row's new max; each of its threads then takes every exp it needs itself.
         float mx = m;
-        for (unsigned j = 0; j < kn; ++j) mx = fmaxf(mx, ps[r * {{ BK }}u + j]);
+        for (unsigned j = 0; j < kn; ++j) mx = fmaxf(mx, ps[r * {{ BK + 1 }}u + j]);
         const float corr = expf(m - mx);
         m = mx;
         l *= corr;
 #pragma unroll
         for (int c = 0; c < {{ CPT }}; ++c) acc[c] *= corr;
         for (unsigned j = 0; j < kn; ++j) {
-            const float p = expf(ps[r * {{ BK }}u + j] - mx);
+            const float p = expf(ps[r * {{ BK + 1 }}u + j] - mx);
             l += p;
 #pragma unroll
             for (int c = 0; c < {{ CPT }}; ++c) {

@@ -18,8 +18,8 @@ MAX_DIM = 128  # head dims the rewrite fuses
 
 
 def shared_bytes(d: int, dv: int, bk: int) -> int:
-    """Shared memory of the Q, K, V and score tiles (rows of Q and K padded by one)."""
-    return 4 * (BQ * (d + 1) + bk * (d + 1) + bk * dv + BQ * bk)
+    """Shared memory of the Q, K, V and score tiles (rows of Q, K and scores padded by one)."""
+    return 4 * (BQ * (d + 1) + bk * (d + 1) + bk * dv + BQ * (bk + 1))
 
 
 def _load(ctype: str, ptr: str, base: str, *terms: tuple[str, int]) -> str:

@@ -17,8 +17,8 @@ MAX_DIM = 128  # head dims the rewrite fuses; at BK = 4 the tiles fit WebGPU's 1
 
 
 def shared_bytes(d: int, dv: int, bk: int) -> int:
-    """Workgroup memory of the Q, K, V and score tiles (rows of Q and K padded by one)."""
-    return 4 * (BQ * (d + 1) + bk * (d + 1) + bk * dv + BQ * bk)
+    """Workgroup memory of the Q, K, V and score tiles (rows of Q, K and scores padded by one)."""
+    return 4 * (BQ * (d + 1) + bk * (d + 1) + bk * dv + BQ * (bk + 1))
 
 
 @kernel(ATTENTION)

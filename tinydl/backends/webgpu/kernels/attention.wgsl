@@ -16,7 +16,7 @@
 var<workgroup> qs: array<f32, {{ BQ * DP }}>;  // [row][d], scaled
 var<workgroup> ks: array<f32, {{ BK * DP }}>;  // [key][d]
 var<workgroup> vs: array<f32, {{ BK * DV }}>;  // [key][column]
-var<workgroup> ps: array<f32, {{ BQ * BK }}>;  // [row][key]: the block's scores
+var<workgroup> ps: array<f32, {{ BQ * (BK + 1) }}>;  // [row][key]: the block's scores
 
 @compute @workgroup_size({{ NT }})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -77,13 +77,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% if MS %}
             s += f32(mask[mb + (k0 + j) * {{ MS[3] }}u]);
 {% endif %}
-            ps[r * {{ BK }}u + j] = s;
+            ps[r * {{ BK + 1 }}u + j] = s;
         }
         workgroupBarrier();
         // The row's new max; each of its threads then takes every exp it needs itself.
         var mx = m;
         for (var j = 0u; j < kn; j++) {
-            mx = max(mx, ps[r * {{ BK }}u + j]);
+            mx = max(mx, ps[r * {{ BK + 1 }}u + j]);
         }
         let corr = exp(m - mx);
         m = mx;
@@ -92,7 +92,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             acc[c] *= corr;
         }
         for (var j = 0u; j < kn; j++) {
-            let p = exp(ps[r * {{ BK }}u + j] - mx);
+            let p = exp(ps[r * {{ BK + 1 }}u + j] - mx);
             l += p;
             for (var c = 0u; c < {{ CPT }}u; c++) {
 {% if DV % TPR %}
