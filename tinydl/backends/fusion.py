@@ -1,6 +1,7 @@
 """Fuse Conv/ConvTranspose with what follows it into one kernel: BatchNormalization (folded into
 the weights), a chain of activations, and a DepthToSpace (pixel shuffle) written by the conv's
-own store. Runs on a partition's nodes when a plan is made; the graph itself is not changed.
+own store; likewise residual Adds, elementwise runs and attention (`fuse_attention`). Runs on a
+partition's nodes when a plan is made; the graph itself is not changed.
 
 The fused node keeps the conv's op and inputs, takes the last output of the chain, and carries
 `meta["bn"]` (scale, shift per output channel), `meta["epilogue"]` (activations in order) and
