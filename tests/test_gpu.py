@@ -261,3 +261,22 @@ def test_attention_left_unfused_is_still_right(backend, variant, rng):
     assert ATTENTION not in ops and "Softmax" in ops
     for name in want:
         assert rel_err(got[name], want[name]) <= 1e-5, name
+
+
+def test_attention_whose_output_is_the_next_softmax_input(backend, rng):
+    """softmax(softmax(Q·Kᵀ/√d)·V)·W: the first MatMul(·, V) cannot be both the first attention's
+    end and the second's scores; the first is fused, the rest runs as it is, and is right."""
+    graph = attention_graph()
+    graph.outputs = [Value("z", "float32", None)]
+    graph.inputs.append(Value("w", "float32", (2, 3, 64, 16)))
+    graph.nodes += [
+        Node("Softmax", ["y"], ["p2"], {"axis": -1}, name="softmax2"),
+        Node("MatMul", ["p2", "w"], ["z"], name="pw"),
+    ]
+    graph = validate(graph)
+    feeds = attention_feeds(graph, rng)
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["z"]
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    ops = [n.op for n in only_plan(kernel_of(sess, backend)).nodes]
+    assert ops == [ATTENTION, "Softmax", "MatMul"]
+    assert rel_err(sess.run(feeds)["z"], want) <= 1e-5

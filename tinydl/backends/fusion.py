@@ -651,7 +651,11 @@ def fuse_attention(
         if max(logical[0][-1], logical[2][-1]) > max_dim:
             continue
         middle = [n for n in (scaling, add if mask else None) if n is not None]
-        dropped.update(id(n) for n in (qk, *middle, *rows, *q_taken, *k_taken, *v_taken))
+        taken = [qk, *middle, *rows, *q_taken, *k_taken, *v_taken]
+        # A node another attention already took (its last MatMul as these scores) stays.
+        if any(id(n) in dropped or id(n) in fused for n in (*taken, pv)):
+            continue
+        dropped.update(id(n) for n in taken)
         fused[id(pv)] = Node(
             ATTENTION,
             [q, k, v, *([mask] if mask else [])],
