@@ -109,8 +109,6 @@ class OrtBackend(Backend):
             return Support(False, f"{node.op} is tinydl's own op (no ONNX spelling)")
         if schema_of(node.op) is None:
             return Support(False, f"no ONNX op {node.op}")
-        if node.op == "If":
-            return Support(False, "If's branches are graphs, which tinydl's ONNX export omits")
         if node.op in ("LSTM", "GRU", "RNN") and node.attrs.get("layout"):
             return Support(False, "onnxruntime's CPU provider has no batch-first (layout=1) RNNs")
         return Support(True)
