@@ -149,8 +149,8 @@ class _Converter:
                 bad.add(f"{n.domain}.{n.op_type}")
             elif n.op_type in _LOOPS:
                 raise UnsupportedOpError(
-                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run at run time, "
-                    "that runs a variable number of times; Loop and Scan are not supported"
+                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run a variable "
+                    "number of times; Loop and Scan are not supported"
                 )
             elif n.op_type not in REGISTRY and n.op_type != "If":
                 bad.add(n.op_type)
