@@ -133,3 +133,43 @@ def test_reductions_and_normalizations_export_at_the_opset_they_need(op, attrs, 
     want, got = run_both(graph, rng)
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_run_time_if_writes_its_branches_as_onnx_subgraphs(rng):
+    """Branch inputs bound to outer values of other names, and a tensor attribute
+    (ConstantOfShape's value) inside a branch, come out as onnxruntime runs them."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    f32 = ("float32", (2, 3))
+    then = Graph([Value("a", *f32)], [Value("t", *f32)], [Node("Mul", ["a", "a"], ["t"])])
+    fill = {"value": np.array([2.5], np.float32)}
+    other = Graph(
+        [Value("b", *f32)],
+        [Value("e", *f32)],
+        [
+            Node("Shape", ["b"], ["s"]),
+            Node("ConstantOfShape", ["s"], ["c"], fill),
+            Node("Sub", ["b", "c"], ["e"]),
+        ],
+    )
+    graph = Graph(
+        [Value("x", *f32)],
+        [Value("y", *f32)],
+        [
+            Node("ReduceSum", ["x"], ["total"], {"keepdims": 0}),
+            Node("Greater", ["total", "zero"], ["cond"]),
+            Node("If", ["cond", "x"], ["y"], {"then_branch": then, "else_branch": other}),
+        ],
+        {"zero": np.array(0, np.float32)},
+    )
+    validate(graph)
+    sess = ort.InferenceSession(
+        to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    for sign in (1, -1):
+        x = sign * (rng.random((2, 3), dtype=np.float32) + 0.1)
+        (want,) = td.compile(graph, backends=("numpy",)).run({"x": x}).values()
+        np.testing.assert_allclose(want, x * x if sign > 0 else x - 2.5, rtol=1e-6)
+        (got,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -81,6 +81,7 @@ EXCLUDED = {
         "(u)int8-64 and bool only"
     ),
     r"^test_identity_(opt|sequence)_": "optional and sequence values: tinydl runs tensors only",
+    r"^test_if_(opt|seq)_": "If over optional and sequence values: tinydl runs tensors only",
     r"^test_(einsum|onehot|range)_.*bfloat16": "bfloat16: tinydl carries float16/32/64 only",
     r"^test_range_float16_": "float16 Range: ONNX allows it from opset 27; tinydl reads up to 23",
     r"^test_range_.*_expanded": "function-expanded Range is a Loop: not claimed",

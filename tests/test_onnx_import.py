@@ -1,6 +1,7 @@
 """ONNX import of control flow: an If whose condition is a constant at import becomes the nodes of
 the branch it takes (values renamed apart, outer values read directly, nested Ifs too); an If
-decided at run time, and Loop and Scan, are refused by name."""
+decided at run time keeps both branches as graphs and runs on the CPU backends; Loop and Scan
+are refused by name."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from helpers.opcheck import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
-from tinydl.errors import UnsupportedOpError
+from tinydl.errors import InvalidModelError, UnsupportedOpError
 from tinydl.importers.onnx import from_model
+from tinydl.ops import validate
 
 F = TensorProto.FLOAT
 
@@ -97,16 +99,126 @@ def test_nested_if_and_outer_values_resolve_through_both_branches():
     assert {n.name for n in graph.nodes} >= {"choose/inner/inner_else_add"}
 
 
-def test_if_decided_at_run_time_is_refused_by_name():
-    model = if_model(
-        [],
-        inputs=[
-            helper.make_tensor_value_info("x", F, [2, 3]),
-            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-        ],
+def runtime_if_model(then=None, other=None):
+    """cond = ReduceSum(x) > 0, computed from the input data."""
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["cond"]),
+    ]
+    zero = numpy_helper.from_array(np.float32(0), "zero")
+    return if_model(nodes, [zero], then=then, other=other)
+
+
+def inputs_taking_both_branches(n=4):
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(n)]
+    xs = [x + (1 if k % 2 else -1) * (abs(x.sum()) + 1) / 6 for k, x in enumerate(xs)]
+    assert {bool(x.sum() > 0) for x in xs} == {True, False}
+    return xs
+
+
+def test_if_decided_at_run_time_takes_the_branch_the_data_chooses():
+    model = runtime_if_model()
+    graph = from_model(model)
+    (node,) = [n for n in graph.nodes if n.op == "If"]
+    # the outer value both branches read is an explicit input of the If
+    assert node.inputs == ["cond", "x"]
+    then = node.attrs["then_branch"]
+    assert [v.name for v in then.inputs] == ["x"] and then.inputs[0].shape == (2, 3)
+    assert graph.value("y").dtype == "float32" and graph.value("y").shape == (2, 3)
+    sess = td.compile(graph, backends=("numpy",))
+    for x in inputs_taking_both_branches():
+        (want,) = run_onnxruntime(model, {"x": x})
+        np.testing.assert_allclose(sess.run({"x": x})["z"], want, rtol=1e-5, atol=1e-7)
+
+
+def test_nested_if_decided_at_run_time():
+    """The inner condition (max(x) < 1) is computed in the outer graph and read by the branch."""
+    inner = helper.make_node(
+        "If",
+        ["flag"],
+        ["out"],
+        name="inner",
+        then_branch=branch("inner_then", 5.0, out="o1"),
+        else_branch=branch("inner_else", 7.0, out="o2"),
     )
-    with pytest.raises(UnsupportedOpError, match="If 'choose': condition is computed at run time"):
-        from_model(model)
+    model = runtime_if_model(then=branch("outer_then", 2.0, inner_if=inner))
+    one = numpy_helper.from_array(np.float32(1), "one")
+    model.graph.initializer.append(one)
+    model.graph.node.insert(0, helper.make_node("ReduceMax", ["x"], ["top"], keepdims=0))
+    model.graph.node.insert(1, helper.make_node("Less", ["top", "one"], ["flag"]))
+    graph = from_model(model)
+    (outer,) = [n for n in graph.nodes if n.op == "If"]
+    assert set(outer.inputs[1:]) == {"x", "flag"}
+    (nested,) = [n for n in outer.attrs["then_branch"].nodes if n.op == "If"]
+    assert nested.inputs == ["flag", "x"]
+    # the NumPy reference, and onnxruntime given the If back as ONNX subgraphs
+    sessions = [td.compile(graph, backends=(b,), strict=True) for b in ("numpy", "onnxruntime")]
+    xs = inputs_taking_both_branches(8)
+    xs += [x * 0.1 + 0.05 for x in xs]  # positive sums whose max is below 1
+    taken = set()
+    for x in xs:
+        taken.add(("then/" + ("then" if x.max() < 1 else "else")) if x.sum() > 0 else "else")
+        (want,) = run_onnxruntime(model, {"x": x})
+        for sess in sessions:
+            np.testing.assert_allclose(sess.run({"x": x})["z"], want, rtol=1e-5, atol=1e-7)
+    assert taken == {"then/then", "then/else", "else"}
+
+
+def test_if_shape_inference_keeps_the_dims_the_branches_agree_on():
+    """then gives x (2, 3), else gives x reshaped to (3, 2): rank kept, dims unknown."""
+    shape = numpy_helper.from_array(np.array([3, 2], np.int64), "shape32")
+    other = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape32"], ["flat"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("flat", F, None)],
+        [shape],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["same"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("same", F, None)],
+    )
+    model = runtime_if_model(then=then, other=other)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", F, None))
+    graph = from_model(model)
+    assert graph.value("y").shape == (None, None)
+    sess = td.compile(graph, backends=("numpy",))
+    for x in inputs_taking_both_branches():
+        (want,) = run_onnxruntime(model, {"x": x})
+        np.testing.assert_allclose(sess.run({"x": x})["z"], want, rtol=1e-5, atol=1e-7)
+
+
+def test_run_time_if_falls_back_from_webgpu_with_a_reason():
+    from tinydl.backends import get_backend
+
+    if not get_backend("webgpu").available():
+        pytest.skip("webgpu is unavailable")
+    graph = from_model(runtime_if_model())
+    with pytest.warns(UserWarning, match="ops: If"):
+        sess = td.compile(graph, backends=("webgpu", "numpy"))
+    assert sess.placement.nodes["choose"] == "numpy"
+    assert sess.placement.fallbacks()["choose"]["webgpu"]
+    x = inputs_taking_both_branches()[1]
+    (want,) = run_onnxruntime(runtime_if_model(), {"x": x})
+    np.testing.assert_allclose(sess.run({"x": x})["z"], want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_graph_with_a_run_time_if_is_not_saved_as_tdl(tmp_path):
+    sess = td.compile(from_model(runtime_if_model()), backends=("numpy",))
+    with pytest.raises(UnsupportedOpError, match=r"node 'choose' \(If\).*then_branch"):
+        sess.save(tmp_path / "if.tdl")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bad_branch_is_reported_through_the_if():
+    graph = from_model(runtime_if_model())
+    (node,) = [n for n in graph.nodes if n.op == "If"]
+    node.attrs["else_branch"].nodes[0].op = "NoSuchOp"
+    with pytest.raises(InvalidModelError, match=r"'else_branch'.*unknown op 'NoSuchOp'"):
+        validate(graph)
 
 
 @pytest.mark.parametrize("op", ["Loop", "Scan"])
@@ -120,7 +232,7 @@ def test_loop_and_scan_are_refused_by_name(op):
         [helper.make_tensor_value_info("y", F, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(UnsupportedOpError, match=rf"{op} 'repeat'.*IR holds no graphs"):
+    with pytest.raises(UnsupportedOpError, match=rf"{op} 'repeat'.*Loop and Scan are not"):
         from_model(model)
 
 

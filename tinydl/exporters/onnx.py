@@ -105,6 +105,9 @@ def needed_opset(graph: Graph) -> int:
     need = MIN_OPSET
     for node in graph.nodes:
         need = max(need, _OP_SINCE.get(node.op, 0))
+        for value in node.attrs.values():
+            if isinstance(value, Graph):
+                need = max(need, needed_opset(value))
         # Reduce* take `axes` as an input from opset 18 (ReduceSum from 13).
         reduce = node.op in REDUCTIONS and node.op != "ReduceSum"
         if reduce and len(node.inputs) > 1 and node.inputs[1]:
@@ -137,39 +140,11 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
     """An onnx.ModelProto of `graph` (checked with onnx.checker unless `check` is False), at
     `opset` or the lowest one that expresses it (needed_opset)."""
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     opset = needed_opset(graph) if opset is None else opset
-
-    graph = _resize_without_axes(graph, opset)
-    nodes = []
-    for node in graph.nodes:
-        if node.op.startswith("tinydl."):
-            raise UnsupportedOpError(
-                f"node {node.name}: {node.op} is an op of tinydl's own domain (no ONNX "
-                "spelling); a fused one goes away when the graph is exported as loaded "
-                "(tinydl.load), before the optimizer"
-            )
-        attrs = {}
-        for key, value in node.attrs.items():
-            since, default = _NEWER.get((node.op, key), (0, None))
-            if value is None or (since > opset and value == default):
-                continue
-            attrs[key] = list(value) if isinstance(value, tuple) else value
-        nodes.append(helper.make_node(node.op, node.inputs, node.outputs, node.name, **attrs))
-    inits = [
-        # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
-        numpy_helper.from_array(np.asarray(arr, order="C"), name)
-        for name, arr in graph.initializers.items()
-    ]
     model = helper.make_model(
-        helper.make_graph(
-            nodes,
-            graph.name or "tinydl",
-            [_value_info(v) for v in graph.inputs],
-            [_value_info(v) for v in graph.outputs],
-            inits,
-        ),
+        _graph_proto(graph, opset),
         opset_imports=[helper.make_opsetid("", opset)],
         producer_name="tinydl",
         ir_version=IR_VERSION,
@@ -177,6 +152,53 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
     if check:
         onnx.checker.check_model(model)
     return model
+
+
+def _graph_proto(graph: Graph, opset: int, captured: list[str] | None = None):
+    """The GraphProto of `graph`; for an If branch, `captured` names the outer values its inputs
+    are bound to, which an ONNX subgraph reads from the enclosing graph instead."""
+    from onnx import helper, numpy_helper
+
+    graph = _resize_without_axes(graph, opset)
+    nodes = []
+    if captured is not None:
+        nodes += [
+            helper.make_node("Identity", [outer], [v.name])
+            for v, outer in zip(graph.inputs, captured, strict=True)
+            if v.name != outer
+        ]
+    for node in graph.nodes:
+        if node.op.startswith("tinydl."):
+            raise UnsupportedOpError(
+                f"node {node.name}: {node.op} is an op of tinydl's own domain (no ONNX "
+                "spelling); a fused one goes away when the graph is exported as loaded "
+                "(tinydl.load), before the optimizer"
+            )
+        inputs, attrs = list(node.inputs), {}
+        for key, value in node.attrs.items():
+            since, default = _NEWER.get((node.op, key), (0, None))
+            if value is None or (since > opset and value == default):
+                continue
+            if isinstance(value, Graph):
+                value = _graph_proto(value, opset, node.inputs[1:])
+            elif isinstance(value, np.ndarray):  # make_node would write an array as a list
+                value = numpy_helper.from_array(value)
+            attrs[key] = list(value) if isinstance(value, tuple) else value
+        if node.op == "If":
+            inputs = inputs[:1]  # the branches read the rest from this graph
+        nodes.append(helper.make_node(node.op, inputs, node.outputs, node.name, **attrs))
+    inits = [
+        # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
+        numpy_helper.from_array(np.asarray(arr, order="C"), name)
+        for name, arr in graph.initializers.items()
+    ]
+    return helper.make_graph(
+        nodes,
+        graph.name or "tinydl",
+        [] if captured is not None else [_value_info(v) for v in graph.inputs],
+        [_value_info(v) for v in graph.outputs],
+        inits,
+    )
 
 
 def save(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> Path:

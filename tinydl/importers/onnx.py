@@ -6,9 +6,10 @@ without sizes gets `num_outputs`, the pre-13 Softmax "flatten to 2-D" semantics 
 Flatten/Softmax/Reshape, pre-16 RoiAlign states its pixel convention, and Constant nodes become
 initializers. External data is read only from files inside the model's folder.
 
-The IR holds no graphs in attributes: an If whose condition folds to a constant at import (an
-initializer, a Constant, or shape arithmetic on inputs of static shape) is replaced by the nodes
-of the branch it takes; any other If, and every Loop and Scan, is refused.
+An If whose condition folds to a constant at import (an initializer, a Constant, or shape
+arithmetic on inputs of static shape) is replaced by the nodes of the branch it takes. Any other
+If keeps both branches, converted the same way, as graph attributes; the outer values a branch
+reads become its inputs and the If's inputs after the condition. Loop and Scan are refused.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.errors import InvalidModelError, UnsupportedOpError
-from tinydl.ir.dtypes import ONNX_CODES
+from tinydl.ir.dtypes import ONNX_CODES, dtype_name
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
@@ -89,6 +90,8 @@ class _Converter:
         self.inputs: list[Value] = []
         self.taken: set[str] = set()
         self.scopes: list[dict[str, str]] = []  # value renames of the If branches being inlined
+        # (nodes, initializers, inputs) of the graphs enclosing the If branch being converted
+        self.outer: list[tuple[list[Node], dict[str, np.ndarray], list[Value]]] = []
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -102,8 +105,7 @@ class _Converter:
             raise UnsupportedOpError(
                 f"{self.where}: sparse initializer '{t.values.name}' is not supported"
             )
-        self.taken = {v.name for v in g.input} | set(self.initializers)
-        self.taken |= {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
+        self.taken = _names(g)
         self._check_ops(g)
         self.inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
         for i, n in enumerate(g.node):
@@ -147,8 +149,8 @@ class _Converter:
                 bad.add(f"{n.domain}.{n.op_type}")
             elif n.op_type in _LOOPS:
                 raise UnsupportedOpError(
-                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run at run time, "
-                    "and tinydl's IR holds no graphs in attributes; Loop and Scan are not supported"
+                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run a variable "
+                    "number of times; Loop and Scan are not supported"
                 )
             elif n.op_type not in REGISTRY and n.op_type != "If":
                 bad.add(n.op_type)
@@ -383,12 +385,12 @@ class _Converter:
     def _if(self, n, name: str) -> None:
         """Inline the branch an If takes, its values renamed apart and its outputs written to
         the If's; outer values it reads keep their names."""
-        cond = self._folded(n.input[0]) if n.input and n.input[0] else None
+        if not n.input or not n.input[0]:
+            raise self.fail(f"If '{name}': no condition")
+        cond = self._folded(n.input[0])
         if cond is None:
-            raise UnsupportedOpError(
-                f"{self.where}: If '{name}': condition is computed at run time; tinydl runs If "
-                "only when its condition folds to a constant (its IR holds no graphs)"
-            )
+            self._runtime_if(n, name)
+            return
         if cond.size != 1:
             raise self.fail(f"If '{name}': condition must hold one value, got shape {cond.shape}")
         key = "then_branch" if bool(cond.reshape(())) else "else_branch"
@@ -430,6 +432,64 @@ class _Converter:
         finally:
             self.scopes.pop()
 
+    def _runtime_if(self, n, name: str) -> None:
+        """Keep both branches as graphs; the outer values either reads become inputs of both."""
+        converted = {}
+        for key in ("then_branch", "else_branch"):
+            branch = next((a.g for a in n.attribute if a.name == key), None)
+            if branch is None:
+                raise self.fail(f"If '{name}': no {key}")
+            if len(branch.output) != len(n.output):
+                raise self.fail(
+                    f"If '{name}': {key} has {len(branch.output)} outputs, the If {len(n.output)}"
+                )
+            self._check_ops(branch)
+            converted[key] = self._branch(branch, f"{name}/{key}")
+        captured: dict[str, None] = {}
+        for nodes, inits, outputs in converted.values():
+            inner = inits.keys() | {o for bn in nodes for o in bn.outputs}
+            reads = [i for bn in nodes for i in bn.inputs] + [v.name for v in outputs]
+            captured.update((i, None) for i in reads if i and i not in inner)
+        attrs = {
+            key: Graph([self._outer_value(c) for c in captured], outputs, nodes, inits, name=key)
+            for key, (nodes, inits, outputs) in converted.items()
+        }
+        inputs = [self._resolve(n.input[0]), *captured]
+        self.nodes.append(Node("If", inputs, list(n.output), attrs, name))
+
+    def _branch(self, g, name: str) -> tuple[list[Node], dict[str, np.ndarray], list[Value]]:
+        """A branch's nodes and initializers, converted as the main graph's are, and its
+        outputs; the values it reads from enclosing graphs keep their (resolved) names."""
+        self.outer.append((self.nodes, self.initializers, self.inputs))
+        self.nodes, self.initializers, self.inputs = [], {}, []
+        try:
+            for t in g.initializer:
+                self.initializers[t.name] = self._tensor(t)
+            for i, bn in enumerate(g.node):
+                copy = type(bn)()
+                copy.CopyFrom(bn)
+                copy.name = f"{name}/{bn.name or f'{bn.op_type}_{i}'}"
+                copy.input[:] = [self._resolve(v) for v in bn.input]
+                self._node(copy, i)
+            outputs = []
+            for v in g.output:
+                value = self._value(v)
+                value.name = self._resolve(v.name)
+                outputs.append(value)
+            return self.nodes, self.initializers, outputs
+        finally:
+            self.nodes, self.initializers, self.inputs = self.outer.pop()
+
+    def _outer_value(self, name: str) -> Value:
+        """A captured value, typed as far as the enclosing graphs declare it."""
+        for _, inits, inputs in [(None, self.initializers, self.inputs), *reversed(self.outer)]:
+            if name in inits:
+                return Value(name, dtype_name(inits[name].dtype), tuple(inits[name].shape))
+            for v in inputs:
+                if v.name == name:
+                    return Value(name, v.dtype, v.shape)
+        return Value(name)
+
     def _resolve(self, value: str) -> str:
         """A branch's name for a value, as the graph now calls it (innermost branch first)."""
         for scope in reversed(self.scopes):
@@ -439,15 +499,25 @@ class _Converter:
 
     def _folded(self, value: str) -> np.ndarray | None:
         """The value if it is a constant at import: an initializer, or what shape inference
-        folds from the nodes converted so far; None when it is computed at run time."""
+        folds from the nodes converted so far (in the graph that defines it, a branch or an
+        enclosing graph); None when it is computed at run time."""
         from tinydl.ops import infer_graph
 
-        if value in self.initializers:
-            return self.initializers[value]
-        nodes = [
-            Node(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), n.name) for n in self.nodes
-        ]
-        graph = Graph(list(self.inputs), [], nodes, dict(self.initializers))
+        scopes = [*self.outer, (self.nodes, self.initializers, self.inputs)]
+        for scope in reversed(scopes):
+            if value in scope[1]:
+                return scope[1][value]
+            if any(value in n.outputs for n in scope[0]):
+                break
+        else:
+            return None
+        nodes, inits, inputs = scope
+        nodes = [Node(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), n.name) for n in nodes]
+        defined = {o for n in nodes for o in n.outputs} | inits.keys() | {v.name for v in inputs}
+        # A branch reads values of enclosing graphs: unknown here, like graph inputs.
+        free = [Value(i) for n in nodes for i in n.inputs if i and i not in defined]
+        free = list({v.name: v for v in free}.values())
+        graph = Graph([*inputs, *free], [], nodes, dict(inits))
         validate(graph, infer=False)
         known = infer_graph(graph).get(value)
         return None if known is None else known.value
@@ -512,3 +582,15 @@ class _Converter:
             Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
             Node("Reshape", [normed, shape], outputs, {}, f"{name}_reshape"),
         ]
+
+
+def _names(g) -> set[str]:
+    """Every value name in an ONNX graph and the graphs in its nodes' attributes."""
+    names = {v.name for v in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        names.update(n.input)
+        names.update(n.output)
+        for a in n.attribute:
+            for sub in [a.g, *a.graphs] if a.HasField("g") else a.graphs:
+                names |= _names(sub)
+    return names

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.errors import InvalidModelError
+from tinydl.errors import InvalidModelError, UnsupportedOpError
 from tinydl.ir.dtypes import DTYPES, SAFETENSORS
 from tinydl.ir.graph import Graph, Node, Value
 
@@ -39,6 +39,11 @@ def graph_to_json(graph: Graph) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     tensors: dict[str, np.ndarray] = dict(graph.initializers)
 
     def attr(node: Node, key: str, value: Any) -> Any:
+        if isinstance(value, Graph):
+            raise UnsupportedOpError(
+                f"node '{node.name}' ({node.op}): attribute '{key}' is a graph, which .tdl files "
+                "do not store"
+            )
         if isinstance(value, np.ndarray):
             ref = f"{_ATTR_TENSOR_PREFIX}{node.name}/{key}"
             tensors[ref] = value

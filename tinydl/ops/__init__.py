@@ -5,6 +5,7 @@ Importing this package registers all op modules. `validate(graph)` checks a grap
 
 from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     activation,
+    control,
     conv,
     detection,
     elementwise,

@@ -37,7 +37,7 @@ TYPE_CLASSES = {
     "any": _NUMERIC | {"bool"},
 }
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
+_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,13 @@ class Attr:
             if not isinstance(value, np.ndarray):
                 raise InvalidModelError(f"{where} must be a tensor, got {_show(value)}")
             return value
+        if kind == "graph":
+            if not isinstance(value, Graph):
+                raise InvalidModelError(f"{where} must be a graph, got {_show(value)}")
+            try:
+                return validate(value)
+            except InvalidModelError as exc:
+                raise InvalidModelError(f"{where}: {exc}") from None
         raise AssertionError(kind)
 
 
