@@ -302,7 +302,11 @@ def mod(b):
 
     def code(vec: int):
         c = literal(vec, ct)
-        lets = [("r", f"select(a0 % a1, {c(0)}, a1 == {c(0)})")]
+        # a - b * (a / b), not `%`: NVIDIA's Vulkan driver got `%` wrong for negative operands
+        lets = [
+            ("d", f"select(a1, {c(1)}, a1 == {c(0)})"),
+            ("r", f"select(a0 - d * (a0 / d), {c(0)}, a1 == {c(0)})"),
+        ]
         if b.attrs["fmod"]:
             return lets, "r"
         moved = f"(r != {c(0)}) & ((r < {c(0)}) != (a1 < {c(0)}))"
