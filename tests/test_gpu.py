@@ -152,6 +152,40 @@ def test_shape_arithmetic_is_computed_when_planning(backend, rng):
         np.testing.assert_array_equal(td.to_host(on_device), [n, 4, 6, 5])
 
 
+def test_int64_values_computed_when_planning_leave_as_int64(backend):
+    """An int64 value the plan computes from shapes alone (class labels as torchvision's
+    detectors make them: Range over a dim, Expand) leaves the partition as its values: to
+    the host, to a node the backend does not run (NonZero, on the cpu), and as a device
+    tensor to a later partition of the backend (the Add after the cpu's ReduceMax)."""
+    graph = validate(
+        Graph(
+            [Value("x", "float32", ("n", 3))],
+            [Value("labels"), Value("where"), Value("shifted"), Value("y")],
+            [
+                Node("Shape", ["x"], ["s"], name="shape"),
+                Node("Gather", ["s", "one"], ["c"], {"axis": 0}, name="classes"),
+                Node("Range", ["zero", "c", "one"], ["r"], name="range"),
+                Node("Expand", ["r", "s"], ["labels"], name="expand"),
+                Node("NonZero", ["labels"], ["where"], name="nonzero"),
+                Node("ReduceMax", ["where"], ["top"], {"keepdims": 0}, name="top"),
+                Node("Add", ["labels", "top"], ["shifted"], name="shift"),
+                Node("Relu", ["x"], ["y"], name="relu"),
+            ],
+            {"one": np.array(1, np.int64), "zero": np.array(0, np.int64)},
+        )
+    )
+    with pytest.warns(UserWarning, match="fall back"):
+        sess = td.compile(graph, backends=(backend, "numpy"))
+    assert sess.placement["expand"] == backend and sess.placement["nonzero"] == "numpy"
+    out = sess.run({"x": np.ones((4, 3), np.float32)})
+    labels = np.tile(np.arange(3), (4, 1))
+    assert out["labels"].dtype == np.int64
+    np.testing.assert_array_equal(out["labels"], labels)
+    np.testing.assert_array_equal(out["where"], np.stack(np.nonzero(labels)))
+    assert sess.placement["shift"] == backend
+    np.testing.assert_array_equal(out["shifted"], labels + 3)
+
+
 def test_int64_and_bool_tensors_round_trip(backend, rng):
     """int64 (indices, shapes) and bool go to the device and back unchanged."""
     for array in (rng.integers(-(2**31), 2**31 - 1, 17), rng.random(9) < 0.5):

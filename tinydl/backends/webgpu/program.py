@@ -278,6 +278,9 @@ class WebGPUKernel(planned.PlannedKernel):
         return Info(t.shape, t.dtype.name, t.stype)
 
     def upload(self, data: np.ndarray, uniform: bool = False) -> Storage:
+        stype = LOGICAL.get(data.dtype.name)
+        if stype is not None and STORAGE_TYPES[stype] != data.dtype:
+            data = to_storage(data, stype)  # a constant output of int64 or bool: held as i32
         u = self.ctx.wgpu.BufferUsage
         usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
         return Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
