@@ -284,6 +284,15 @@ class AttentionGeometry:
     mask: tuple[int, int, int, int] | None
     scale: float
 
+    def template_params(self, bq: int, tpr: int, bk: int) -> dict:
+        """What both backends' templates take: the geometry, and the tiling of bq query rows,
+        tpr threads per row and bk keys per block (scale and storage types are the caller's)."""
+        return dict(
+            B=self.b, H=self.h, M=self.m, N=self.n, D=self.d, DV=self.dv,
+            Q=self.q, K=self.k, V=self.v, MS=self.mask,
+            BQ=bq, TPR=tpr, BK=bk, CPT=(self.dv + tpr - 1) // tpr, k_key_fast=self.k[3] == 1,
+        )  # fmt: skip
+
 
 def attention(b) -> AttentionGeometry:
     """The geometry of a tinydl.Attention node (backends/fusion.py: fuse_attention)."""

@@ -47,3 +47,35 @@ template <typename T> __device__ __forceinline__ T floor_mod_(T a, T b) {
     const T r = trunc_mod_(a, b);
     return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
 }
+
+// Warp and block reductions (softmax, normalizations, reduce). Every thread of the block calls a
+// block_ one (no thread has returned) and gets the result; `part` holds one float per warp.
+#define NEG_INF_ __int_as_float(0xff800000)
+__device__ __forceinline__ float warp_sum_(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+__device__ __forceinline__ float warp_max_(float v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+}
+__device__ __forceinline__ float block_sum_(float v, float* part) {
+    const unsigned lane = threadIdx.x & 31u;
+    v = warp_sum_(v);
+    if (lane == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = warp_sum_(lane < (blockDim.x >> 5) ? part[lane] : 0.0f);
+    __syncthreads();  // part is reused by the next reduction
+    return v;
+}
+__device__ __forceinline__ float block_max_(float v, float* part) {
+    const unsigned lane = threadIdx.x & 31u;
+    v = warp_max_(v);
+    if (lane == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = warp_max_(lane < (blockDim.x >> 5) ? part[lane] : NEG_INF_);
+    __syncthreads();
+    return v;
+}

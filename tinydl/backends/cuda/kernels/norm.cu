@@ -1,23 +1,6 @@
 // {{ label }}: {{ rows }} rows of {{ L }} elements normalized alone; a {{ "warp" if per_warp else "block" }} per row: the
 // mean, then the variance as the mean of (x - mean)^2 (both in fp32, so a large mean with a small
 // variance keeps its precision), then (x - mean) / sqrt(var + epsilon) * scale + bias.
-__device__ __forceinline__ float warp_sum_(float v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-{% if not per_warp %}
-// Every thread of the block calls this (no thread has returned): each one gets the sum.
-__device__ __forceinline__ float block_sum_(float v, float* part) {
-    const unsigned lane = threadIdx.x & 31u;
-    v = warp_sum_(v);
-    if (lane == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = warp_sum_(lane < {{ warps }}u ? part[lane] : 0.0f);
-    __syncthreads();  // part is reused by the next sum
-    return v;
-}
-{% endif %}
 
 extern "C" __global__ void __launch_bounds__({{ T }}) k(
     const {{ xt }}* __restrict__ x,

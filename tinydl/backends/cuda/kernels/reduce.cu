@@ -27,13 +27,6 @@ __device__ __forceinline__ float warp_combine_(float v) {
     for (int d = 16; d > 0; d >>= 1) v = combine_(v, __shfl_xor_sync(0xffffffffu, v, d));
     return v;
 }
-{% if shift %}
-__device__ __forceinline__ float warp_max_(float v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
-}
-{% endif %}
 {% endif %}
 
 extern "C" __global__ void __launch_bounds__({{ block }}) k(

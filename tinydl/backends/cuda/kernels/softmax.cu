@@ -1,39 +1,6 @@
 // {{ label }}: {{ "log-softmax" if log else "softmax" }} over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
 // {{ "warp" if per_warp else "block of %d threads" % T }} per row, {{ vpt }} element(s) per thread{{ " kept in registers" if cached else "" }}:
 // the row's max, the sum of exponentials, then the normalized write.
-#define NEG_INF_ __int_as_float(0xff800000)
-
-__device__ __forceinline__ float warp_max_(float v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
-}
-__device__ __forceinline__ float warp_sum_(float v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-{% if not per_warp %}
-// Every thread of the block calls these (no thread has returned): each one holds the result.
-__device__ __forceinline__ float block_max_(float v, float* part) {
-    const unsigned lane = threadIdx.x & 31u;
-    v = warp_max_(v);
-    if (lane == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = warp_max_(lane < {{ warps }}u ? part[lane] : NEG_INF_);
-    __syncthreads();  // part is reused by the next reduction
-    return v;
-}
-__device__ __forceinline__ float block_sum_(float v, float* part) {
-    const unsigned lane = threadIdx.x & 31u;
-    v = warp_sum_(v);
-    if (lane == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = warp_sum_(lane < {{ warps }}u ? part[lane] : 0.0f);
-    __syncthreads();
-    return v;
-}
-{% endif %}
 
 extern "C" __global__ void __launch_bounds__({{ 32 * warps }}) k(
     const {{ xt }}* __restrict__ x,

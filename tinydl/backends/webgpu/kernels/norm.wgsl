@@ -1,4 +1,5 @@
 {{ header }}
+{% import "tree.wgsl" as tree %}
 // {{ label }}: {{ rows }} rows of {{ L }} elements normalized alone; a workgroup per row: the mean,
 // then the variance as the mean of (x - mean)^2 (both in f32, so a large mean with a small
 // variance keeps its precision), then (x - mean) / sqrt(var + epsilon) * scale + bias.
@@ -17,14 +18,7 @@ var<workgroup> part: array<f32, {{ WG }}>;
 
 fn row_sum(li: u32, v: f32) -> f32 {
     part[li] = v;
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u) {
-        part[li] = part[li] + part[li + {{ ns.step }}u];
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold(WG, steps, "{a} + {b}") }}
     workgroupBarrier();
     let r = part[0];
     workgroupBarrier();

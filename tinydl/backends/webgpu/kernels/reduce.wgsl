@@ -1,4 +1,5 @@
 {{ header }}
+{% import "tree.wgsl" as tree %}
 // {{ label }}: {{ "the index of the " ~ ("largest" if arg == "max" else "smallest") if arg else "a reduction" }} over {{ R }} elements for each of {{ O }} outputs; a workgroup per
 // output, a strided pass per thread, then a tree in workgroup memory (f32 throughout).
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
@@ -51,15 +52,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     part[li] = best;
     index[li] = bi;
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u && before(part[li + {{ ns.step }}u], index[li + {{ ns.step }}u], part[li], index[li])) {
-        part[li] = part[li + {{ ns.step }}u];
-        index[li] = index[li + {{ ns.step }}u];
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold_pairs(WG, steps) }}
     if (li == 0u && o < {{ O }}u) {
         y[o] = {{ ot }}(index[0]);
     }
@@ -71,14 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m = max(m, f32(x[at(base, r)]));
     }
     part[li] = m;
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u) {
-        part[li] = max(part[li], part[li + {{ ns.step }}u]);
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold(WG, steps, "max({a}, {b})") }}
     workgroupBarrier();
     m = part[0];
     if (m == {{ lowest }}) {
@@ -92,14 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         s = combine(s, {{ element }});
     }
     part[li] = s;
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u) {
-        part[li] = combine(part[li], part[li + {{ ns.step }}u]);
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold(WG, steps, "combine({a}, {b})") }}
     if (li == 0u && o < {{ O }}u) {
         s = part[0];
         y[o] = {{ ot }}({{ finish }});

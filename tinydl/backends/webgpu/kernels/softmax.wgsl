@@ -1,4 +1,5 @@
 {{ header }}
+{% import "tree.wgsl" as tree %}
 // {{ label }}: {{ "log-softmax" if log else "softmax" }} over {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows; a
 // workgroup per row: max, then the sum of exponentials, then the normalized write.
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
@@ -7,14 +8,7 @@
 var<workgroup> part: array<f32, {{ WG }}>;
 
 fn reduce_max(li: u32) -> f32 {
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u) {
-        part[li] = max(part[li], part[li + {{ ns.step }}u]);
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold(WG, steps, "max({a}, {b})") }}
     workgroupBarrier();
     let r = part[0];
     workgroupBarrier();
@@ -22,14 +16,7 @@ fn reduce_max(li: u32) -> f32 {
 }
 
 fn reduce_sum(li: u32) -> f32 {
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-    workgroupBarrier();
-    if (li < {{ ns.step }}u) {
-        part[li] = part[li] + part[li + {{ ns.step }}u];
-    }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold(WG, steps, "{a} + {b}") }}
     workgroupBarrier();
     let r = part[0];
     workgroupBarrier();

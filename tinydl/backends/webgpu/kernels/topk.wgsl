@@ -1,4 +1,5 @@
 {{ header }}
+{% import "tree.wgsl" as tree %}
 // {{ label }}: the {{ K }} {{ "largest" if largest else "smallest" }} of {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows,
 // in order, equal values by index; a workgroup per row makes a pass per output: the first element
 // (in that order) after the one the last pass found.
@@ -37,15 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         part[li] = bv;
         index[li] = bi;
-{% set ns = namespace(step=WG // 2) %}
-{% for _ in range(steps) %}
-        workgroupBarrier();
-        if (li < {{ ns.step }}u && before(part[li + {{ ns.step }}u], index[li + {{ ns.step }}u], part[li], index[li])) {
-            part[li] = part[li + {{ ns.step }}u];
-            index[li] = index[li + {{ ns.step }}u];
-        }
-{% set ns.step = ns.step // 2 %}
-{% endfor %}
+{{ tree.fold_pairs(WG, steps) }}
         workgroupBarrier();
         pv = part[0];
         pi = index[0];
