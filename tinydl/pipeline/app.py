@@ -37,6 +37,9 @@ from tinydl.pipeline.profiler import RunReport, Trace
 from tinydl.pipeline.queues import POLICIES, describe_policy
 
 DISPATCH = ("round_robin", "by_flow", "least_busy")
+# What a source does at its flow limit: wait for a frame to settle before making the next, or
+# go on at its own pace, holding the newest frame and dropping the one it replaces.
+FLOW_POLICIES = ("wait", "drop-oldest")
 _ENDPOINT = re.compile(r"^(?P<name>[A-Za-z_][\w-]*)(?:\[(?P<i>\d+)\])?(?:\.(?P<port>[\w-]+))?$")
 
 
@@ -48,6 +51,8 @@ class ComponentSpec:
     executor: str | None = None  # None: the app's default
     timeout: float | None = None  # seconds per call (open/process/close) before a restart
     max_restarts: int = 3
+    flow_limit: int | None = None  # a source's frames in flight per stream (None: the app's)
+    flow_policy: str | None = None  # None: the app's
 
 
 @dataclass
@@ -78,11 +83,14 @@ class App:
         app_id: str | None = None,
         inline_below_us: float = 20.0,
         stop_on_error: bool = False,
+        flow_limit: int | None = None,
+        flow_policy: str = "wait",
     ):
         if executor not in EXECUTORS:
             raise PipelineError(
                 f"app {name!r}: executor must be one of {EXECUTORS}, got {executor!r}"
             )
+        _check_flow_limit(f"app {name!r}", flow_limit, flow_policy)
         self.name = name
         self.executor = executor
         self.capacity = capacity
@@ -93,6 +101,10 @@ class App:
         # The first error (a component raising, a timeout, a dead worker) stops the whole app,
         # for apps whose output is worthless once a frame is lost (a file being encoded).
         self.stop_on_error = stop_on_error
+        # End-to-end flow control (MediaPipe's FlowLimiter): each source keeps at most this many
+        # frames of its stream in flight, so latency stays bounded when any stage falls behind.
+        self.flow_limit = flow_limit
+        self.flow_policy = flow_policy
         self.components: dict[str, ComponentSpec] = {}
         self.edges: list[EdgeSpec] = []
 
@@ -106,8 +118,11 @@ class App:
         timeout: float | None = None,
         instances: int = 1,
         max_restarts: int = 3,
+        flow_limit: int | None = None,
+        flow_policy: str | None = None,
     ) -> str:
-        """Add a component instance under a unique name; returns the name."""
+        """Add a component instance under a unique name; returns the name. `flow_limit` and
+        `flow_policy` (sources only) override the app's."""
         if not isinstance(component, Component):
             raise PipelineError(
                 f"add({name!r}): expected a Component instance, got {type(component).__name__}"
@@ -122,7 +137,12 @@ class App:
             )
         if timeout is not None and timeout <= 0:
             raise PipelineError(f"{name}: timeout must be positive, got {timeout}")
-        self.components[name] = ComponentSpec(name, component, 1, executor, timeout, max_restarts)
+        _check_flow_limit(name, flow_limit, flow_policy or "wait")
+        if (flow_limit is not None or flow_policy is not None) and component.inputs:
+            raise PipelineError(f"{name}: flow_limit and flow_policy apply to sources only")
+        self.components[name] = ComponentSpec(
+            name, component, 1, executor, timeout, max_restarts, flow_limit, flow_policy
+        )
         self.expand(name, instances)
         return name
 
@@ -237,6 +257,13 @@ class App:
             )
         return m["name"], None if m["i"] is None else int(m["i"]), port
 
+    def flow_limit_of(self, spec: ComponentSpec) -> tuple[int | None, str]:
+        """A source's flow limit and policy (its own, else the app's); (None, …) for others."""
+        if spec.component.inputs:
+            return None, self.flow_policy
+        limit = spec.flow_limit if spec.flow_limit is not None else self.flow_limit
+        return limit, spec.flow_policy or self.flow_policy
+
     def executor_of(self, spec: ComponentSpec) -> str:
         return spec.executor or (
             self.executor
@@ -349,6 +376,9 @@ class App:
             comp = spec.component
             kind = type(comp).__name__ + (f" x{spec.instances}" if spec.instances > 1 else "")
             extra = f", timeout {spec.timeout:g} s" if spec.timeout else ""
+            limit, flow_policy = self.flow_limit_of(spec)
+            if limit:
+                extra += f", flow limit {limit} ({flow_policy})"
             ins = ", ".join(f"{p}: {type_name(t)}" for p, t in comp.inputs.items())
             outs = ", ".join(f"{p}: {type_name(resolved[(name, p)])}" for p in comp.outputs)
             rows.append(
@@ -418,3 +448,10 @@ class App:
         from tinydl.pipeline.config import load_app
 
         return load_app(path, variables)
+
+
+def _check_flow_limit(where: str, limit: int | None, policy: str) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise PipelineError(f"{where}: flow_limit must be a positive integer, got {limit!r}")
+    if policy not in FLOW_POLICIES:
+        raise PipelineError(f"{where}: flow_policy must be one of {FLOW_POLICIES}, got {policy!r}")

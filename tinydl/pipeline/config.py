@@ -6,6 +6,8 @@ YAML:
     app: demo                      # name (default: the file's stem)
     executor: thread               # default executor: thread | process
     capacity: 8                    # default queue capacity
+    flow_limit: 2                  # frames in flight per stream (each source's); optional
+    flow_policy: wait              # at the limit: wait | drop-oldest
     vars: {frames: 100}            # ${frames} anywhere below is replaced (--set overrides)
     components:
       src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
@@ -19,7 +21,8 @@ YAML:
 
 Markdown: the H1 is the app's name; "## Settings" and "## Variables" are lists of `key: value`;
 "## Components" is a table with columns name, type, options (a YAML mapping without braces),
-and optionally instances, executor, timeout; "## Connections" is a list of edges as above.
+and optionally instances, executor, timeout, flow_limit, flow_policy; "## Connections" is a
+list of edges as above.
 Other sections and text are documentation. `${here}` is the file's folder.
 """
 
@@ -45,7 +48,16 @@ _SECTIONS = {
     "connection": "connections",
     "edge": "connections",
 }
-_COMPONENT_KEYS = {"type", "options", "instances", "executor", "timeout", "max_restarts"}
+_COMPONENT_KEYS = {
+    "type",
+    "options",
+    "instances",
+    "executor",
+    "timeout",
+    "max_restarts",
+    "flow_limit",
+    "flow_policy",
+}
 
 
 # -- component types by name ------------------------------------------------------------------
@@ -157,6 +169,8 @@ def build_app(
         "capacity",
         "app_id",
         "stop_on_error",
+        "flow_limit",
+        "flow_policy",
         "vars",
         "components",
         "connections",
@@ -172,6 +186,8 @@ def build_app(
         capacity=int(spec.get("capacity", 8)),
         app_id=spec.get("app_id"),
         stop_on_error=bool(spec.get("stop_on_error", False)),
+        flow_limit=spec.get("flow_limit"),
+        flow_policy=spec.get("flow_policy", "wait"),
     )
     components = spec.get("components") or {}
     if isinstance(components, list):  # [{name: ..., type: ...}, ...]
@@ -198,6 +214,8 @@ def build_app(
                 timeout=c.get("timeout"),
                 instances=int(c.get("instances", 1)),
                 max_restarts=int(c.get("max_restarts", 3)),
+                flow_limit=c.get("flow_limit"),
+                flow_policy=c.get("flow_policy"),
             )
         except PipelineError as exc:
             raise PipelineError(f"{where}: {exc}") from None
@@ -292,7 +310,14 @@ def parse_markdown(text: str, source: Any = "app.md") -> dict[str, Any]:
                     "type": row["type"],
                     "options": _flow_mapping(row.get("options", ""), where),
                 }
-                for key in ("instances", "executor", "timeout", "max_restarts"):
+                for key in (
+                    "instances",
+                    "executor",
+                    "timeout",
+                    "max_restarts",
+                    "flow_limit",
+                    "flow_policy",
+                ):
                     if row.get(key):
                         entry[key] = _flow_mapping(f"v: {row[key]}", where)["v"]
                 spec["components"][row["name"]] = entry

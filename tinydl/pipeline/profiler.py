@@ -39,6 +39,7 @@ class NodeStats:
         self.restarts = 0
         self.high_water = 0
         self.close_ns = 0  # the close call (a sink flushing its encoder, say)
+        self.flow_wait_ns = 0  # a source waiting for its flow limit
 
     def record(self, dur_ns: int, items: int, batch: int | None) -> None:
         self.calls += 1
@@ -62,6 +63,7 @@ class NodeStats:
             "ms_per_item": self.busy_ns / 1e6 / self.items if self.items else 0.0,
             "busy_ms": self.busy_ns / 1e6,  # all process calls
             "close_ms": self.close_ns / 1e6,
+            "flow_wait_ms": self.flow_wait_ns / 1e6,
             "p50_ms": pct(0.5),
             "p99_ms": pct(0.99),
             "queue_wait_ms": self.wait_ns / 1e6 / self.queued if self.queued else 0.0,

@@ -9,6 +9,11 @@ Every packet copy is accounted in the Ledger (accounting.py): an input's copy pa
 output of the same frame; any further copy is added before it is queued; the consumer ends it
 (consumed, out, dropped or errored). A light component asleep with nothing queued is called on
 its sender's thread instead of being woken (`App(inline_below_us=...)`).
+
+A source with a flow limit n (`App(flow_limit=n)`) keeps at most n frames of its stream in
+flight, counted by the Ledger until they settle: policy "wait" does not call the source while
+n are in flight; "drop-oldest" lets it run at its own pace and holds the newest frame made at
+the limit, dropping the one it replaces ("flow limit (drop-oldest) on NAME").
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from tinydl.pipeline.component import Component, Context, output_packets
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet
 from tinydl.pipeline.profiler import NodeStats, RunReport, Trace
-from tinydl.pipeline.queues import Dropped, EdgeQueue, Inbox
+from tinydl.pipeline.queues import STOPPED, Dropped, EdgeQueue, Inbox
 
 if TYPE_CHECKING:
     from tinydl.pipeline.app import App, ComponentSpec
@@ -246,6 +251,8 @@ class Node:
             and spec.timeout is None
         )
         self.ema_ns: float | None = None  # recent time per call
+        self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
+        self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
 
     def light(self) -> bool:
         """Cheaper to call than a thread is to wake (its recent calls took < inline_below_us)."""
@@ -367,11 +374,19 @@ class Node:
     def _run_source(self) -> None:
         ctx, rt = self.ctx, self.rt
         request_id = 0
+        limit = self.flow_limit
+        wait = limit is not None and self.flow_policy == "wait"
         while not rt.stopping and self.failed is None:
             if ctx.tick_at is not None:  # a source may ask to be called later instead of sleeping
                 delay = (ctx.tick_at - time.monotonic_ns()) / 1e9
                 ctx.tick_at = None
-                if delay > 0 and rt.stop_event.wait(delay):
+                if delay > 0 and self._pause(delay):
+                    break
+            if wait:
+                t0 = time.perf_counter_ns()
+                self.ledger.wait_below(ctx.flow_id, limit)
+                self.stats.flow_wait_ns += time.perf_counter_ns() - t0
+                if rt.stopping:
                     break
             current = Packet(None, ctx.flow_id, request_id, app_id=rt.app_id)
             t0 = time.perf_counter_ns()
@@ -394,9 +409,39 @@ class Node:
             except PipelineError as exc:
                 self._call_failed([], [], "bad output", exc)
                 break
-            self._deliver(pairs, [], [])
+            if limit is not None and not wait and self.ledger.in_flight(ctx.flow_id) >= limit:
+                self._hold(pairs)
+            else:
+                self._deliver(pairs, [], [])
             self._record(t0, dur, 1, None, request_id)
             request_id += 1
+        if self.flow_held is not None:  # the last frame made: it goes once a slot is free
+            self.ledger.wait_below(ctx.flow_id, limit)
+            self._send_held(STOPPED if rt.stopping else None)
+
+    def _pause(self, delay: float) -> bool:
+        """Sleep until a source's next tick, sending its held frame as soon as its flow has
+        room; True when the app stopped meanwhile."""
+        deadline = time.monotonic() + delay
+        while self.flow_held is not None and delay > 0:
+            if self.ledger.wait_below(self.ctx.flow_id, self.flow_limit, delay):
+                self._send_held(STOPPED if self.rt.stopping else None)
+            delay = deadline - time.monotonic()
+        return self.rt.stop_event.wait(delay) if delay > 0 else self.rt.stopping
+
+    def _hold(self, pairs: list[tuple[str, Packet]]) -> None:
+        """Keep a source's frame made at its flow limit; the frame held before is dropped."""
+        if self.flow_held is not None:
+            self._send_held(f"flow limit (drop-oldest) on {self.name}")
+        self.flow_held = pairs
+
+    def _send_held(self, drop_reason: str | None) -> None:
+        pairs, self.flow_held = self.flow_held, None
+        if drop_reason is None:
+            self._deliver(pairs, [], [])
+            return
+        packets = {packet.key: packet for _, packet in pairs}  # one frame sent on two ports
+        self.dropped([(packet, drop_reason) for packet in packets.values()], entering=True)
 
     def _run_inputs(self) -> None:
         inbox, ctx = self.inbox, self.ctx
@@ -535,11 +580,15 @@ class Node:
         if dropped:
             self.seq.queue.owner.dropped(dropped)
 
-    def dropped(self, dropped: Dropped) -> None:
-        """Account packets discarded at this node's input (queue policy, join, stop)."""
+    def dropped(self, dropped: Dropped, entering: bool = False) -> None:
+        """Account packets discarded at this node's input (queue policy, join, stop), or as
+        they enter the app (`entering`: a source's frame shed by its flow limit)."""
         trace, now = self.rt.trace, time.perf_counter_ns()
         for packet, reason in dropped:
-            self.ledger.end(packet.keys(), DROP, reason)
+            if entering:
+                self.ledger.reject(packet.keys(), reason)
+            else:
+                self.ledger.end(packet.keys(), DROP, reason)
             self.stats.drops[reason] += 1
             if trace is not None and self.track is not None:
                 trace.instant(
@@ -679,6 +728,7 @@ class Runtime:
         self.stopping = True
         self.stop_reason = reason
         self.stop_event.set()
+        self.ledger.release_waiters()
         for node in self.all_nodes():
             if node.inbox is not None:
                 node.inbox.close()
