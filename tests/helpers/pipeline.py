@@ -1,6 +1,9 @@
 """Pipeline components shared by the pipeline test modules. They live in a module of their own
 (not a test file) so that worker processes, which unpickle them, import nothing else."""
 
+import time
+from typing import Any
+
 import numpy as np
 
 from tinydl.pipeline import Component, Tensor
@@ -23,3 +26,17 @@ class Count(Component):
             return None
         self.i += 1
         return {"out": Tensor(np.array([self.i - 1]))}
+
+
+class Pace(Component):
+    """Passes packets on after `delay` seconds (a stage with real work to interrupt)."""
+
+    inputs = {"in": Any}
+    outputs = {"out": Any}
+
+    def __init__(self, delay: float = 0.01):
+        self.delay = delay
+
+    def process(self, ctx, inputs):
+        time.sleep(self.delay)
+        return {"out": inputs["in"]}

@@ -53,6 +53,9 @@ class ComponentSpec:
     max_restarts: int = 3
     flow_limit: int | None = None  # a source's frames in flight per stream (None: the app's)
     flow_policy: str | None = None  # None: the app's
+    cpus: float | None = None  # per instance, for executors that reserve resources (ray)
+    gpus: float | None = None
+    placement: list[str] | None = None  # a box per instance ("cpu:3", "gpu:0"); see place()
 
 
 @dataclass
@@ -85,6 +88,7 @@ class App:
         stop_on_error: bool = False,
         flow_limit: int | None = None,
         flow_policy: str = "wait",
+        ray: dict[str, Any] | None = None,
     ):
         if executor not in EXECUTORS:
             raise PipelineError(
@@ -105,6 +109,9 @@ class App:
         # frames of its stream in flight, so latency stays bounded when any stage falls behind.
         self.flow_limit = flow_limit
         self.flow_policy = flow_policy
+        # ray.init's arguments for the ray executor (e.g. {"address": "auto"} for a cluster).
+        self.ray = dict(ray or {})
+        self.placement_strategy = "PACK"  # of the placement group built from spec.placement
         self.components: dict[str, ComponentSpec] = {}
         self.edges: list[EdgeSpec] = []
 
@@ -120,9 +127,12 @@ class App:
         max_restarts: int = 3,
         flow_limit: int | None = None,
         flow_policy: str | None = None,
+        cpus: float | None = None,
+        gpus: float | None = None,
     ) -> str:
         """Add a component instance under a unique name; returns the name. `flow_limit` and
-        `flow_policy` (sources only) override the app's."""
+        `flow_policy` (sources only) override the app's; `cpus` and `gpus` are what each
+        instance reserves where the executor reserves resources (a Ray actor's)."""
         if not isinstance(component, Component):
             raise PipelineError(
                 f"add({name!r}): expected a Component instance, got {type(component).__name__}"
@@ -140,8 +150,20 @@ class App:
         _check_flow_limit(name, flow_limit, flow_policy or "wait")
         if (flow_limit is not None or flow_policy is not None) and component.inputs:
             raise PipelineError(f"{name}: flow_limit and flow_policy apply to sources only")
+        for what, amount in (("cpus", cpus), ("gpus", gpus)):
+            if amount is not None and (not isinstance(amount, int | float) or amount < 0):
+                raise PipelineError(f"{name}: {what} must be a number >= 0, got {amount!r}")
         self.components[name] = ComponentSpec(
-            name, component, 1, executor, timeout, max_restarts, flow_limit, flow_policy
+            name,
+            component,
+            1,
+            executor,
+            timeout,
+            max_restarts,
+            flow_limit,
+            flow_policy,
+            cpus,
+            gpus,
         )
         self.expand(name, instances)
         return name
@@ -151,6 +173,8 @@ class App:
         spec = self._spec(name)
         if not isinstance(n, int) or n < 1:
             raise PipelineError(f"expand({name!r}, {n!r}): n must be a positive integer")
+        if n != spec.instances:
+            spec.placement = None  # a box per instance: no longer matches
         spec.instances = n
 
     def connect(
@@ -379,6 +403,11 @@ class App:
             limit, flow_policy = self.flow_limit_of(spec)
             if limit:
                 extra += f", flow limit {limit} ({flow_policy})"
+            for what, amount in (("cpus", spec.cpus), ("gpus", spec.gpus)):
+                if amount is not None:
+                    extra += f", {what} {amount:g}"
+            if spec.placement:
+                extra += f", on {','.join(spec.placement)}"
             ins = ", ".join(f"{p}: {type_name(t)}" for p, t in comp.inputs.items())
             outs = ", ".join(f"{p}: {type_name(resolved[(name, p)])}" for p in comp.outputs)
             rows.append(

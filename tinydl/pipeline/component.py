@@ -28,7 +28,7 @@ from typing import Any
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Packet, bind, substitute
 
-EXECUTORS = ("thread", "process")
+EXECUTORS = ("thread", "process", "ray")
 
 
 class Context:

@@ -4,7 +4,8 @@ spec, which `build_app` turns into an App.
 YAML:
 
     app: demo                      # name (default: the file's stem)
-    executor: thread               # default executor: thread | process
+    executor: thread               # default executor: thread | process | ray
+    ray: {address: auto}           # ray.init's arguments (executor ray); optional
     capacity: 8                    # default queue capacity
     flow_limit: 2                  # frames in flight per stream (each source's); optional
     flow_policy: wait              # at the limit: wait | drop-oldest
@@ -12,6 +13,7 @@ YAML:
     components:
       src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
       small: {type: Resize, options: {width: 32}, executor: process, timeout: 5}
+      # cpus/gpus: what each instance reserves (Ray actors)
       out: {type: Collect}
     connections:
       - src -> small                               # one-to-one (ports may be left out)
@@ -21,8 +23,8 @@ YAML:
 
 Markdown: the H1 is the app's name; "## Settings" and "## Variables" are lists of `key: value`;
 "## Components" is a table with columns name, type, options (a YAML mapping without braces),
-and optionally instances, executor, timeout, flow_limit, flow_policy; "## Connections" is a
-list of edges as above.
+and optionally instances, executor, timeout, flow_limit, flow_policy, cpus, gpus;
+"## Connections" is a list of edges as above.
 Other sections and text are documentation. `${here}` is the file's folder.
 """
 
@@ -57,6 +59,8 @@ _COMPONENT_KEYS = {
     "max_restarts",
     "flow_limit",
     "flow_policy",
+    "cpus",
+    "gpus",
 }
 
 
@@ -171,6 +175,7 @@ def build_app(
         "stop_on_error",
         "flow_limit",
         "flow_policy",
+        "ray",
         "vars",
         "components",
         "connections",
@@ -188,6 +193,7 @@ def build_app(
         stop_on_error=bool(spec.get("stop_on_error", False)),
         flow_limit=spec.get("flow_limit"),
         flow_policy=spec.get("flow_policy", "wait"),
+        ray=spec.get("ray"),
     )
     components = spec.get("components") or {}
     if isinstance(components, list):  # [{name: ..., type: ...}, ...]
@@ -216,6 +222,8 @@ def build_app(
                 max_restarts=int(c.get("max_restarts", 3)),
                 flow_limit=c.get("flow_limit"),
                 flow_policy=c.get("flow_policy"),
+                cpus=c.get("cpus"),
+                gpus=c.get("gpus"),
             )
         except PipelineError as exc:
             raise PipelineError(f"{where}: {exc}") from None
@@ -317,6 +325,8 @@ def parse_markdown(text: str, source: Any = "app.md") -> dict[str, Any]:
                     "max_restarts",
                     "flow_limit",
                     "flow_policy",
+                    "cpus",
+                    "gpus",
                 ):
                     if row.get(key):
                         entry[key] = _flow_mapping(f"v: {row[key]}", where)["v"]

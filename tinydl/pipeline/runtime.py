@@ -606,6 +606,7 @@ class Runtime:
 
     def __init__(self, app: App, trace: Trace | None = None):
         from tinydl.pipeline.process import ProcessNode
+        from tinydl.pipeline.ray_executor import RayNode
 
         self.app = app
         self.app_id = app.app_id
@@ -622,9 +623,11 @@ class Runtime:
         # perf_counter_ns stamps go into the trace on the monotonic clock all processes share.
         self.clock_offset = time.monotonic_ns() - time.perf_counter_ns()
         self.nodes: dict[str, list[Node]] = {}
+        self.placement = None  # the Ray placement group of placed components
+        kinds = {"thread": Node, "process": ProcessNode, "ray": RayNode}
         next_flow = 0
         for spec in app.components.values():
-            cls = ProcessNode if app.executor_of(spec) == "process" else Node
+            cls = kinds[app.executor_of(spec)]
             instances = [spec.component] + [
                 spec.component.clone() for _ in range(spec.instances - 1)
             ]
@@ -695,8 +698,15 @@ class Runtime:
 
     # -- running -----------------------------------------------------------------------------
     def start(self) -> None:
-        self.t0 = time.perf_counter()
         nodes = self.all_nodes()
+        ray_specs = [n.spec for n in nodes if n.executor == "ray" and n.ctx.instance == 0]
+        if ray_specs:
+            from tinydl.pipeline import ray_executor
+
+            ray_executor.connect(self.app.ray)
+            if any(s.placement for s in ray_specs):
+                self.placement = ray_executor.Placement(ray_specs, self.app.placement_strategy)
+        self.t0 = time.perf_counter()
         for node in nodes:
             node.start()
         for node in nodes:
@@ -742,6 +752,8 @@ class Runtime:
             if node.thread.is_alive():
                 hung.append(node.name)
                 node._shutdown()
+        if self.placement is not None:
+            self.placement.remove()
         self.wall_s = time.perf_counter() - self.t0
         return hung
 

@@ -1,0 +1,300 @@
+"""The Ray executor: a component instance runs as a Ray actor, on this machine or a cluster.
+
+As with the process executor, the node's queues, joins and accounting stay in the app (the Ray
+driver); its thread calls the actor for each call and waits for the answer. Payloads travel
+through Ray's object store: NumPy arrays are written once by the sender and mapped, zero-copy
+and read-only, by the receiver on the same node (payloads are immutable once sent anyway).
+
+- Ray is started by the first app that needs it: `ray.init(**App(ray={...}))`, e.g.
+  `ray={"address": "auto"}` to join a cluster started with `ray start --head` (or set
+  RAY_ADDRESS); an app run after `ray.init(...)` uses that connection as it is.
+- Resources: `add(..., cpus=1, gpus=0.5)` become the actor's `num_cpus`/`num_gpus`.
+- Placement: `place(app, {name: ["cpu:0", "gpu:1", ...]})` binds each instance to a box (a
+  CPU core or a GPU, as the deployer plans them); the boxes become the bundles of one placement
+  group, and the instances in a box share it.
+- A component's clock (`ctx.now_ns`) is set to the driver's monotonic clock at open, so ticks
+  and packet timestamps mean the same on every node.
+- An actor whose process dies (crashed, killed, its node lost) is noticed by Ray at once: the
+  call's frames are errored ("name: worker died"), the instance is restarted (up to
+  `max_restarts`), and the app goes on.
+- Components that must live in the app (`executors = ("thread",)`: Collect, Metrics) stay in
+  the driver on threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from typing import Any
+
+from tinydl.pipeline.component import Component, Context
+from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.process import OPEN_TIMEOUT_S, ProcessNode, RemoteError, WorkerDied
+from tinydl.pipeline.runtime import CallTimeout
+
+PLACEMENT_TIMEOUT_S = 60.0
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise PipelineError("executor 'ray' needs Ray: pip install 'tinydl[ray]'") from None
+    return ray
+
+
+def connect(options: dict[str, Any] | None) -> None:
+    """Start or join Ray unless this process is already connected."""
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(**{"log_to_driver": False, **(options or {})})
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def place(app, placement: dict[str, list[str]], strategy: str = "PACK") -> None:
+    """Bind instances to boxes: `placement[name][i]` is the box of instance i of component
+    `name`, "cpu:K" (a CPU core) or "gpu:K" / "cuda:K" (a GPU). Under the Ray executor each
+    distinct box is one bundle of a placement group ({"CPU": 1} or {"GPU": 1}) placed with
+    `strategy` (Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD), and the k instances in a box
+    each ask 1/k of it. This is how the deployer's `placement` per instance reaches Ray."""
+    if strategy not in STRATEGIES:
+        raise PipelineError(f"placement strategy must be one of {STRATEGIES}, got {strategy!r}")
+    for name, boxes in placement.items():
+        spec = app._spec(name)
+        if len(boxes) != spec.instances:
+            raise PipelineError(
+                f"place: {name} has {spec.instances} instance(s), got {len(boxes)} box(es)"
+            )
+        for box in boxes:
+            _box_resource(box)
+        spec.placement = list(boxes)
+    app.placement_strategy = strategy
+
+
+def _box_resource(box: str) -> str:
+    kind, _, index = str(box).partition(":")
+    if kind not in ("cpu", "gpu", "cuda") or not index.isdigit():
+        raise PipelineError(f"place: a box is 'cpu:K', 'gpu:K' or 'cuda:K', got {box!r}")
+    return "CPU" if kind == "cpu" else "GPU"
+
+
+def _box_key(box: str) -> str:
+    kind, _, index = box.partition(":")
+    return f"{'cpu' if kind == 'cpu' else 'gpu'}:{index}"
+
+
+class Placement:
+    """One placement group for every box of an app's placed components."""
+
+    def __init__(self, specs: list, strategy: str):
+        ray = _ray()
+        from ray.util import placement_group
+
+        boxes: dict[str, list[tuple[str, int]]] = {}
+        for spec in specs:
+            for i, box in enumerate(spec.placement or ()):
+                boxes.setdefault(_box_key(box), []).append((spec.name, i))
+        self.bundle: dict[tuple[str, int], tuple[int, str, float]] = {}
+        bundles = []
+        for index, (box, members) in enumerate(boxes.items()):
+            resource = _box_resource(box)
+            bundles.append({resource: 1.0})
+            for member in members:
+                self.bundle[member] = (index, resource, 1.0 / len(members))
+        need = {r: sum(1 for b in bundles if r in b) for r in ("CPU", "GPU")}
+        have = ray.cluster_resources()
+        short = [r for r, n in need.items() if n > have.get(r, 0)]
+        if short:
+            raise PipelineError(
+                f"cannot place the app's boxes ({need['CPU']} CPU, {need['GPU']} GPU): the "
+                f"cluster has {have.get('CPU', 0):g} CPU, {have.get('GPU', 0):g} GPU"
+            )
+        self.group = placement_group(bundles, strategy=strategy) if bundles else None
+        if self.group is not None:
+            try:
+                ray.get(self.group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                self.remove()
+                raise PipelineError(
+                    f"cannot place the app's boxes ({need['CPU']} CPU, {need['GPU']} GPU, "
+                    f"{strategy}) in {PLACEMENT_TIMEOUT_S:g} s; the cluster's nodes: "
+                    f"{[n['Resources'] for n in ray.nodes() if n['Alive']]}"
+                ) from None
+
+    def options(self, name: str, instance: int) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if (name, instance) not in self.bundle:
+            return {}
+        index, resource, share = self.bundle[(name, instance)]
+        return {
+            "num_cpus": share if resource == "CPU" else 0,
+            "num_gpus": share if resource == "GPU" else 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=index
+            ),
+        }
+
+    def remove(self) -> None:
+        if self.group is not None:
+            from ray.util import remove_placement_group
+
+            remove_placement_group(self.group)
+            self.group = None
+
+
+# -- the actor -------------------------------------------------------------------------------
+
+
+class _Actor:
+    """Hosts one component instance in a Ray worker (made a Ray actor class by `_actor_class`)."""
+
+    def __init__(self, component: Component, name: str, instance: int, instances: int, app_id):
+        self.component = component
+        self.args = (name, instance, instances, app_id)
+        self.ctx: Context | None = None
+
+    def clock(self) -> int:
+        return time.monotonic_ns()
+
+    def open(self, flow_id: int, offset_ns: int) -> tuple:
+        ctx = self.ctx = Context(*self.args, clock=lambda: time.monotonic_ns() + offset_ns)
+        ctx.flow_id = flow_id
+        try:
+            self.component.open(ctx)
+        except BaseException as exc:
+            return _failure(exc)
+        self.guarded = (
+            type(self.component).wait_for_resource is not Component.wait_for_resource
+            or type(self.component).release_resource is not Component.release_resource
+        )
+        node = _ray().get_runtime_context().get_node_id()
+        return ("ready", ctx.flow_id, os.getpid(), node)
+
+    def process(self, inputs: dict) -> tuple:
+        comp, ctx = self.component, self.ctx
+        try:
+            if self.guarded:
+                comp.wait_for_resource(ctx)
+            try:
+                out = comp.process(ctx, inputs)
+            finally:
+                if self.guarded:
+                    comp.release_resource(ctx)
+        except Exception as exc:
+            return _failure(exc)
+        return ("ok", out, ctx.tick_at, ctx.flow_id)
+
+    def close(self, stop_reason: str | None) -> tuple:
+        self.ctx.stop_reason = stop_reason
+        try:
+            out = self.component.close(self.ctx)
+        except Exception as exc:
+            return _failure(exc)
+        return ("ok", out, None, self.ctx.flow_id)
+
+
+def _failure(exc: BaseException) -> tuple:
+    return ("error", type(exc).__name__, str(exc), traceback.format_exc())
+
+
+_actor_lock = threading.Lock()
+_actor_cls = None
+
+
+def _actor_class():
+    global _actor_cls
+    with _actor_lock:
+        if _actor_cls is None:
+            _actor_cls = _ray().remote(_Actor)
+        return _actor_cls
+
+
+# -- the node in the driver ------------------------------------------------------------------
+
+
+class RayNode(ProcessNode):
+    """A component instance in a Ray actor, driven by a thread of the app (the driver)."""
+
+    executor = "ray"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.actor = None
+        self.pid: int | None = None
+        self.node_id: str | None = None
+
+    def _start_worker(self) -> None:
+        spec = self.spec
+        options: dict[str, Any] = {"max_restarts": 0, "name": None}
+        if spec.cpus is not None:
+            options["num_cpus"] = spec.cpus
+        if spec.gpus is not None:
+            options["num_gpus"] = spec.gpus
+        if self.rt.placement is not None:
+            options.update(self.rt.placement.options(spec.name, self.ctx.instance))
+        ctx = self.ctx
+        self.actor = (
+            _actor_class()
+            .options(**options)
+            .remote(self.component, self.name, ctx.instance, ctx.instances, ctx.app_id)
+        )
+        t0 = time.monotonic_ns()
+        theirs = self._get(self.actor.clock.remote(), OPEN_TIMEOUT_S, "open")
+        offset = (t0 + time.monotonic_ns()) // 2 - theirs  # their clock to ours, +- half a trip
+        msg = self._get(
+            self.actor.open.remote(ctx.flow_id, offset), self.timeout or OPEN_TIMEOUT_S, "open"
+        )
+        if msg[0] != "ready":
+            self._kill()
+            raise RemoteError(msg[1], f"open failed in the actor: {msg[1]}: {msg[2]}", msg[3])
+        ctx.flow_id, self.pid, self.node_id = msg[1], msg[2], msg[3]
+        if self.rt.trace is not None:
+            self.track = self.rt.trace.track(
+                f"{self.name} (ray actor {self.pid}, node {self.node_id[:8]})", pid=self.pid, tid=1
+            )
+
+    def _get(self, ref, timeout: float | None, what: str) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self._kill()
+            raise CallTimeout(f"no answer in {timeout:g} s during {what}") from None
+        except ray.exceptions.RayActorError as exc:
+            self._kill()
+            raise WorkerDied(f"actor died during {what} ({type(exc).__name__})") from None
+
+    def _rpc(self, kind: str, body: Any, what: str) -> Any:
+        if self.actor is None:
+            raise WorkerDied("no actor")
+        msg = self._get(getattr(self.actor, kind).remote(body), self.timeout, what)
+        if msg[0] == "error":
+            raise RemoteError(msg[1], msg[2], msg[3])
+        _, out, tick_at, flow_id = msg
+        self.ctx.tick_at, self.ctx.flow_id = tick_at, flow_id
+        return out
+
+    def _process(self, inputs: dict) -> Any:
+        return self._rpc("process", inputs, "process")
+
+    def _close(self) -> Any:
+        if self.actor is None:
+            return None
+        try:
+            return self._rpc("close", self.ctx.stop_reason, "close")
+        finally:
+            self._kill()
+
+    def _kill(self) -> None:
+        actor, self.actor = self.actor, None
+        if actor is not None:
+            _ray().kill(actor, no_restart=True)
+
+    def _shutdown(self) -> None:
+        self._kill()
