@@ -31,7 +31,9 @@ from tinydl.pipeline import App, Component, Frame
 
 
 class Stamp(Component):
-    """Source: `count` packets holding perf_counter_ns() at return, one every `gap_s`."""
+    """Source: `count` packets holding perf_counter_ns() at return, one every `gap_s`; with
+    `frame`, a new frame of that size each time (from `ctx.empty`: the frame pool where the app
+    has worker processes), its stamp in `pts`."""
 
     inputs: dict = {}
     outputs = {"out": object}
@@ -41,7 +43,6 @@ class Stamp(Component):
 
     def open(self, ctx):
         self.i = 0
-        self.image = None if self.frame is None else np.zeros((*self.frame, 3), np.uint8)
 
     def process(self, ctx, inputs):
         if self.i >= self.count:
@@ -49,8 +50,10 @@ class Stamp(Component):
         self.i += 1
         if self.gap_s:
             ctx.request_tick(self.gap_s)
-        if self.image is not None:
-            return {"out": Frame(self.image)}
+        if self.frame is not None:
+            image = ctx.empty((*self.frame, 3), np.uint8)
+            image[0, 0] = self.i % 256  # the pixels are written where they were made, not per hop
+            return {"out": Frame(image, pts=time.perf_counter_ns())}
         return {"out": time.perf_counter_ns()}
 
 
@@ -62,7 +65,8 @@ class Receive(Component):
 
     def process(self, ctx, inputs):
         now = time.perf_counter_ns()
-        return {"out": now - inputs["in"].payload}
+        payload = inputs["in"].payload
+        return {"out": now - (payload.pts if isinstance(payload, Frame) else payload)}
 
 
 class Pass(Component):
@@ -106,10 +110,16 @@ def percentiles(ns: list[int]) -> dict[str, float]:
 
 
 def hop(
-    executor: str, hops: int, gap_s: float, inline: bool = True, warmup: int = 200
+    executor: str,
+    hops: int,
+    gap_s: float,
+    inline: bool = True,
+    warmup: int = 200,
+    frame: tuple[int, int] | None = None,
+    source: str = "thread",
 ) -> dict[str, float]:
     app = App(f"hop-{executor}", inline_below_us=20.0 if inline else 0.0)
-    app.add("a", Stamp(hops + warmup, gap_s))
+    app.add("a", Stamp(hops + warmup, gap_s, frame), executor=source)
     app.add("b", Receive(), executor=executor)
     keep = Keep()
     app.add("c", keep)
@@ -184,6 +194,12 @@ def main() -> None:
         "hop_thread": median_of(hop, thread, args.hops, gap),
         "hop_thread_no_inline": median_of(hop, thread, args.hops, gap, inline=False),
         "hop_process": median_of(hop, process, args.process_hops, gap),
+        "hop_process_1080p": median_of(
+            hop, process, args.process_hops, gap * 10, frame=(1080, 1920), source=process
+        ),
+        "hop_thread_to_process_1080p": median_of(
+            hop, process, args.process_hops, gap * 10, frame=(1080, 1920)
+        ),
         "throughput_thread_trivial": median_of(throughput, thread, args.items, None),
         "throughput_thread_no_inline_trivial": median_of(
             throughput, thread, args.items, None, inline=False
@@ -199,9 +215,11 @@ def main() -> None:
     print(f"{'hop latency':36} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'hops':>7}")
     for key, label in [
         ("floor_simple_queue", "floor: bare threads, SimpleQueue"),
-        ("hop_thread", "thread executor"),
+        ("hop_thread", "thread executor (inlined call)"),
         ("hop_thread_no_inline", "thread executor, inline off"),
         ("hop_process", "process executor"),
+        ("hop_process_1080p", "process to process, 1080p frame"),
+        ("hop_thread_to_process_1080p", "thread to process, 1080p frame"),
     ]:
         r = results[key]
         print(f"{label:36} {r['p50_us']:8.1f} {r['p90_us']:8.1f} {r['p99_us']:8.1f} {r['hops']:7d}")

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.pipeline import Component, Tensor
+from tinydl.pipeline import Component, Frame, Tensor
 
 
 class Count(Component):
@@ -40,3 +40,45 @@ class Pace(Component):
     def process(self, ctx, inputs):
         time.sleep(self.delay)
         return {"out": inputs["in"]}
+
+
+class PoolFrames(Component):
+    """A source of n frames made with ctx.empty (a frame pool where the app has workers), each
+    filled with its index % 251."""
+
+    inputs: dict = {}
+    outputs = {"out": Frame}
+
+    def __init__(self, n: int = 20, height: int = 360, width: int = 640):
+        self.n, self.shape = n, (height, width, 3)
+
+    def open(self, ctx):
+        self.i = 0
+
+    def process(self, ctx, inputs):
+        if self.i >= self.n:
+            return None
+        image = ctx.empty(self.shape, np.uint8)
+        image[...] = self.i % 251
+        self.i += 1
+        return {"out": Frame(image)}
+
+
+class CheckFrames(Component):
+    """Checks, `delay` seconds after a frame arrives, that it still holds its index % 251 (a
+    block reused too early would not); passes it on, or raises."""
+
+    inputs = {"in": Frame}
+    outputs = {"out": Frame}
+
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+
+    def process(self, ctx, inputs):
+        packet = inputs["in"]
+        time.sleep(self.delay)
+        image = packet.payload.image
+        want = packet.request_id % 251
+        if image.min() != want or image.max() != want:
+            raise ValueError(f"frame {packet.request_id} changed under its reader")
+        return {"out": packet.payload}

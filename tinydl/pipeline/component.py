@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Packet, bind, substitute
 
@@ -53,6 +55,12 @@ class Context:
         # Why the app was stopped early (a timeout, an interrupt, an error with stop_on_error),
         # set before `close`; None when it ran to the end. A sink writing a file discards it.
         self.stop_reason: str | None = None
+        self.pool: Any = None  # a frame pool (shm.Pool) where outputs may cross processes
+
+    def empty(self, shape: Any, dtype: Any = np.uint8) -> np.ndarray:
+        """An uninitialized array to fill with an output. Where the app has worker processes
+        it lies in shared memory, and crosses them by reference, without a copy."""
+        return np.empty(shape, dtype) if self.pool is None else self.pool.empty(shape, dtype)
 
     def request_tick(self, delay_s: float) -> None:
         """Call `process(ctx, {})` once `delay_s` has passed, unless input comes first and the

@@ -30,6 +30,7 @@ import numpy as np
 from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart
+from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
 
 OPEN_TIMEOUT_S = 120.0  # spawn + imports + open, when the component sets no timeout
 MIN_ARENA = 1 << 20
@@ -52,11 +53,17 @@ class RemoteError(Exception):
 
 
 class _Pickler(pickle.Pickler):
+    pool: Pool | None = None  # a worker's: its large outputs are copied into its blocks
+
     def reducer_override(self, obj):
-        # NumPy pickles non-contiguous arrays in-band (as bytes); make them contiguous so that
-        # their data, too, goes out-of-band into shared memory.
-        if type(obj) is np.ndarray and not (obj.flags.c_contiguous or obj.flags.f_contiguous):
-            return np.ascontiguousarray(obj).__reduce_ex__(5)
+        if type(obj) is np.ndarray:
+            ref = reference(obj, self.pool)  # an array in a frame pool goes by reference
+            if ref is not None:
+                return ref
+            # NumPy pickles non-contiguous arrays in-band (as bytes); make them contiguous so
+            # that their data, too, goes out-of-band into shared memory.
+            if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+                return np.ascontiguousarray(obj).__reduce_ex__(5)
         return NotImplemented
 
 
@@ -99,10 +106,12 @@ def _close(shm: SharedMemory) -> None:
         pass
 
 
-def dumps(obj: Any, arena: Arena) -> bytes:
+def dumps(obj: Any, arena: Arena, pool: Pool | None = None) -> bytes:
     buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
-    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)
+    pickler = _Pickler(f, protocol=5, buffer_callback=buffers.append)
+    pickler.pool = pool
+    pickler.dump(obj)
     if not buffers:
         return pickle.dumps((None, [], f.getvalue()), protocol=5)
     raws = [b.raw() for b in buffers]
@@ -116,7 +125,19 @@ def dumps(obj: Any, arena: Arena) -> bytes:
     return pickle.dumps((shm.name, layout, f.getvalue()), protocol=5)
 
 
-def loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any:
+def loads(
+    message: bytes,
+    attached: dict[str, SharedMemory],
+    copy: bool,
+    rx: Receiver | None = None,
+) -> Any:
+    rx = rx or Receiver(counts=False)
+    rx.copy = copy and not rx.counts  # the app keeps a worker's blocks mapped, no copy
+    with receiving(rx):
+        return _loads(message, attached, copy)
+
+
+def _loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any:
     name, layout, data = pickle.loads(message)
     if name is None:
         return pickle.loads(data)
@@ -143,6 +164,8 @@ def _worker_main(
     ctx.flow_id = flow_id
     attached: dict[str, SharedMemory] = {}
     arena = Arena(segment_prefix(os.getppid()))
+    pool = ctx.pool = Pool(segment_prefix(os.getppid()), lends=True)
+    rx = Receiver(counts=False)
 
     def reply(*msg) -> None:
         conn.send_bytes(pickle.dumps(msg, protocol=5))
@@ -155,7 +178,7 @@ def _worker_main(
     except BaseException as exc:
         reply(*failure(exc))
         return
-    reply("ready", ctx.flow_id, os.getpid())
+    reply("ready", ctx.flow_id, os.getpid(), pool.prefix)
     guarded = (
         type(component).wait_for_resource is not Component.wait_for_resource
         or type(component).release_resource is not Component.release_resource
@@ -163,12 +186,13 @@ def _worker_main(
     try:
         while True:
             try:
-                kind, body = pickle.loads(conn.recv_bytes())
+                kind, body, returns = pickle.loads(conn.recv_bytes())
             except EOFError:
                 return
+            pool.returned(returns)
             try:
                 if kind == "process":
-                    inputs = loads(body, attached, copy=component.holds_inputs)
+                    inputs = loads(body, attached, component.holds_inputs, rx)
                     if guarded:
                         component.wait_for_resource(ctx)
                     try:
@@ -180,16 +204,18 @@ def _worker_main(
                 else:
                     ctx.stop_reason = body  # why the app stopped early, or None
                     out = component.close(ctx)
-                msg = ("ok", dumps(out, arena), ctx.tick_at, ctx.flow_id)
+                msg = ("ok", dumps(out, arena, pool), ctx.tick_at, ctx.flow_id)
             except Exception as exc:
                 msg = failure(exc)
             conn.send_bytes(pickle.dumps(msg, protocol=5))
             if kind == "close":
                 return
     finally:
-        for shm in attached.values():
-            _close(shm)
+        for seg in attached.values():
+            _close(seg)
+        rx.close()
         arena.release()
+        pool.close()
 
 
 # -- the node in the app's process -----------------------------------------------------------
@@ -207,6 +233,8 @@ class ProcessNode(Node):
         self.arena = Arena()
         self.attached: dict[str, SharedMemory] = {}
         self.out_arena: str | None = None
+        self.rx = Receiver(counts=True)  # the worker's blocks this app maps
+        self.block_prefixes: list[str] = []  # of every worker it started, swept at the end
         self._call_process = self._process
 
     def _open(self) -> None:
@@ -237,6 +265,8 @@ class ProcessNode(Node):
             self._kill()
             raise RemoteError(msg[1], f"open failed in the worker: {msg[1]}: {msg[2]}", msg[3])
         self.ctx.flow_id = msg[1]
+        self.rx.sender = msg[3]
+        self.block_prefixes.append(msg[3])
         if self.rt.trace is not None:
             self.track = self.rt.trace.track(f"{self.name} (process {msg[2]})", pid=msg[2], tid=1)
 
@@ -261,7 +291,8 @@ class ProcessNode(Node):
         if self.proc is None:
             raise WorkerDied("no worker")
         try:
-            self.conn.send_bytes(pickle.dumps((kind, body), protocol=5))
+            request = (kind, body, self.rx.take_returns())
+            self.conn.send_bytes(pickle.dumps(request, protocol=5))
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.proc.join(1.0)
             code = self.proc.exitcode
@@ -272,7 +303,7 @@ class ProcessNode(Node):
             raise RemoteError(msg[1], msg[2], msg[3])
         _, out, tick_at, flow_id = msg
         self.ctx.tick_at, self.ctx.flow_id = tick_at, flow_id
-        result = loads(out, self.attached, copy=True)
+        result = loads(out, self.attached, True, self.rx)
         self.out_arena = next(iter(self.attached), self.out_arena)
         return result
 
@@ -326,3 +357,9 @@ class ProcessNode(Node):
     def _shutdown(self) -> None:
         self._kill()
         self.arena.release()
+        self.rx.close()
+
+    def sweep_blocks(self) -> None:
+        """At the app's end: unlink the blocks its workers left (lent, or the worker died)."""
+        for prefix in self.block_prefixes:
+            sweep(prefix)

@@ -638,6 +638,16 @@ class Runtime:
                     next_flow += 1
             self.nodes[spec.name] = nodes
         self._wire()
+        # Frames that thread components make with ctx.empty cross into workers by reference.
+        self.pool = None
+        if any(n.executor == "process" for n in self.all_nodes()):
+            from tinydl.pipeline.process import segment_prefix
+            from tinydl.pipeline.shm import Pool
+
+            self.pool = Pool(segment_prefix(), lends=False)
+            for node in self.all_nodes():
+                if node.executor == "thread":
+                    node.ctx.pool = self.pool
         self.t0 = 0.0
         self.wall_s = 0.0
 
@@ -754,6 +764,11 @@ class Runtime:
                 node._shutdown()
         if self.placement is not None:
             self.placement.remove()
+        if self.pool is not None and not hung:
+            self.pool.close()
+            for node in self.all_nodes():
+                if node.executor == "process":
+                    node.sweep_blocks()
         self.wall_s = time.perf_counter() - self.t0
         return hung
 

@@ -44,7 +44,8 @@ class SyntheticSource(Component):
     def process(self, ctx, inputs):
         if self.count is not None and self.index >= self.count:
             return None
-        image = self.base + np.uint8(self.index % 256)  # wraps like a uint8 counter
+        image = ctx.empty(self.base.shape, np.uint8)  # shared memory where workers read it
+        np.add(self.base, np.uint8(self.index % 256), out=image)  # wraps like a uint8 counter
         frame = Frame(image, self.format, pts=self.index / self.fps if self.fps else None)
         self.index += 1
         if self.fps:
