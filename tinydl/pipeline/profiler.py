@@ -1,5 +1,7 @@
 """Profiler: per-component time per item, queue waits, batch sizes, drops and errors, as a summary
-table and as a Chrome/Perfetto trace (one track per executor: a thread, or a worker process).
+table and as a Chrome/Perfetto trace (one track per executor: a thread, or a worker process),
+with a flow arrow per frame from its source's call through every call that handled it to its
+sink, and CPU utilization counters (the app's process, each worker, the machine) from /proc.
 
 Counters are always kept (a few integer adds per call); trace events only when a trace is asked
 for, in a bounded buffer (the newest `max_events` are kept), so a long run stays bounded too.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +113,25 @@ class Trace:
             }
         )
 
+    def flow(self, track: tuple[int, int], phase: str, key: tuple[int, int], at_ns: int) -> None:
+        """One frame's arrow: "s" at its source's call, "t" at each call on its way, "f" at
+        its sink; each binds to the call (span) around `at_ns` on `track`."""
+        event = {
+            "name": "frame",
+            "cat": "frame",
+            "ph": phase,
+            "id": f"{key[0]}:{key[1]}",
+            "pid": track[0],
+            "tid": track[1],
+            "ts": at_ns / 1e3,
+        }
+        if phase != "s":
+            event["bp"] = "e"
+        self.events.append(event)
+
+    def counter(self, pid: int, name: str, at_ns: int, values: dict[str, float]) -> None:
+        self.events.append({"name": name, "ph": "C", "pid": pid, "ts": at_ns / 1e3, "args": values})
+
     def instant(
         self, track: tuple[int, int], name: str, at_ns: int, args: dict[str, Any] | None = None
     ) -> None:
@@ -139,6 +161,66 @@ class Trace:
     def write(self, path: str | os.PathLike) -> None:
         with open(path, "w") as f:
             json.dump(self.to_json(), f)
+
+
+class CpuSampler:
+    """Samples CPU utilization into a trace every `period` seconds while an app runs: per
+    process (100 % = one core busy) and for the whole machine, read from /proc (Linux; where
+    it is missing, no counters)."""
+
+    def __init__(self, trace: Trace, pids, period: float = 0.1):
+        self.trace, self.pids, self.period = trace, pids, period
+        self.stop_event = threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.thread = threading.Thread(target=self._loop, name="tinydl:cpu", daemon=True)
+
+    def start(self) -> None:
+        if os.path.exists("/proc/stat"):
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join(1.0)
+
+    def _process_ticks(self, pid: int) -> int | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            return None
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)
+        return sum(values) - idle, sum(values)
+
+    def _loop(self) -> None:
+        app = os.getpid()
+        last: dict[int, int] = {}
+        last_t = time.monotonic_ns()
+        last_machine = self._machine()
+        while not self.stop_event.wait(self.period):
+            now = time.monotonic_ns()
+            wall_ticks = (now - last_t) / 1e9 * self.tick
+            for pid in [app, *self.pids()]:
+                ticks = self._process_ticks(pid)
+                if ticks is None:
+                    continue
+                if pid in last and wall_ticks > 0:
+                    busy = 100.0 * (ticks - last[pid]) / wall_ticks
+                    self.trace.counter(pid, "CPU %", now, {"process": round(busy, 1)})
+                last[pid] = ticks
+            busy, total = self._machine()
+            if total > last_machine[1]:
+                share = (busy - last_machine[0]) / (total - last_machine[1])
+                self.trace.counter(
+                    app, "machine CPU %", now, {"all cores": round(100.0 * share, 1)}
+                )
+            last_machine, last_t = (busy, total), now
 
 
 @dataclass

@@ -34,7 +34,7 @@ from tinydl.pipeline.accounting import CONSUMED, DROP, ERROR, OUT, Ledger, consu
 from tinydl.pipeline.component import Component, Context, output_packets
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet
-from tinydl.pipeline.profiler import NodeStats, RunReport, Trace
+from tinydl.pipeline.profiler import CpuSampler, NodeStats, RunReport, Trace
 from tinydl.pipeline.queues import STOPPED, Dropped, EdgeQueue, Inbox
 
 if TYPE_CHECKING:
@@ -413,7 +413,7 @@ class Node:
                 self._hold(pairs)
             else:
                 self._deliver(pairs, [], [])
-            self._record(t0, dur, 1, None, request_id)
+            self._record(t0, dur, 1, None, request_id, [(ctx.flow_id, request_id)])
             request_id += 1
         if self.flow_held is not None:  # the last frame made: it goes once a slot is free
             self.ledger.wait_below(ctx.flow_id, limit)
@@ -479,7 +479,8 @@ class Node:
                 self._call_failed(packets, keys, getattr(exc, "type_name", type(exc).__name__), exc)
             return
         dur = time.perf_counter_ns() - t0
-        self._deliver(pairs, packets, [k for p in packets for k in p.keys()])
+        keys = [k for p in packets for k in p.keys()]
+        self._deliver(pairs, packets, list(keys))
         batch = (
             len(current.payload)
             if current is not None and isinstance(current.payload, Batch)
@@ -491,22 +492,33 @@ class Node:
             (batch or 1) if packets else 0,
             batch,
             None if current is None else current.request_id,
+            keys,
         )
 
     def _record(
-        self, t0: int, dur: int, items: int, batch: int | None, request: int | None
+        self,
+        t0: int,
+        dur: int,
+        items: int,
+        batch: int | None,
+        request: int | None,
+        keys: list[tuple[int, int]],
     ) -> None:
         self.stats.record(dur, items, batch)
         self.ema_ns = dur if self.ema_ns is None else self.ema_ns + (dur - self.ema_ns) / 8
         trace = self.rt.trace
         if trace is not None:
+            start = t0 + self.rt.clock_offset
             trace.span(
                 self.track,
                 self.spec.name,
-                t0 + self.rt.clock_offset,
+                start,
                 dur,
                 {"items": items, "batch": batch, "request": request},
             )
+            phase = "s" if self.inbox is None else "f" if self.sink else "t"
+            for key in keys:
+                trace.flow(self.track, phase, key, start + dur // 2)
 
     def _call_failed(
         self,
@@ -624,6 +636,7 @@ class Runtime:
         self.clock_offset = time.monotonic_ns() - time.perf_counter_ns()
         self.nodes: dict[str, list[Node]] = {}
         self.placement = None  # the Ray placement group of placed components
+        self.sampler: CpuSampler | None = None  # CPU counters, when tracing
         kinds = {"thread": Node, "process": ProcessNode, "ray": RayNode}
         next_flow = 0
         for spec in app.components.values():
@@ -728,6 +741,18 @@ class Runtime:
             self.join(grace=10.0)
             raise PipelineError("cannot start the app: open failed in " + "; ".join(failed))
         self.started.set()
+        if self.trace is not None:
+            self.sampler = CpuSampler(self.trace, self._worker_pids)
+            self.sampler.start()
+
+    def _worker_pids(self) -> list[int]:
+        pids = []
+        for node in self.all_nodes():
+            proc = getattr(node, "proc", None)
+            pid = proc.pid if proc is not None else getattr(node, "pid", None)
+            if pid is not None:
+                pids.append(pid)
+        return pids
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the app to finish; False when `timeout` passed first."""
@@ -762,6 +787,8 @@ class Runtime:
             if node.thread.is_alive():
                 hung.append(node.name)
                 node._shutdown()
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.placement is not None:
             self.placement.remove()
         if self.pool is not None and not hung:
