@@ -158,3 +158,25 @@ def test_four_streams_on_a_two_node_cluster(two_nodes):
     nodes = {name: rt.nodes[name][0].node_id for name in ("ycc", "rgb", "sr")}
     assert nodes["ycc"] == nodes["rgb"] != nodes["sr"]
     assert len({n["NodeID"] for n in ray.nodes() if n["Alive"]}) == 2
+
+
+def test_ray_settings_from_yaml(tmp_path):
+    from tinydl.pipeline.config import load_app
+
+    path = tmp_path / "app.yaml"
+    path.write_text(
+        "app: cams\nexecutor: ray\nray: {address: auto}\n"
+        "components:\n"
+        "  cam: {type: SyntheticSource, options: {count: 2}}\n"
+        "  small: {type: Resize, options: {width: 8}, cpus: 2, gpus: 0.25}\n"
+        "  out: {type: Collect}\n"
+        "connections:\n  - cam -> small\n  - small -> out\n"
+    )
+    app = load_app(path)
+    assert app.ray == {"address": "auto"}
+    spec = app.components["small"]
+    assert (spec.cpus, spec.gpus) == (2, 0.25)
+    assert app.executor_of(app.components["out"]) == "thread"  # Collect stays in the driver
+    assert "[ray, cpus 2, gpus 0.25]" in app.help(file=None)
+    with pytest.raises(PipelineError, match="cpus must be a number >= 0"):
+        app.add("bad", Resize(width=8), cpus=-1)
