@@ -36,7 +36,10 @@ EXTRA = {  # built by tools/zoo.py's helpers, beside the zoo's own models
 }
 
 CHILD = r"""
-import json, sys, time
+import cProfile, json, os, sys, time
+prof = cProfile.Profile() if os.environ.get("COLDSTART_PROFILE") else None
+if prof:
+    prof.enable()
 t0 = time.perf_counter()
 import numpy as np
 import tinydl as td
@@ -64,6 +67,9 @@ for v in model.inputs:
     feeds[v.name] = rng.standard_normal(shape).astype(v.dtype)
 sess.run(feeds)
 t4 = time.perf_counter()
+if prof:
+    prof.disable()
+    prof.dump_stats(os.environ["COLDSTART_PROFILE"])
 stats = {}
 if backend == "cuda":
     from tinydl.backends.cuda.context import get_context
@@ -84,14 +90,18 @@ def model_path(name: str, onnx_dir: Path) -> str:
     sys.path.insert(0, str(ROOT / "tools"))
     import zoo
 
-    if name in EXTRA:
-        kind, arch = EXTRA[name]
-        zoo.MODELS[name] = (zoo._torchvision if kind == "torchvision" else zoo._timm)(arch, 224)
-    return str(zoo.export(name, onnx_dir))
+    if name not in EXTRA:
+        return str(zoo.export(name, onnx_dir))
+    kind, arch = EXTRA[name]
+    zoo.MODELS[name] = (zoo._torchvision if kind == "torchvision" else zoo._timm)(arch, 224)
+    return str(zoo._export_here(name, onnx_dir))
 
 
-def start(path: str, backend: str, cache: str, threads: int) -> dict:
-    env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+def start(path: str, backend: str, cache: str, threads: int, profile: str = "") -> dict:
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
+    if profile:
+        env["COLDSTART_PROFILE"] = profile
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, path, backend, str(threads)],
         env=env,
@@ -111,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--compile-threads", type=int, default=0, help="cuda: NVRTC threads (default: per core)"
     )
+    ap.add_argument("--profile-dir", type=Path, help="cProfile each start into this folder")
     ap.add_argument("--json", type=Path, help="write the rows here too")
     args = ap.parse_args(argv)
     args.onnx_dir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +136,12 @@ def main(argv=None) -> int:
         for backend in args.backends.split(","):
             with tempfile.TemporaryDirectory() as cache:
                 for label in ("cold", "warm"):
-                    r = start(path, backend, cache, args.compile_threads)
+                    prof = ""
+                    if args.profile_dir:
+                        args.profile_dir.mkdir(parents=True, exist_ok=True)
+                        stem = f"{name.replace(':', '_')}-{backend}-{label}.prof"
+                        prof = str(args.profile_dir.resolve() / stem)
+                    r = start(path, backend, cache, args.compile_threads, prof)
                     rows.append({"model": name, "backend": backend, "start": label, **r})
                     if "error" in r:
                         print(f"| {name} | {backend} | {label} | error: {r['error']} |")

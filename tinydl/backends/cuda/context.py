@@ -203,6 +203,17 @@ class Context:
             self.cp.cuda.get_current_stream().synchronize()
 
 
+def empty_pinned(cp, shape, dtype):
+    """A NumPy array in page-locked memory, as cupyx.empty_pinned makes it (importing cupyx
+    imports SciPy: a third of a second on the first read-back)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    mem = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.ndarray(tuple(shape), dtype, mem)
+
+
 def compile_cubin(source: str, arch: str, label: str = "kernel") -> bytes:
     """NVRTC: CUDA C source -> cubin for `arch` (sm_XX). Needs no GPU."""
     from cupy_backends.cuda.libs import nvrtc

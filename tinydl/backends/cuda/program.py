@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
+from tinydl.backends.cuda.context import empty_pinned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
 from tinydl.backends.fusion import fuse, fuse_attention, fuse_residuals
@@ -336,9 +337,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def to_host(self, arr, stream) -> np.ndarray:
         """Copy a device array to a NumPy array in pinned memory (waits for the copy)."""
-        import cupyx
-
-        out = cupyx.empty_pinned(arr.shape, arr.dtype)
+        out = empty_pinned(self.ctx.cp, arr.shape, arr.dtype)
         arr.get(stream=stream, out=out)
         return out
 
