@@ -121,6 +121,66 @@ def test_cubins_are_written_atomically(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["k.cubin"]
 
 
+def _cpu_context(monkeypatch, tmp_path):
+    """The real Context's compile and cache logic, with module loading recorded instead of
+    done on a GPU."""
+    import collections
+    import contextlib
+    import threading
+    import types
+
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setenv(context.CACHE_ENV, str(tmp_path))
+    ctx = object.__new__(context.Context)
+    loaded = []
+    ctx.cp = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or path)
+    ctx.device = contextlib.nullcontext()
+    ctx.arch, ctx.nvrtc_version = "sm_90", (13, 0)
+    ctx._lock, ctx._pending, ctx._pool = threading.Lock(), {}, None
+    ctx.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
+    ctx._modules = collections.OrderedDict()
+    return ctx, loaded
+
+
+def test_prefetched_kernels_compile_once_on_threads_and_load_on_demand(monkeypatch, tmp_path):
+    import threading
+
+    from tinydl.backends.cuda import context
+
+    ctx, loaded = _cpu_context(monkeypatch, tmp_path)
+    threads = set()
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        threads.add(threading.current_thread().name)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    sources = [f'extern "C" __global__ void k(float* x) {{ x[0] = {i}.0f; }}' for i in range(6)]
+    for s in sources + sources:  # asked twice: compiled once
+        ctx.prefetch(s)
+    assert not loaded
+    mods = [ctx.module(s) for s in sources]
+    assert ctx.stats["compiled"] == 6 and len(set(mods)) == 6 and len(loaded) == 6
+    assert all(t.startswith("tinydl-nvrtc") for t in threads)
+    assert ctx.module(sources[0]) == mods[0] and len(loaded) == 6  # loaded once
+    assert sorted(p.name for p in tmp_path.joinpath("cuda").iterdir()) == sorted(
+        f"{ctx._key(s)}.cubin" for s in sources
+    )
+
+
+def test_a_prefetched_kernel_that_fails_raises_when_it_is_used(monkeypatch, tmp_path):
+    from tinydl.backends.cuda.context import CompileError
+
+    ctx, _ = _cpu_context(monkeypatch, tmp_path)
+    broken = 'extern "C" __global__ void k() { undefined_name(); }'
+    ctx.prefetch(broken, "Broken")
+    with pytest.raises(CompileError, match="undefined_name"):
+        ctx.module(broken, "Broken")
+    assert not ctx._pending
+
+
 def test_tables_are_uploaded_per_input_shape(fake_device):
     """Resize's tap tables depend on the input shape: a plan for a second shape gets its own
     (a table cached by node name alone once served every later shape the first one's)."""

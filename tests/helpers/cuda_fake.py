@@ -49,6 +49,9 @@ class FakeContext:
         self.cc = (9, 0)
         self._seen: dict[str, bytes] = {}
 
+    def prefetch(self, source: str, label: str = "kernel") -> None:
+        """Compiled in `function`, one at a time (the real context uses NVRTC threads)."""
+
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         if source not in self._seen:
             self._seen[source] = self._compile(source, self.arch, label)

@@ -228,6 +228,7 @@ class Plan:
         self.steps: list = []
         for node in self.nodes:
             self.registry[node.op].build(self.build_class(self, node))
+        self.finish()
         self._allocate()
         self.init = {
             "plan_s": time.perf_counter() - t0,
@@ -235,6 +236,9 @@ class Plan:
         }
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def finish(self) -> None:
+        """Called once every node is built: complete work the builders started."""
+
     def rewrite(self, body: Graph, keep: set[str], shape_of, types) -> list[Node]:
         """The plan-time rewrites (backends/fusion.py) this backend applies to the nodes."""
         return list(body.nodes)
@@ -360,6 +364,9 @@ class PlannedKernel(Kernel):
             self._plan(static)
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def finish(self) -> None:
+        """Called once every node is built: complete work the builders started."""
+
     def input_info(self, shape: tuple[int, ...], dtype: str) -> Info:
         """The Info of a graph input fed with this shape and dtype."""
         raise NotImplementedError

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.backends.cuda.context import empty_pinned
 from tinydl.errors import BackendUnavailableError
 from tinydl.ir.graph import Graph, Node
 
@@ -108,9 +109,7 @@ class CUDABackend(Backend):
         tensor = self.adopt(tensor)
         ctx = self._context()
         with ctx.device:
-            import cupyx
-
-            out = cupyx.empty_pinned(tensor.shape, tensor.dtype)
+            out = empty_pinned(ctx.cp, tensor.shape, tensor.dtype)
             tensor.get(out=out)
         return out
 

@@ -5,12 +5,16 @@ CuPy is imported here and nowhere else at module level, so `import tinydl` never
 Kernels are compiled by NVRTC straight to a cubin for the device's architecture and cached on
 disk under a hash of (source, options, architecture, NVRTC version); a second process loads
 the cubin instead of compiling. The cache lives in $TINYDL_CACHE_DIR/cuda (default
-~/.cache/tinydl/cuda).
+~/.cache/tinydl/cuda). A plan asks for all its kernels first (`prefetch`) and NVRTC compiles
+the missing ones on a pool of threads (NVRTC releases the GIL), so a cold start costs about
+the slowest kernel per core rather than the sum of all of them; modules are loaded on the
+calling thread, where the device is current.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 import os
 import tempfile
@@ -26,6 +30,8 @@ DEVICE_ENV = "TINYDL_CUDA_DEVICE"
 OPTIONS = ("-std=c++17",)
 # Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
 MAX_MODULES = 2048
+# Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
+COMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
 
 
 class CompileError(RuntimeError):
@@ -107,6 +113,8 @@ class Context:
         # Loaded modules by source hash, least recently used first (plans hold their own).
         self._modules: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._pending: dict[str, concurrent.futures.Future] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
     def _arch(self) -> str:
@@ -120,34 +128,64 @@ class Context:
         return f"sm_{max(usable) if usable else want}"
 
     # -- compilation ---------------------------------------------------------------------------
+    def _key(self, source: str) -> str:
+        return hashlib.sha256(
+            "\0".join([source, *OPTIONS, self.arch, repr(self.nvrtc_version)]).encode()
+        ).hexdigest()[:32]
+
+    def _cubin(self, key: str, source: str, label: str) -> Path:
+        """The cached cubin of `source`, compiled now if the disk cache has none."""
+        path = cache_dir() / f"{key}.cubin"
+        if path.exists():
+            with self._lock:
+                self.stats["cache_hits"] += 1
+            return path
+        t0 = time.perf_counter()
+        cubin = compile_cubin(source, self.arch, label)
+        with self._lock:
+            self.stats["compile_s"] += time.perf_counter() - t0
+            self.stats["compiled"] += 1
+        _atomic_write(path, cubin)
+        return path
+
+    def prefetch(self, source: str, label: str = "kernel") -> None:
+        """Start compiling `source` on the compile threads unless it is loaded, cached or on
+        its way; `module(source)` later waits for it."""
+        key = self._key(source)
+        with self._lock:
+            if key in self._modules or key in self._pending:
+                return
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
+                )
+            self._pending[key] = self._pool.submit(self._cubin, key, source, label)
+
     def module(self, source: str, label: str = "kernel"):
         """A loaded module for CUDA C `source` (compiled once per source, architecture and
         NVRTC version, then read from the disk cache)."""
-        key = hashlib.sha256(
-            "\0".join([source, *OPTIONS, self.arch, repr(self.nvrtc_version)]).encode()
-        ).hexdigest()[:32]
+        key = self._key(source)
         with self._lock:
             mod = self._modules.get(key)
             if mod is not None:
                 self._modules.move_to_end(key)
                 return mod
-            path = cache_dir() / f"{key}.cubin"
-            if path.exists():
-                self.stats["cache_hits"] += 1
-            else:
-                t0 = time.perf_counter()
-                cubin = compile_cubin(source, self.arch, label)
-                self.stats["compile_s"] += time.perf_counter() - t0
-                self.stats["compiled"] += 1
-                _atomic_write(path, cubin)
-            t0 = time.perf_counter()
-            with self.device:
-                mod = self.cp.RawModule(path=str(path))
+            pending = self._pending.get(key)
+        try:
+            path = pending.result() if pending else self._cubin(key, source, label)
+        finally:
+            if pending:
+                with self._lock:
+                    self._pending.pop(key, None)
+        t0 = time.perf_counter()
+        with self.device:
+            mod = self.cp.RawModule(path=str(path))
+        with self._lock:
             self.stats["load_s"] += time.perf_counter() - t0
             self._modules[key] = mod
             while len(self._modules) > MAX_MODULES:
                 self._modules.popitem(last=False)
-            return mod
+        return mod
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         fn = self.module(source, label).get_function(name)
@@ -163,6 +201,17 @@ class Context:
     def sync(self) -> None:
         with self.device:
             self.cp.cuda.get_current_stream().synchronize()
+
+
+def empty_pinned(cp, shape, dtype):
+    """A NumPy array in page-locked memory, as cupyx.empty_pinned makes it (importing cupyx
+    imports SciPy: a third of a second on the first read-back)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    mem = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.ndarray(tuple(shape), dtype, mem)
 
 
 def compile_cubin(source: str, arch: str, label: str = "kernel") -> bytes:
