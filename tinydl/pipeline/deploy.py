@@ -7,9 +7,10 @@ and GPUs, checked by simulation before the app runs.
 
 From the profile (profile.py), with T = 1 / rate the period (rate summed over streams):
 1. a CPU task gets n = ⌈T_i / T⌉ instances (T_i: wall time per item);
-2. a batchable GPU task gets a batch size b from `scale` (`batch_for_scale`: scale 0 gives 1,
-   scale 1 the largest profitable profiled size, scale s the profitable size at index
-   round(s·(k−1)) of the k profitable sizes 1, 2, 4, …: monotone in s);
+2. a batchable task (a GPU task, or any fed by a `Batch` component, whose max_size is the knob)
+   gets a batch size b from `scale` (`batch_for_scale`: scale 0 gives 1, scale 1 the largest
+   profitable profiled size, scale s the profitable size at index round(s·(k−1)) of the k
+   profitable sizes 1, 2, 4, …: monotone in s);
 3. and n = ⌈T_i(b) / (b·T)⌉ instances; a transfer task gets its GPU task's count.
 
 Placement is bin packing with capacity T per box, in `pack`: one box per GPU, one per CPU core;
@@ -518,13 +519,11 @@ def plan_counts(
         if c is None:
             raise PipelineError(f"the profile has no component {name!r}: profile the app again")
         mine = (pin or {}).get(name, {})
-        batch = 1
-        if c["resource"] == "gpu":
-            batch = batch_for_scale(c["curve"], scale) if c["batch_via"] else 1
-            batch = int(mine.get("batch", batch))
+        if c["batch_via"] and c["curve"]:
+            batch = int(mine.get("batch", batch_for_scale(c["curve"], scale)))
             n = instances_for(call_ms(c, batch), batch * period)
         else:
-            n = instances_for(c["ms_per_item"], period)
+            batch, n = 1, instances_for(c["ms_per_item"], period)
         why = _fixed(app, prof, name)
         if why is not None and "instances" not in mine:
             if n > spec.instances:
@@ -557,8 +556,8 @@ def tasks_of(prof: Profile, plan: dict[str, dict[str, Any]], rate: float) -> lis
             wall, cpu = call_ms(c, b) / b, min(call_ms(c, b, "cpu_ms"), call_ms(c, b)) / b
             tasks.append(Task(name, "gpu", n, (wall - cpu) / n, cpu / n))
         else:
-            load = c["cpu_ms_per_item"] / n
-            tasks.append(Task(name, p["resource"], n, load, gpu_task=p.get("gpu_task")))
+            cpu = call_ms(c, b, "cpu_ms") / b if c["curve"] else c["cpu_ms_per_item"]
+            tasks.append(Task(name, p["resource"], n, cpu / n, gpu_task=p.get("gpu_task")))
     for t in tasks:
         t.load, t.host_load = min(t.load, period), min(t.host_load, period)
     return tasks
@@ -654,7 +653,8 @@ def deploy(
     plan = build(scale, {})
     if slo_ms is None or not simulate:
         return plan
-    return _search_slo(plan, build, prof, slo_ms)
+    adjustable = {n for n in app.components if n not in pin and _fixed(app, prof, n) is None}
+    return _search_slo(plan, build, prof, slo_ms, adjustable)
 
 
 def _meets(plan: Deployment, slo_ms: float) -> bool:
@@ -662,28 +662,21 @@ def _meets(plan: Deployment, slo_ms: float) -> bool:
     return p["latency_ms"]["p99"] <= slo_ms and p["throughput_fps"] >= 0.95 * p["input_fps"]
 
 
-def _search_slo(first: Deployment, build, prof: Profile, slo_ms: float) -> Deployment:
+def _search_slo(
+    first: Deployment, build, prof: Profile, slo_ms: float, adjustable: set[str]
+) -> Deployment:
     """The plan at the asked scale if it meets the SLO; else the first that does, trying each
-    distinct batch ladder from small batches up, each with up to 4 extra instances added one at
-    a time to the component the simulation shows waiting longest."""
+    distinct set of batch sizes from small batches up, each with up to 4 extra instances added
+    one at a time to the adjustable component the simulation shows waiting longest."""
     if _meets(first, slo_ms):
         first.slo_met = True
         return first
-    ladders = sorted(
-        {
-            tuple(batch_for_scale(c["curve"], s / 10) for c in prof.components.values())
-            for s in range(11)
-        }
-    )
-    scales = []
-    for ladder in ladders:
-        s = next(
-            s / 10
-            for s in range(11)
-            if tuple(batch_for_scale(c["curve"], s / 10) for c in prof.components.values())
-            == ladder
-        )
-        scales.append(s)
+    scales, seen = [], set()
+    for s in range(11):
+        ladder = tuple(batch_for_scale(c["curve"], s / 10) for c in prof.components.values())
+        if ladder not in seen:
+            seen.add(ladder)
+            scales.append(s / 10)
     best, tried = first, 1
     for s in scales:
         extra: dict[str, int] = {}
@@ -701,7 +694,11 @@ def _search_slo(first: Deployment, build, prof: Profile, slo_ms: float) -> Deplo
                 best = plan
             waits = plan.predicted.get("queue_wait_ms", {})
             worst = max(
-                (n for n in waits if plan.components[n]["resource"] != "transfer"),
+                (
+                    n
+                    for n in waits
+                    if n in adjustable and plan.components[n]["resource"] != "transfer"
+                ),
                 key=lambda n: waits[n],
                 default=None,
             )

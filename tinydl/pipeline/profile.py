@@ -8,7 +8,8 @@ Per component it records its resource (`cpu`, `gpu` or `transfer`: declared by t
 `ToDevice`/`ToHost` off the cpu are `transfer`), the mean wall time per item T_i and the CPU
 time per item (the thread CPU clock of each instance's thread, plus its worker process's CPU
 for the process executor), and, for a batchable GPU component (one fed by a `Batch` component),
-the speed-up curve: the wall and CPU time of one call at batch 1, 2, 4, … up to `max_batch`,
+the speed-up curve: the wall and CPU time of one call at batch 1, 2, 4, … up to `max_batch`
+(any component fed by a `Batch` gets one: a model on the CPU batches too),
 timed on a fresh instance with inputs captured during the run.
 
 The JSON is cached by app and machine: the content hash of the app's file (with its variables)
@@ -269,7 +270,7 @@ def profile(
     batch_budget_s: float = 0.5,
 ) -> Profile:
     """Run `app` for up to `duration` seconds (less if its sources end) and measure each
-    component; then time each batchable GPU component at batch 1, 2, 4, … `max_batch`.
+    component; then time each batchable one (fed by a `Batch`) at batch 1, 2, 4, … `max_batch`.
     With `cache`, a profile of the same app file on the same machine is reused."""
     path = cache_path(app)
     if cache and path.exists():
@@ -277,8 +278,7 @@ def profile(
             return Profile.load(path)
     app.check()
     sizes = [1 << i for i in range(max(0, max_batch).bit_length()) if 1 << i <= max_batch]
-    gpu_names = [n for n, s in app.components.items() if resource_of(s.component) == "gpu"]
-    feeders = {n: batch_feeder(app, n) for n in gpu_names}
+    feeders = {n: batch_feeder(app, n) for n in app.components}
     taps: dict[str, _Tap] = {}
     saved_components, saved_edges = dict(app.components), list(app.edges)
     try:

@@ -304,7 +304,7 @@ class _Sim:
         sizes = {}
         for name, c in plan.components.items():
             feeder = self.prof.components[name].get("batch_via")
-            if feeder and c["resource"] == "gpu":
+            if feeder and self.prof.components[name].get("curve"):
                 sizes[feeder] = c["batch"]
         flows = sum(
             plan.components[n]["instances"]
