@@ -48,6 +48,9 @@ class ComponentSpec:
     executor: str | None = None  # None: the app's default
     timeout: float | None = None  # seconds per call (open/process/close) before a restart
     max_restarts: int = 3
+    # Per instance (cycled): {"cpus": [cores] | None, "gpu": "cuda:1" | None, "env": {...}},
+    # from `cpus=`/`gpus=` or a deployment plan; None: wherever the OS puts it.
+    placement: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -95,6 +98,7 @@ class App:
         self.stop_on_error = stop_on_error
         self.components: dict[str, ComponentSpec] = {}
         self.edges: list[EdgeSpec] = []
+        self.source: tuple[str, dict[str, Any]] | None = None  # (file, variables) when loaded
 
     # -- building ----------------------------------------------------------------------------
     def add(
@@ -106,8 +110,11 @@ class App:
         timeout: float | None = None,
         instances: int = 1,
         max_restarts: int = 3,
+        cpus: list[int] | None = None,
+        gpus: list[str] | None = None,
     ) -> str:
-        """Add a component instance under a unique name; returns the name."""
+        """Add a component instance under a unique name; returns the name. `cpus` / `gpus`
+        place its instances by hand (instance i on cpus[i % len], gpus[i % len])."""
         if not isinstance(component, Component):
             raise PipelineError(
                 f"add({name!r}): expected a Component instance, got {type(component).__name__}"
@@ -124,6 +131,10 @@ class App:
             raise PipelineError(f"{name}: timeout must be positive, got {timeout}")
         self.components[name] = ComponentSpec(name, component, 1, executor, timeout, max_restarts)
         self.expand(name, instances)
+        if cpus or gpus:
+            from tinydl.pipeline.deploy import manual_placement
+
+            self.components[name].placement = manual_placement(name, instances, cpus, gpus)
         return name
 
     def expand(self, name: str, n: int) -> None:
@@ -395,11 +406,19 @@ class App:
         return rt
 
     def run(
-        self, timeout: float | None = None, trace: str | None = None, grace: float = 5.0
+        self,
+        timeout: float | None = None,
+        trace: str | None = None,
+        grace: float = 5.0,
+        deployment: Any = None,
     ) -> RunReport:
         """Run to the end (every source done and every queue drained), or stop after `timeout`
         seconds. `trace` writes a Chrome/Perfetto trace JSON there. Never hangs past
-        timeout + grace: components still stuck then are left behind and reported."""
+        timeout + grace: components still stuck then are left behind and reported.
+        `deployment` (a plan from `tinydl.pipeline.deploy`) is applied first; the report then
+        carries it as `report.deployment`."""
+        if deployment is not None:
+            deployment.apply(self)
         rt = self.start(trace=trace is not None)
         try:
             if not rt.wait(timeout):
@@ -408,6 +427,7 @@ class App:
             rt.stop("interrupted")
         hung = rt.join(grace)
         report = rt.report(hung)
+        report.deployment = deployment
         if trace is not None:
             rt.trace.write(trace)
         return report

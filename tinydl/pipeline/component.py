@@ -53,6 +53,7 @@ class Context:
         # Why the app was stopped early (a timeout, an interrupt, an error with stop_on_error),
         # set before `close`; None when it ran to the end. A sink writing a file discards it.
         self.stop_reason: str | None = None
+        self.gpu: str | None = None  # the GPU a deployment gave this instance ("cuda:1")
 
     def request_tick(self, delay_s: float) -> None:
         """Call `process(ctx, {})` once `delay_s` has passed, unless input comes first and the

@@ -45,7 +45,16 @@ _SECTIONS = {
     "connection": "connections",
     "edge": "connections",
 }
-_COMPONENT_KEYS = {"type", "options", "instances", "executor", "timeout", "max_restarts"}
+_COMPONENT_KEYS = {
+    "type",
+    "options",
+    "instances",
+    "executor",
+    "timeout",
+    "max_restarts",
+    "cpus",
+    "gpus",
+}
 
 
 # -- component types by name ------------------------------------------------------------------
@@ -123,7 +132,9 @@ def load_app(path: str | Path, variables: dict[str, Any] | None = None) -> App:
         raise PipelineError(
             f"{path}: no variable {', '.join(unknown)} in this app; it has {sorted(known)}"
         )
-    return build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
+    app = build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
+    app.source = (str(path), dict(variables or {}))  # what a profile's cache key hashes
+    return app
 
 
 def _substitute(value: Any, variables: dict[str, Any], where: str) -> Any:
@@ -198,6 +209,8 @@ def build_app(
                 timeout=c.get("timeout"),
                 instances=int(c.get("instances", 1)),
                 max_restarts=int(c.get("max_restarts", 3)),
+                cpus=c.get("cpus"),
+                gpus=c.get("gpus"),
             )
         except PipelineError as exc:
             raise PipelineError(f"{where}: {exc}") from None
@@ -292,7 +305,7 @@ def parse_markdown(text: str, source: Any = "app.md") -> dict[str, Any]:
                     "type": row["type"],
                     "options": _flow_mapping(row.get("options", ""), where),
                 }
-                for key in ("instances", "executor", "timeout", "max_restarts"):
+                for key in ("instances", "executor", "timeout", "max_restarts", "cpus", "gpus"):
                     if row.get(key):
                         entry[key] = _flow_mapping(f"v: {row[key]}", where)["v"]
                 spec["components"][row["name"]] = entry

@@ -29,7 +29,7 @@ import numpy as np
 
 from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context
-from tinydl.pipeline.runtime import CallTimeout, Node, Restart
+from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
 
 OPEN_TIMEOUT_S = 120.0  # spawn + imports + open, when the component sets no timeout
 MIN_ARENA = 1 << 20
@@ -136,10 +136,21 @@ def loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any:
 
 
 def _worker_main(
-    conn, component: Component, name: str, instance: int, instances: int, app_id: str, flow_id: int
+    conn,
+    component: Component,
+    name: str,
+    instance: int,
+    instances: int,
+    app_id: str,
+    flow_id: int,
+    place: dict | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app decides when to stop
+    place = place or {}
+    os.environ.update(place.get("env") or {})  # a deployment's GPU, before any context exists
+    pin_cpus(place.get("cpus"))
     ctx = Context(name, instance, instances, app_id)
+    ctx.gpu = place.get("gpu")
     ctx.flow_id = flow_id
     attached: dict[str, SharedMemory] = {}
     arena = Arena(segment_prefix(os.getppid()))
@@ -227,6 +238,7 @@ class ProcessNode(Node):
                 self.ctx.instances,
                 self.ctx.app_id,
                 self.ctx.flow_id,
+                self.place,
             ),
         )
         self.proc.start()

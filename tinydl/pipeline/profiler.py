@@ -156,6 +156,7 @@ class RunReport:
     # The first error's exception (a component's own, or the framework's RemoteError/timeout
     # for a worker), for callers that re-raise it; not part of the printed report.
     exception: BaseException | None = field(default=None, repr=False, compare=False)
+    deployment: Any = field(default=None, repr=False, compare=False)  # the plan it ran under
 
     @property
     def balanced(self) -> bool:

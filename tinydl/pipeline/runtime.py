@@ -18,6 +18,7 @@ import functools
 import heapq
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -38,6 +39,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("tinydl.pipeline")
 
 MAX_ERROR_MESSAGES = 50
+
+
+def pin_cpus(cpus: list[int] | None, tid: int = 0) -> None:
+    """Pin a thread (or, tid 0, this process) to cores; Linux only, elsewhere a no-op. Pinned
+    threads still share the GIL: only work that releases it (NumPy, I/O, sleeping, GPU waits)
+    runs on several cores at once."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError as exc:  # a core this process may not use: run unpinned, say so
+            log.warning("cannot pin to cores %s: %s", cpus, exc)
 
 
 class Restart(Exception):
@@ -246,6 +258,9 @@ class Node:
             and spec.timeout is None
         )
         self.ema_ns: float | None = None  # recent time per call
+        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
+        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
+        self.ctx.gpu = self.place.get("gpu")
 
     def light(self) -> bool:
         """Cheaper to call than a thread is to wake (its recent calls took < inline_below_us)."""
@@ -264,6 +279,7 @@ class Node:
         self.thread.start()
 
     def _main(self) -> None:
+        pin_cpus(self.place.get("cpus"), threading.get_native_id())
         if self.rt.trace is not None:
             self.track = self.rt.trace.track(
                 f"{self.name} ({self.executor})", tid=threading.get_native_id()
