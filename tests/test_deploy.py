@@ -173,8 +173,9 @@ def batched_app(frames=160, fps=80):
 
 @pytest.fixture(scope="module")
 def batched_profile(tmp_path_factory):
-    os.environ["TINYDL_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    return profile(batched_app(), duration=1.5, max_batch=16, cache=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TINYDL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return profile(batched_app(), duration=1.5, max_batch=16, cache=False)
 
 
 def test_profile_measures_resources_times_and_curves(batched_profile):
