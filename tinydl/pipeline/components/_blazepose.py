@@ -94,7 +94,9 @@ def decode_detections(
     centre = raw[:, :2] / DETECTOR_SIZE + a
     half = raw[:, 2:4] / DETECTOR_SIZE / 2
     boxes = np.concatenate([centre - half, centre + half], 1)
-    keypoints = raw[:, 4:].reshape(len(raw), -1, 2) / DETECTOR_SIZE + a[:, None]
+    keypoints = (
+        raw[:, 4:].reshape(len(raw), (raw.shape[1] - 4) // 2, 2) / DETECTOR_SIZE + a[:, None]
+    )
     return Detections(boxes, keypoints, score)
 
 

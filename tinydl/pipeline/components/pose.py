@@ -159,6 +159,14 @@ class _Models:
         rects, _ = bp.alignment_rois(det.keypoints, w, h)
         return Rois(rects, det.scores, w, h)
 
+    def warm(self, detector: bool = True, landmarks: bool = True) -> None:
+        """Compile the sessions (on a blank frame) before the first frame needs them."""
+        blank = np.zeros((8, 8, 3), np.uint8)
+        if detector:
+            self.detect(blank)
+        if landmarks:
+            self.landmarks(blank, Rois(np.array([[0.5, 0.5, 1.0, 1.0, 0.0]]), np.ones(1), 8, 8))
+
     def landmarks(self, image: np.ndarray, rois: Rois) -> Poses:
         h, w = image.shape[:2]
         if len(rois.rects) == 0:
@@ -205,7 +213,7 @@ class PoseDetector(Component):
         self.models = _Models(backends, precision, min_score, bp.MIN_PRESENCE, max_people)
 
     def open(self, ctx):
-        self.models.detect(np.zeros((8, 8, 3), np.uint8))  # compile before the first frame
+        self.models.warm(landmarks=False)
 
     def process(self, ctx, inputs):
         return {"out": self.models.detect(rgb_u8(inputs["in"].payload))}
@@ -221,6 +229,9 @@ class PoseLandmarker(Component):
         self, backends: str = "cpu", precision: str = "fp32", min_presence: float = bp.MIN_PRESENCE
     ):
         self.models = _Models(backends, precision, bp.MIN_SCORE, min_presence, None)
+
+    def open(self, ctx):
+        self.models.warm(detector=False)
 
     def process(self, ctx, inputs):
         image = rgb_u8(inputs["image"].payload)
@@ -255,6 +266,9 @@ class PoseTracker(Component):
         self.models = _Models(backends, precision, min_score, min_presence, max_people)
         self.track, self.smooth = track, smooth
         self.flows: dict[int, _Track] = {}
+
+    def open(self, ctx):
+        self.models.warm()
 
     def process(self, ctx, inputs):
         packet = inputs["in"]
