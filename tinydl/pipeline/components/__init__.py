@@ -5,10 +5,11 @@ from tinydl.pipeline.components.batch import Batch, Unbatch
 from tinydl.pipeline.components.collect import Collect
 from tinydl.pipeline.components.color_convert import ColorConvert
 from tinydl.pipeline.components.crop import Crop
-from tinydl.pipeline.components.draw import Draw
+from tinydl.pipeline.components.draw import Draw, DrawPose
 from tinydl.pipeline.components.image_source import ImageSource
 from tinydl.pipeline.components.inference import Inference
 from tinydl.pipeline.components.metrics import Metrics
+from tinydl.pipeline.components.pose import PoseDetector, PoseLandmarker, PoseTracker
 from tinydl.pipeline.components.resize import Resize
 from tinydl.pipeline.components.streams import GroupByRequest, SplitByFlow
 from tinydl.pipeline.components.synthetic_source import SyntheticSource
@@ -22,10 +23,14 @@ __all__ = [
     "ColorConvert",
     "Crop",
     "Draw",
+    "DrawPose",
     "GroupByRequest",
     "ImageSource",
     "Inference",
     "Metrics",
+    "PoseDetector",
+    "PoseLandmarker",
+    "PoseTracker",
     "Resize",
     "SplitByFlow",
     "SyntheticSource",

@@ -23,6 +23,8 @@ import numpy as np
 from tinydl.pipeline.component import Component
 from tinydl.pipeline.packet import Frame, Landmarks, Rects, Text
 
+from .pose import Poses
+
 
 class Draw(Component):
     """A frame with rectangles, points or text drawn on it."""
@@ -66,3 +68,48 @@ class Draw(Component):
         else:
             pen.text(overlay.position or (4, 4), overlay.text, fill=color)
         return {"out": replace(frame, image=np.asarray(image))}
+
+
+# MediaPipe Pose's skeleton (solutions/pose_connections.py): pairs of landmark indices.
+POSE_EDGES = np.array(
+    [(0, 1), (1, 2), (2, 3), (3, 7), (0, 4), (4, 5), (5, 6), (6, 8), (9, 10), (11, 12)]
+    + [(11, 13), (13, 15), (15, 17), (15, 19), (15, 21), (17, 19), (12, 14), (14, 16), (16, 18)]
+    + [(16, 20), (16, 22), (18, 20), (11, 23), (12, 24), (23, 24), (23, 25), (24, 26), (25, 27)]
+    + [(26, 28), (27, 29), (28, 30), (29, 31), (30, 32), (27, 31), (28, 32)]
+)
+
+
+class DrawPose(Draw):
+    """A frame with each person's skeleton drawn (Poses from the pose components): the
+    landmarks whose visibility is at least `min_visibility` and the edges between them.
+
+    Inputs:  image (Frame), overlay (Poses) — joined by frame
+    Outputs: out (Frame)
+    Options: color, width, radius (as Draw), min_visibility (0.5)
+    """
+
+    inputs = {"image": Frame, "overlay": Poses}
+
+    def __init__(
+        self,
+        color: tuple[int, int, int] = (0, 255, 0),
+        width: int = 2,
+        radius: int = 3,
+        min_visibility: float = 0.5,
+    ):
+        super().__init__(color, width, radius)
+        self.min_visibility = min_visibility
+
+    def process(self, ctx, inputs):
+        frame, poses = inputs["image"].payload, inputs["overlay"].payload
+        size = np.array([frame.width, frame.height], np.float64)
+        out = frame
+        for person in poses.landmarks:
+            seen = person[:, 3] >= self.min_visibility
+            index = np.cumsum(seen) - 1  # landmark -> its row among the seen ones
+            edges = index[POSE_EDGES[seen[POSE_EDGES].all(axis=1)]]
+            points = person[seen, :2] * size
+            overlay = {"image": inputs["image"].derive(out)}
+            overlay["overlay"] = inputs["overlay"].derive(Landmarks(points, edges))
+            out = super().process(ctx, overlay)["out"]
+        return {"out": out}
