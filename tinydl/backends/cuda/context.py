@@ -17,6 +17,7 @@ import collections
 import concurrent.futures
 import hashlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -114,6 +115,9 @@ class Context:
         self._modules: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict[str, concurrent.futures.Future] = {}
+        self._queued: dict[str, tuple[str, str, str, str]] = {}
+        # Source key -> (cubin key, entry suffix) for kernels compiled or found on disk.
+        self._where: dict[str, tuple[str, str]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
@@ -133,62 +137,130 @@ class Context:
             "\0".join([source, *OPTIONS, self.arch, repr(self.nvrtc_version)]).encode()
         ).hexdigest()[:32]
 
-    def _cubin(self, key: str, source: str, label: str) -> Path:
-        """The cached cubin of `source`, compiled now if the disk cache has none."""
-        path = cache_dir() / f"{key}.cubin"
-        if path.exists():
-            with self._lock:
-                self.stats["cache_hits"] += 1
-            return path
+    def _cached(self, key: str) -> tuple[str, str] | None:
+        """Where the disk cache holds `key`'s kernel: (cubin key, entry suffix), or None."""
+        root = cache_dir()
+        if (root / f"{key}.cubin").exists():
+            return key, ""
+        ref = root / f"{key}.ref"
+        if ref.exists():
+            cubin, suffix = ref.read_text().split("\n")[:2]
+            if (root / f"{cubin}.cubin").exists():
+                return cubin, suffix
+        return None
+
+    def _compile(self, items: list[tuple[str, str, str, str]]) -> dict[str, tuple[str, str]]:
+        """Compile (key, source, label, entry) items as one NVRTC program, each source in a
+        namespace of its own and its entry renamed, and cache the cubin with a reference per
+        item. One program of n kernels costs far less than n programs (NVRTC's fixed cost per
+        program dominates small kernels). A program that fails is compiled item by item, so
+        the error names its kernel."""
         t0 = time.perf_counter()
-        cubin = compile_cubin(source, self.arch, label)
+        if len(items) == 1:
+            key, source, label, _ = items[0]
+            _atomic_write(cache_dir() / f"{key}.cubin", compile_cubin(source, self.arch, label))
+            where = {key: (key, "")}
+        else:
+            parts = [_namespaced(i, source, entry) for i, (_, source, _, entry) in enumerate(items)]
+            program = "".join(parts)
+            try:
+                cubin = compile_cubin(program, self.arch, f"{len(items)} kernels")
+            except CompileError:
+                where = {}
+                for item in items:
+                    where.update(self._compile([item]))
+                return where
+            chunk = self._key(program)
+            _atomic_write(cache_dir() / f"{chunk}.cubin", cubin)
+            where = {}
+            for i, (key, *_) in enumerate(items):
+                _atomic_write(cache_dir() / f"{key}.ref", f"{chunk}\n_{i}\n".encode())
+                where[key] = (chunk, f"_{i}")
         with self._lock:
             self.stats["compile_s"] += time.perf_counter() - t0
-            self.stats["compiled"] += 1
-        _atomic_write(path, cubin)
-        return path
+            self.stats["compiled"] += len(items)
+        return where
 
-    def prefetch(self, source: str, label: str = "kernel") -> None:
-        """Start compiling `source` on the compile threads unless it is loaded, cached or on
-        its way; `module(source)` later waits for it."""
+    def prefetch(self, source: str, label: str = "kernel", entry: str = "k") -> None:
+        """Queue `source` for compilation unless it is loaded or on its way; `flush` compiles
+        the queue, `function` waits for it."""
         key = self._key(source)
         with self._lock:
-            if key in self._modules or key in self._pending:
+            if key in self._where or key in self._pending:
                 return
+            self._queued[key] = (key, source, label, entry)
+
+    def flush(self) -> None:
+        """Compile the queued kernels the disk cache lacks, spread over the compile threads."""
+        with self._lock:
+            queued, self._queued = list(self._queued.values()), {}
+        todo = []
+        for item in queued:
+            where = self._cached(item[0])
+            if where is None:
+                todo.append(item)
+            else:
+                with self._lock:
+                    self.stats["cache_hits"] += 1
+                    self._where[item[0]] = where
+        if not todo:
+            return
+        chunks = min(COMPILE_THREADS, len(todo))
+        with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
                 )
-            self._pending[key] = self._pool.submit(self._cubin, key, source, label)
+            for c in range(chunks):
+                group = todo[c::chunks]
+                future = self._pool.submit(self._compile, group)
+                for key, *_ in group:
+                    self._pending[key] = future
 
-    def module(self, source: str, label: str = "kernel"):
-        """A loaded module for CUDA C `source` (compiled once per source, architecture and
-        NVRTC version, then read from the disk cache)."""
+    def _locate(self, source: str, label: str, entry: str) -> tuple[str, str]:
+        """(cubin key, entry suffix) of `source`, compiling it now if nobody has."""
         key = self._key(source)
         with self._lock:
-            mod = self._modules.get(key)
-            if mod is not None:
-                self._modules.move_to_end(key)
-                return mod
+            where = self._where.get(key)
             pending = self._pending.get(key)
-        try:
-            path = pending.result() if pending else self._cubin(key, source, label)
-        finally:
-            if pending:
+        if where is not None:
+            return where
+        if pending is not None:
+            try:
+                found = pending.result()
+            finally:
                 with self._lock:
-                    self._pending.pop(key, None)
+                    for k in [k for k, f in self._pending.items() if f is pending]:
+                        self._pending.pop(k)
+            with self._lock:
+                self._where.update(found)
+            return found[key]
+        where = self._cached(key) or self._compile([(key, source, label, entry)])[key]
+        with self._lock:
+            self._where[key] = where
+        return where
+
+    def _load(self, cubin_key: str):
+        with self._lock:
+            mod = self._modules.get(cubin_key)
+            if mod is not None:
+                self._modules.move_to_end(cubin_key)
+                return mod
         t0 = time.perf_counter()
         with self.device:
-            mod = self.cp.RawModule(path=str(path))
+            mod = self.cp.RawModule(path=str(cache_dir() / f"{cubin_key}.cubin"))
         with self._lock:
             self.stats["load_s"] += time.perf_counter() - t0
-            self._modules[key] = mod
+            self._modules[cubin_key] = mod
             while len(self._modules) > MAX_MODULES:
                 self._modules.popitem(last=False)
         return mod
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
-        fn = self.module(source, label).get_function(name)
+        """Function `name` of CUDA C `source`, compiled once per source, architecture and
+        NVRTC version (then read from the disk cache)."""
+        cubin, suffix = self._locate(source, label, name)
+        fn = self._load(cubin).get_function(name + suffix)
         if smem > 48 << 10:
             if smem > self.smem_optin:
                 raise CompileError(
@@ -201,6 +273,17 @@ class Context:
     def sync(self) -> None:
         with self.device:
             self.cp.cuda.get_current_stream().synchronize()
+
+
+def _namespaced(i: int, source: str, entry: str) -> str:
+    """`source` as part `i` of a program of many: in namespace p{i}, its entry `entry` renamed
+    `entry_{i}` (an extern "C" name is global), its macros undefined after it."""
+    declared = rf"(__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?){re.escape(entry)}\s*\("
+    renamed, n = re.subn(declared, rf"\g<1>{entry}_{i}(", source, count=1)
+    if n != 1:
+        raise CompileError(f"kernel entry {entry!r} not found in its source")
+    macros = re.findall(r"^\s*#\s*define\s+(\w+)", source, re.M)
+    return f"namespace p{i} {{\n{renamed}\n}}\n" + "".join(f"#undef {m}\n" for m in macros)
 
 
 def empty_pinned(cp, shape, dtype):

@@ -86,7 +86,7 @@ class Build(planned.Build):
         (`Plan.finish`)."""
         label = label or self.label
         source = render(template, label=label, **params)
-        self.ctx.prefetch(source, label)
+        self.ctx.prefetch(source, label, entry)
         fn = _Deferred(source, entry, label, smem)
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple | list) else (grid,)))
         threads = tuple(
@@ -165,7 +165,8 @@ class Plan(planned.Plan):
         return Info(tuple(value.shape), value.dtype.name, value.dtype.name)
 
     def finish(self) -> None:
-        """Wait for the kernels compiling on the NVRTC threads and load their functions."""
+        """Compile the plan's kernels together on the NVRTC threads and load their functions."""
+        self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
                 d = step.fn
