@@ -174,7 +174,7 @@ class Context:
             _atomic_write(cache_dir() / f"{chunk}.cubin", cubin)
             where = {}
             for i, (key, *_) in enumerate(items):
-                _atomic_write(cache_dir() / f"{key}.ref", f"{chunk}\n_{i}\n".encode())
+                _write_ref(cache_dir() / f"{key}.ref", f"{chunk}\n_{i}\n")
                 where[key] = (chunk, f"_{i}")
         with self._lock:
             self.stats["compile_s"] += time.perf_counter() - t0
@@ -211,8 +211,14 @@ class Context:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
                 )
-            for c in range(chunks):
-                group = todo[c::chunks]
+            # Longest sources first, each to the lightest program: programs finish together.
+            groups: list[list] = [[] for _ in range(chunks)]
+            loads = [0] * chunks
+            for item in sorted(todo, key=lambda item: -len(item[1])):
+                c = loads.index(min(loads))
+                groups[c].append(item)
+                loads[c] += len(item[1])
+            for group in groups:
                 future = self._pool.submit(self._compile, group)
                 for key, *_ in group:
                     self._pending[key] = future
@@ -273,6 +279,14 @@ class Context:
     def sync(self) -> None:
         with self.device:
             self.cp.cuda.get_current_stream().synchronize()
+
+
+def _write_ref(path: Path, text: str) -> None:
+    """A small file written whole or not at all (a per-thread temporary name, then a rename:
+    cheaper than mkstemp for the hundreds a big model writes)."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _namespaced(i: int, source: str, entry: str) -> str:
