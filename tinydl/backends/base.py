@@ -67,11 +67,19 @@ class CompileOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Thread-count variables a user sets for BLAS/OpenMP libraries; default_threads() honours them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def default_threads() -> int:
-    """CPU threads when none are asked for: one per physical core this process may run on
-    (hyperthread siblings count once), at most MAX_DEFAULT_THREADS. NumPy's own default, a BLAS
-    thread per logical CPU of the whole machine, ran some models 5-14x slower than one thread on
-    a busy 2-core machine."""
+    """CPU threads when none are asked for: the first of THREAD_VARIABLES set to a whole number,
+    else one per physical core this process may run on (hyperthread siblings count once), at
+    most MAX_DEFAULT_THREADS. NumPy's own default, a BLAS thread per logical CPU of the whole
+    machine, ran some models 5-14x slower than one thread on a busy 2-core machine."""
+    for var in THREAD_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -31,6 +31,45 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _Deprecated(argparse.Action):
+    """An option's old spelling, kept for one release: stores into the new option's dest and
+    prints a warning naming the new spelling."""
+
+    def __init__(self, option_strings, dest, instead: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.instead = instead
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecated(f"{option_string} is deprecated", f"{self.instead} {values}")
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated(p: argparse.ArgumentParser, old: str, dest: str, instead: str) -> None:
+    """Accept `old` (hidden from --help) as a deprecated spelling of the option `instead`
+    (e.g. "--out-dir")."""
+    p.add_argument(old, dest=dest, action=_Deprecated, instead=instead, help=argparse.SUPPRESS)
+
+
+def deprecated(what: str, instead: str) -> None:
+    print(f"warning: {what} and goes away in the next release: use {instead}", file=sys.stderr)
+
+
+def output_file(path: str | None, suffixes: tuple[str, ...], out_dir: str | None):
+    """-o as a file and --out-dir as a folder. A -o path without one of the file `suffixes`
+    is the old spelling of a folder (a deprecation warning, kept for one release).
+    Returns (file or None, folder or None)."""
+    from pathlib import Path
+
+    if path is None or Path(path).suffix.lower() in suffixes:
+        return path, out_dir
+    if out_dir is not None:
+        raise InvalidInputError(
+            f"-o {path}: expected a {' or '.join(suffixes)} file (--out-dir names the folder)"
+        )
+    deprecated(f"-o {path} for a folder is deprecated", f"--out-dir {path}")
+    return None, path
+
+
 def _compile(
     graph,
     backends: str,

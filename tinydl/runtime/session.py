@@ -535,8 +535,8 @@ def compile(
     Default: each backend's own choice (TINYDL_CUDA_DEVICE, TINYDL_WEBGPU_ADAPTER). A device
     that does not exist is BackendUnavailableError listing the devices there are.
     threads: CPU threads of the host backends (NumPy's BLAS threads during a run, onnxruntime's
-    intra-op threads); default: one per physical core this process may use, at most 8
-    (tinydl.backends.base.default_threads).
+    intra-op threads); default: $OMP_NUM_THREADS (or OPENBLAS_/MKL_NUM_THREADS) when set, else
+    one per physical core this process may use, at most 8 (tinydl.backends.base.default_threads).
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
