@@ -340,7 +340,7 @@ def test_run_image_preprocessing(capsys, tmp_path, rng):
     )
     image_args = ["-i", tmp_path / "in.png"]
     for args, message in (
-        (["--mean", "0.5"], "--mean apply to image inputs"),
+        (["--mean", "0.5"], "--mean: for image inputs only"),
         ([*image_args, "--resize", "16x16"], "takes 8x8 images, not --resize 16x16"),
         ([*image_args, "--std", "0.5,0,0.5"], "divide by 0"),
         ([*image_args, "--mean", "0.5,0.5"], "2 values for 3 channel"),

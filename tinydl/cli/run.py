@@ -171,7 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     images = [n for n in files if Path(files[n]).suffix.lower() in IMAGE_SUFFIXES]
     prep = Preprocess(args.resize, args.mean, args.std, args.bgr)
     if prep.given() and not images:
-        raise InvalidInputError(f"{prep.given()} apply to image inputs, and no --input is an image")
+        raise InvalidInputError(
+            f"{prep.given()}: for image inputs only, and no --input is an image"
+        )
     session = _compile(
         graph, args.backends, strict=args.strict, precision=args.precision, optimize=args.optimize
     )
