@@ -95,6 +95,40 @@ def _compile(
     return session
 
 
+def console():
+    """A rich console for the commands' tables and long lines: sized to the terminal ($COLUMNS,
+    else 80 when not a terminal), wrapping between words; text is printed as given (no markup,
+    so "float32[N,3]" stays as it is)."""
+    from rich.console import Console
+
+    return Console(highlight=False, markup=False, emoji=False)
+
+
+def table(*columns: str, title: str | None = None):
+    """A rich table with `columns` (header cells); rows are added with `row(table, ...)`."""
+    from rich import box
+    from rich.table import Column, Table
+
+    # fold: a word longer than its column is broken rather than cut short with an ellipsis
+    return Table(
+        *(Column(c, overflow="fold") for c in columns),
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+        title_style="",
+    )
+
+
+def row(t, *cells) -> None:
+    """Add a row of plain-text cells (never read as markup)."""
+    from rich.text import Text
+
+    t.add_row(*(Text(str(c)) for c in cells))
+
+
 def _count(text: str, least: int = 0) -> int:
     try:
         value = int(text)
