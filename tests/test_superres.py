@@ -493,7 +493,7 @@ def test_output_type_must_match_input(tmp_path):
     with pytest.raises(td.InvalidInputError, match="video suffix"):
         td_upscale(src, tmp_path / "a.png", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="unsupported video suffix"):
-        td_upscale(src, tmp_path / "a.avi", 2, "numpy")
+        td_upscale(src, tmp_path / "a.webm", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="refusing to overwrite the input"):
         td_upscale(src, src, 2, "numpy")
 
