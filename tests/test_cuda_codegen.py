@@ -53,7 +53,7 @@ def fake_device(monkeypatch):
     import tinydl.backends as backends
     import tinydl.backends.cuda.context as context
 
-    monkeypatch.setattr(context, "_context", FakeContext())
+    monkeypatch.setitem(context._contexts, 0, FakeContext())  # the default device, 0
     backend = CUDABackend()
     backend._reason = ""
     monkeypatch.setitem(backends._instances, "cuda", backend)

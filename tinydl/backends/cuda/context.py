@@ -343,21 +343,22 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-_context: Context | None = None
+_contexts: dict[int, Context] = {}
 _context_lock = threading.Lock()
 
 
-def get_context() -> Context:
-    """The process's CUDA context (device $TINYDL_CUDA_DEVICE, default 0), made on first use."""
-    global _context
+def get_context(index: int | None = None) -> Context:
+    """The process's CUDA context on device `index` (None: $TINYDL_CUDA_DEVICE, default 0),
+    made on first use."""
+    if index is None:
+        raw = os.environ.get(DEVICE_ENV, "0")
+        try:
+            index = int(raw)
+        except ValueError:
+            raise BackendUnavailableError(
+                f"{DEVICE_ENV}={raw!r}: expected a device index (0, 1, ...)"
+            ) from None
     with _context_lock:
-        if _context is None:
-            raw = os.environ.get(DEVICE_ENV, "0")
-            try:
-                index = int(raw)
-            except ValueError:
-                raise BackendUnavailableError(
-                    f"{DEVICE_ENV}={raw!r}: expected a device index (0, 1, ...)"
-                ) from None
-            _context = Context(index)
-        return _context
+        if index not in _contexts:
+            _contexts[index] = Context(index)
+        return _contexts[index]
