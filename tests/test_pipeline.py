@@ -133,6 +133,25 @@ def test_fan_out_gives_every_packet_to_each():
     assert (report.frames_in, report.frames_out) == (15, 15)  # a frame counts once
 
 
+def test_ledger_revokes_what_only_a_failed_sink_took():
+    """Frames 0-2 reached sinks a and b, 3-4 only a, 5 only a with a copy still in flight:
+    when a's output is lost, the frames b also took stay out and the rest are errored."""
+    from tinydl.pipeline.accounting import ERROR, OUT, Ledger
+
+    led = Ledger()
+    keys = [(0, i) for i in range(6)]
+    led.add(keys[:3], copies=2)
+    led.add(keys[3:5])
+    led.add(keys[5:], copies=2)
+    led.end(keys, OUT, "a")
+    led.end(keys[:3], OUT, "b")
+    assert led.revoke("a", "a: close raised OSError") == 2
+    assert (led.frames_out, dict(led.errored)) == (3, {"a: close raised OSError": 2})
+    led.end(keys[5:], ERROR, "preview: ValueError")  # its other copy: now errored as a whole
+    assert (led.frames_out, led.errored["a: close raised OSError"]) == (3, 3)
+    assert led.frames_in == 6 and not led.live and not led.fate and not led.lost
+
+
 def test_many_to_one_merges_flows():
     app = App("merge")
     app.add("s0", Count(10))

@@ -271,6 +271,89 @@ def test_video_sink_leaves_no_file_when_the_app_stops(tmp_path, stop_on_error):
             assert c.streams.video[0].frames == 29
 
 
+class _TrailerFails:
+    """A container whose trailer cannot be written (a full disk): closes, then says so."""
+
+    def __init__(self, container):
+        self._container = container
+
+    def __getattr__(self, name):
+        return getattr(self._container, name)
+
+    def close(self):
+        self._container.close()
+        raise av.FFmpegError(28, "No space left on device")
+
+
+class TrailerFails(VideoSink):
+    def close(self, ctx):
+        if self.container is not None:
+            self.container = _TrailerFails(self.container)
+        return super().close(ctx)
+
+
+@pytest.mark.parametrize("failure", ["trailer", "rename"])
+def test_video_sink_that_fails_at_close_loses_its_frames(tmp_path, failure):
+    """A sink whose close fails (its trailer cannot be written; its final name is taken by a
+    folder) wrote nothing usable: its frames are errored, not out, and no file is left."""
+    out = tmp_path / "v.mp4"
+    if failure == "rename":
+        out.mkdir()
+    app = App("lost")
+    app.add("src", SyntheticSource(count=6, width=32, height=16))
+    kind = TrailerFails if failure == "trailer" else VideoSink
+    app.add("save", kind(str(out), preset="ultrafast"))
+    app.connect("src", "save")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 0, report.accounting()
+    assert report.errored == {"save: close raised PipelineError": 6}
+    assert any(("No space left" if failure == "trailer" else "v.mp4") in e for e in report.errors)
+    assert [p.name for p in tmp_path.iterdir()] == (["v.mp4"] if failure == "rename" else [])
+    assert out.is_dir() if failure == "rename" else not out.exists()
+
+
+def test_pipeline_run_exits_1_when_the_sink_fails_at_close(tmp_path, capsys):
+    from tinydl.cli import main
+
+    (tmp_path / "v.mp4").mkdir()  # the final name is taken: the rename at close fails
+    app = tmp_path / "app.yaml"
+    app.write_text(
+        "components:\n"
+        "  src: {type: SyntheticSource, options: {count: 4, width: 32, height: 16}}\n"
+        "  save: {type: VideoSink, options: {path: '${here}/v.mp4'}}\n"
+        "connections: [src -> save]\n"
+    )
+    assert main(["pipeline", "run", str(app)]) == 1
+    assert "out 0 + dropped 0 + errored 4" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["app.yaml", "v.mp4"]
+
+
+class _Raises(Component):
+    inputs = {"in": Frame}
+    outputs = {"out": Frame}
+
+    def process(self, ctx, inputs):
+        if inputs["in"].request_id % 3 == 0:
+            raise ValueError("bad frame")
+        return {"out": inputs["in"].payload}
+
+
+def test_an_error_in_one_branch_of_a_fan_out_is_in_the_summary():
+    """src -> (preview, which raises on every third frame), (save): each frame still reaches
+    one sink, so it is out, and the summary says how many were lost in the other branch."""
+    app = App("fan")
+    app.add("src", SyntheticSource(count=9))
+    app.add("preview", _Raises())
+    app.add("shown", Collect())
+    app.add("saved", Collect())
+    app.connect("src", ["preview", "saved"])
+    app.connect("preview", "shown")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 9 and not report.errored
+    assert report.branch_errors == {"preview: ValueError": 3}
+    assert "out          3  but errored in another branch: preview: ValueError" in str(report)
+
+
 def test_frames_keep_their_metadata_through_device_stages(rng):
     """ToDevice(batch_axis) -> Inference(device out) -> ToHost(frames=True): Frames again, with
     format and pts; Inference also takes a compiled Session and uint8 NHWC frames as they are."""

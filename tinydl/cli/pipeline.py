@@ -17,7 +17,8 @@ def add_parser(subparsers) -> None:
         description="Run an app of components joined by bounded queues, described in a YAML "
         "file or a Markdown document (see docs/pipeline.md), and print its frame accounting "
         "(frames in = out + dropped + errored) and a per-component profile. 'help' checks the "
-        "app and prints its graph without running it. Exits 1 when frames errored or the run "
+        "app and prints its graph without running it. Exits 1 when anything failed (frames "
+        "errored, in any branch; a component's close failed, a sink's file with it) or the run "
         "was stopped by --timeout.",
         epilog="examples:\n  tinydl pipeline help examples/apps/superres4.yaml\n"
         "  tinydl pipeline run examples/apps/superres4.md --set frames=8 --trace trace.json",
@@ -53,7 +54,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     print(report)
     if args.trace:
         print(f"trace written to {args.trace} (open it in https://ui.perfetto.dev)")
-    return 1 if report.errored or report.stopped else 0
+    return 1 if report.errored or report.errors or report.stopped else 0
 
 
 def _yaml_value(text: str) -> Any:
