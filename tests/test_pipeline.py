@@ -716,6 +716,36 @@ def test_config_variables_override_and_errors(tmp_path):
         parse_markdown("## Components\n| kind | options |\n|--|--|\n| a | b |\n")
 
 
+def test_components_in_a_module_next_to_the_app_file(tmp_path, monkeypatch):
+    """`type: module:Class` finds a .py beside the app file without PYTHONPATH, in the app's
+    process and in its worker processes."""
+    import sys
+    import uuid
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the app's folder joins it
+    module = f"beside_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from tinydl.pipeline import Component, Tensor\n\n\n"
+        "class Negate(Component):\n"
+        "    inputs = {'in': Tensor}\n"
+        "    outputs = {'out': Tensor}\n\n"
+        "    def process(self, ctx, inputs):\n"
+        "        return {'out': Tensor(-inputs['in'].payload.data)}\n"
+    )
+    (tmp_path / "app.yaml").write_text(
+        "components:\n"
+        "  tensor: {type: 'helpers.pipeline:Count', options: {n: 3}}\n"
+        f"  neg: {{type: '{module}:Negate', executor: process}}\n"
+        "  out: {type: Collect}\n"
+        "connections: [tensor -> neg, neg -> out]\n"
+    )
+    app = load_app(tmp_path / "app.yaml")
+    report = balanced(app.run(timeout=TIMEOUT))
+    assert report.frames_out == 3 and not report.errors
+    negated = app.components["out"].component.payloads()
+    assert [int(t.data[0]) for t in negated] == [0, -1, -2]
+
+
 def test_trace_and_summary(tmp_path):
     app = App("traced")
     app.add("src", Count(10))
