@@ -66,3 +66,21 @@ class FakeGPU(Component):
         k = len(payload) if isinstance(payload, Batch) else 1
         time.sleep((self.a_ms + self.b_ms * k) / 1e3)
         return {"out": payload}
+
+
+class SlowToStart(Component):
+    """Passes Tensors through; a worker takes `delay` seconds to unpickle it (a slow start, as
+    on a busy machine)."""
+
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def __init__(self, delay: float):
+        self.delay = delay
+
+    def __setstate__(self, state):
+        time.sleep(state["delay"])
+        self.__dict__.update(state)
+
+    def process(self, ctx, inputs):
+        return {"out": inputs["in"].payload}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinydl.backends.base import HOST, Backend
-from tinydl.errors import UnsupportedOpError
+from tinydl.errors import InvalidInputError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 
 __all__ = ["HOST", "Partition", "Placement", "Transfer", "partition"]
@@ -264,7 +264,7 @@ def partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int
     Raises UnsupportedOpError listing every node no backend can run, with each refusal.
     """
     if min_partition_size < 1:
-        raise ValueError(f"min_partition_size must be >= 1, got {min_partition_size}")
+        raise InvalidInputError(f"min_partition_size must be >= 1, got {min_partition_size}")
     units = _Units(graph)
     refusals: dict[str, dict[str, str]] = {}
     for rank, backend in enumerate(backends):

@@ -18,7 +18,8 @@ def add_parser(subparsers) -> None:
         description="Run an app of components joined by bounded queues, described in a YAML "
         "file or a Markdown document (see docs/pipeline.md), and print its frame accounting "
         "(frames in = out + dropped + errored) and a per-component profile. 'help' checks the "
-        "app and prints its graph without running it. Exits 1 when frames errored or the run "
+        "app and prints its graph without running it. Exits 1 when anything failed (frames "
+        "errored, in any branch; a component's close failed, a sink's file with it) or the run "
         "was stopped by --timeout. 'profile' measures each component (cached by app and "
         "machine); 'deploy' plans instances, batch sizes and placement for --fps x --streams "
         "frames/s at --scale (0: latency first, 1: throughput first) and prints the plan with its "
@@ -108,7 +109,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         print(_measured_vs_predicted(app, report, plan))
     if args.trace:
         print(f"trace written to {args.trace} (open it in https://ui.perfetto.dev)")
-    return 1 if report.errored or report.stopped else 0
+    return 1 if report.errored or report.errors or report.stopped else 0
 
 
 def _profile(app, args: argparse.Namespace) -> int:

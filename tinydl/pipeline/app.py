@@ -398,8 +398,10 @@ class App:
     # -- running -----------------------------------------------------------------------------
     def start(self, trace: bool = False):
         """Check, build and start the app; returns the running Runtime (wait/stop/report)."""
+        from tinydl.pipeline.process import refuse_start_while_importing_main
         from tinydl.pipeline.runtime import Runtime
 
+        refuse_start_while_importing_main()
         self.check()
         rt = Runtime(self, Trace() if trace else None)
         rt.start()

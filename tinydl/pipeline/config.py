@@ -21,6 +21,11 @@ Markdown: the H1 is the app's name; "## Settings" and "## Variables" are lists o
 "## Components" is a table with columns name, type, options (a YAML mapping without braces),
 and optionally instances, executor, timeout; "## Connections" is a list of edges as above.
 Other sections and text are documentation. `${here}` is the file's folder.
+
+A component type is a class name (the library's, or any imported Component subclass) or an
+import path, `module:Class`; a module in a `.py` file next to the app file is found without
+PYTHONPATH (the folder joins `sys.path` at its end, so installed packages win, and worker
+processes inherit it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +66,18 @@ _COMPONENT_KEYS = {
 # -- component types by name ------------------------------------------------------------------
 
 
-def component_class(name: str) -> type[Component]:
+def component_class(name: str, folder: str | Path | None = None) -> type[Component]:
     """A component class by its registered name ('Resize': the library's, or any imported
-    Component subclass) or import path ('pkg.mod:Class')."""
+    Component subclass) or import path ('pkg.mod:Class'), its module looked for in `folder` (the
+    app file's) too."""
     import tinydl.pipeline.components  # noqa: F401  (registers the library)
 
     if name in Component.registry:
         return Component.registry[name]
     module, _, attr = name.replace(":", ".").rpartition(".")
     if module:
+        if folder is not None and str(folder) not in sys.path:
+            sys.path.append(str(folder))
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
@@ -83,9 +92,11 @@ def component_class(name: str) -> type[Component]:
     )
 
 
-def build_component(type_: str, options: dict[str, Any] | None = None) -> Component:
+def build_component(
+    type_: str, options: dict[str, Any] | None = None, folder: str | Path | None = None
+) -> Component:
     """Instantiate a component from its type name and options, naming a bad option clearly."""
-    cls = component_class(type_)
+    cls = component_class(type_, folder)
     options = dict(options or {})
     params = inspect.signature(cls).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -161,7 +172,8 @@ def _substitute(value: Any, variables: dict[str, Any], where: str) -> Any:
 def build_app(
     spec: dict[str, Any], variables: dict[str, Any] | None = None, source: Any = "app"
 ) -> App:
-    """An App from a spec (the parsed YAML, or what parse_markdown gives)."""
+    """An App from a spec (the parsed YAML, or what parse_markdown gives); `source` is the app
+    file's Path when there is one (its folder holds modules of components)."""
     unknown = set(spec) - {
         "app",
         "executor",
@@ -191,6 +203,7 @@ def build_app(
         }
     if not components:
         raise PipelineError(f"{source}: no components")
+    folder = source.resolve().parent if isinstance(source, Path) else None
     for name, c in components.items():
         where = f"{source}: component {name!r}"
         if not isinstance(c, dict) or "type" not in c:
@@ -201,7 +214,7 @@ def build_app(
                 f"{where}: unknown key(s) {sorted(bad)}; expected {sorted(_COMPONENT_KEYS)}"
             )
         try:
-            component = build_component(str(c["type"]), c.get("options") or {})
+            component = build_component(str(c["type"]), c.get("options") or {}, folder)
             app.add(
                 str(name),
                 component,

@@ -312,7 +312,10 @@ class Node:
                         self.stats.close_ns = time.perf_counter_ns() - t0
                 self._deliver(output_packets(self.component, self.name, out, None), [], [])
             except Exception as exc:
-                self.rt.error(f"{self.name}: close raised {type(exc).__name__}: {exc}", exc=exc)
+                what = f"{self.name}: close raised {getattr(exc, 'type_name', type(exc).__name__)}"
+                if self.sink:  # what it took is lost with it (a file never completed)
+                    self.ledger.revoke(self.name, what)
+                self.rt.error(f"{what}: {exc}", exc=exc)
         self._end_held(
             ERROR if self.failed else CONSUMED,
             f"{self.name}: {self.failed}" if self.failed else self.consumed,
@@ -538,11 +541,11 @@ class Node:
         for packet in leaving:
             pkeys = packet.keys()
             ledger.add(pkeys)
-            ledger.end(pkeys, OUT)
+            ledger.end(pkeys, OUT, self.name)
         if self.component.holds_inputs:
             self.held += Counter()  # forget the zero counts
         elif spare:
-            ledger.end(spare, OUT if self.sink else CONSUMED, self.consumed)
+            ledger.end(spare, *((OUT, self.name) if self.sink else (CONSUMED, self.consumed)))
         if self.seq is not None and packets:
             self._done([p.key for p in packets])
 
@@ -736,4 +739,5 @@ class Runtime:
             self.stop_reason,
             led.peak_in_flight,
             self.exception,
+            dict(led.branch_errors),
         )

@@ -77,11 +77,11 @@ class Session:
         threads: int | None = None,
     ):
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+            raise InvalidInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
-            raise ValueError(f"threads must be a whole number >= 1, got {threads!r}")
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         chose = backends is not None
         if backends is None:
             backends = ("cpu",)
@@ -128,7 +128,7 @@ class Session:
         given = dict(backend_options or {})
         unknown = set(given) - set(self._backends)
         if unknown:
-            raise ValueError(
+            raise InvalidInputError(
                 f"backend_options names {sorted(unknown)}, not among the backends {self.backends}"
             )
         # threads=N drives every backend that computes on the host (NumPy's BLAS threads,
@@ -585,7 +585,7 @@ def memory_limit_bytes(given: int | None = None) -> int:
     suffix), else half the machine's physical memory."""
     if given is not None:
         if int(given) <= 0:
-            raise ValueError(f"memory_limit must be a positive number of bytes, got {given}")
+            raise InvalidInputError(f"memory_limit must be a positive number of bytes, got {given}")
         return int(given)
     raw = os.environ.get(MEMORY_ENV, "").strip()
     if raw:
@@ -596,7 +596,9 @@ def memory_limit_bytes(given: int | None = None) -> int:
         except ValueError:
             value = 0
         if value <= 0:
-            raise ValueError(f"{MEMORY_ENV}={raw!r}: expected a size such as 8G or 2000000000")
+            raise InvalidInputError(
+                f"{MEMORY_ENV}={raw!r}: expected a size such as 8G or 2000000000"
+            )
         return int(value)
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2

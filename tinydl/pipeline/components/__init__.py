@@ -8,6 +8,7 @@ from tinydl.pipeline.components.crop import Crop
 from tinydl.pipeline.components.draw import Draw, DrawPose
 from tinydl.pipeline.components.image_source import ImageSource
 from tinydl.pipeline.components.inference import Inference
+from tinydl.pipeline.components.memory_source import MemorySource
 from tinydl.pipeline.components.metrics import Metrics
 from tinydl.pipeline.components.pose import PoseDetector, PoseLandmarker, PoseTracker
 from tinydl.pipeline.components.resize import Resize
@@ -27,6 +28,7 @@ __all__ = [
     "GroupByRequest",
     "ImageSource",
     "Inference",
+    "MemorySource",
     "Metrics",
     "PoseDetector",
     "PoseLandmarker",

@@ -6,12 +6,14 @@ Outputs: out (Tensor, DeviceTensor or Frame per `output_as`; a Batch in gives a 
          by item with the items' ids; a DeviceTensor names the backend whose partition makes the
          output, Session.output_backends: with backends "cuda,cpu", "cpu" for a cpu node's)
 Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, an
-         ir.Graph, or a Session already compiled — used as it is, by every instance), backends
-         (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" | "fp16"), strict
-         (bool: no fallback), input / output (names; default the model's only input and its
-         first output), channels (list of frame channels fed to the model, default all),
-         output_as ("tensor" | "device" | "frame"), keep_channels (bool, with output_as
-         "frame": channels not fed to the model are resized to the output's size and kept, so a
+         ir.Graph, or a Session already compiled — used as it is, by every instance, and then
+         backends, precision and strict are not used), backends (priority list or a
+         comma-separated string, "cpu" default: the fastest CPU path, "numpy" the reference;
+         e.g. "cuda,cpu"), precision ("fp32" | "fp16"), strict (bool: no fallback), input /
+         output (names; default the model's only input and its first output), channels (list
+         of frame channels fed to the model, default all), output_as ("tensor" | "device" |
+         "frame"), keep_channels (bool, with output_as "frame", channels and normalize: the
+         channels not fed to the model are resized to the output's size and kept, so a
          luma-only super-resolution model gives a color frame), layout ("NCHW" | "NHWC": how
          a frame is laid out for the model), normalize (bool, True: uint8 pixels fed as x/255
          and answered back from 0..1; False: the pixels as they are, for a model that takes and
@@ -25,7 +27,7 @@ frame (ToDevice of a Frame) keeps it through output_as="device", so ToHost(frame
 give the frame back.
 
 Example (ESPCN x2 on the Y channel of YCbCr frames, four streams batched together):
-    app.add("sr", Inference(model="espcn_x2.tdl", channels=[0], output_as="frame",
+    app.add("sr", Inference(model="tinydl:espcn_x2", channels=[0], output_as="frame",
                             keep_channels=True))
 Example (a frame graph that takes and gives uint8 (N, H, W, 3), as tinydl superres runs it):
     app.add("sr", Inference(model=session, layout="NHWC", normalize=False, output_as="frame"))
