@@ -9,9 +9,17 @@ from tinydl.pipeline.components.draw import Draw
 from tinydl.pipeline.components.image_source import ImageSource
 from tinydl.pipeline.components.inference import Inference
 from tinydl.pipeline.components.metrics import Metrics
+from tinydl.pipeline.components.ocr import (
+    CropBoxes,
+    LinesJson,
+    TextCrops,
+    TextDirection,
+    TextRecognize,
+)
 from tinydl.pipeline.components.resize import Resize
 from tinydl.pipeline.components.streams import GroupByRequest, SplitByFlow
 from tinydl.pipeline.components.synthetic_source import SyntheticSource
+from tinydl.pipeline.components.text_boxes import TextBoxes
 from tinydl.pipeline.components.transfer import ToDevice, ToHost
 from tinydl.pipeline.components.video_sink import VideoSink
 from tinydl.pipeline.components.video_source import VideoSource
@@ -21,14 +29,20 @@ __all__ = [
     "Collect",
     "ColorConvert",
     "Crop",
+    "CropBoxes",
     "Draw",
     "GroupByRequest",
     "ImageSource",
     "Inference",
+    "LinesJson",
     "Metrics",
     "Resize",
     "SplitByFlow",
     "SyntheticSource",
+    "TextBoxes",
+    "TextCrops",
+    "TextDirection",
+    "TextRecognize",
     "ToDevice",
     "ToHost",
     "Unbatch",
