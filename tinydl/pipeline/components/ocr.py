@@ -3,16 +3,17 @@
 CropBoxes
   Inputs:  image (Frame, or a Batch of them), boxes (Quads from TextBoxes, or a Batch of them)
            — joined by (flow_id, request_id)
-  Outputs: out (TextCrops: each box cut out and straightened, `height` pixels high, its width
-           from the box's aspect ratio; a Batch in gives a Batch out; no boxes gives no crops)
-  Options: height (48: the recognizer's input height)
+  Outputs: out (TextCrops: each box cut out and straightened at its own size; a Batch in
+           gives a Batch out; no boxes gives no crops)
+  Options: height (None: crops at their own size; N: resized to N pixels high, the width from
+           the aspect ratio — less to carry, but the models resize them again)
 
 TextDirection
   Inputs:  in (TextCrops, or a Batch of them: the crops of every item are run together)
   Outputs: out (the same, crops classified upside down turned by 180 degrees)
   Options: model ("ppocr:cls"), backends ("cpu"), precision, strict, batch_size (6 crops per
-           model call), thresh (0.9: turned only above it), width (192: the model's input
-           width), color ("bgr": the channel order the model takes)
+           model call), thresh (0.9: turned only above it), height (48) and width (192): the
+           model's input size, color ("bgr": the channel order the model takes)
 
 TextRecognize
   Inputs:  in (TextCrops, or a Batch of them: the crops of every item are run together)
@@ -20,10 +21,10 @@ TextRecognize
            its characters as score; a Batch in gives a Batch out, item for item; a frame with
            no text gives zero quads)
   Options: model ("ppocr:rec"), backends ("cpu"), precision, strict, batch_size (6 crops per
-           model call), min_score (0.5: lines read with less are dropped), width (320: the
-           narrowest input), characters (the dictionary: a file with one character a line;
-           default: the model's "character" metadata, as PP-OCR's ONNX models carry it), color
-           ("bgr")
+           model call), min_score (0.5: lines read with less are dropped), height (48: the
+           model's input height), width (320: the narrowest input), characters (the
+           dictionary: a file with one character a line; default: the model's "character"
+           metadata, as PP-OCR's ONNX models carry it), color ("bgr")
 
 LinesJson
   Inputs:  in (Quads with labels: the lines of one frame, as TextRecognize gives them)
@@ -35,11 +36,14 @@ LinesJson
   thread executor only (its results live in the app's process).
 
 These are RapidOCR 1.4.4's steps with its defaults. A box is cut out with a perspective warp
-(bicubic, edges replicated) at its own size — turned by 90 degrees when it is at least 1.5
-times higher than wide — then resized (bilinear) to `height`: `crop_quad` does it, the one
-function to swap for a device warp. The classifier takes crops squeezed to at most `width` and
-zero-padded; the recognizer sorts the crops by aspect ratio, runs `batch_size` at a time, each
-batch padded to its widest crop, and decodes greedily (CTC: repeats merged, blanks dropped).
+(bicubic, edges replicated) at its own size, turned by 90 degrees when it is at least 1.5
+times higher than wide: `crop_quad` does it, the one function to swap for a device warp. Each
+model resizes a crop once (bilinear) to its input height: the classifier squeezes it to at most
+`width` and zero-pads it; the recognizer sorts the crops by aspect ratio, runs `batch_size` at
+a time, each batch padded to its widest crop (which is squeezed by up to a pixel, as PP-OCR
+does), and decodes greedily (CTC: repeats merged, blanks dropped). Cropping to the model height
+first and resizing again changes the recognized text of about one line in ten (spaces, mostly),
+hence crops at their own size by default.
 Crops travel with their frame, so batching crops across frames is `Batch` before TextDirection
 and `Unbatch` after TextRecognize: every frame gets its own lines back, in order. Needs OpenCV
 (the `ocr` extra).
@@ -80,21 +84,33 @@ from .text_boxes import ocr_modules
 
 @dataclass
 class TextCrops:
-    """The text lines of one frame cut out: `crops[i]` (height, w_i[, C]) uint8 in `format`,
-    from `quads.points[i]`; `ratios[i]` is the width / height of the cut before resizing."""
+    """The text lines of one frame cut out: `crops[i]` (h_i, w_i[, C]) uint8 in `format`, from
+    `quads.points[i]`."""
 
     crops: list[np.ndarray]
     quads: Quads
-    ratios: np.ndarray
     format: str = "rgb"
 
     def __len__(self) -> int:
         return len(self.crops)
 
+    @property
+    def ratios(self) -> np.ndarray:
+        """Each crop's width / height."""
+        return np.array([c.shape[1] / c.shape[0] for c in self.crops], np.float64)
 
-def crop_quad(image: np.ndarray, quad: np.ndarray, height: int = 48) -> tuple[np.ndarray, float]:
-    """The quadrilateral `quad` (4, 2) of an image straightened, `height` pixels high, and the
-    width / height ratio of the cut at its own size (as PP-OCR's get_rotate_crop_image)."""
+
+def fit_height(cv2, crop: np.ndarray, height: int, max_width: int | None = None) -> np.ndarray:
+    """A crop resized (bilinear) to `height`, its width from its aspect ratio (rounded up),
+    squeezed to at most `max_width`."""
+    width = math.ceil(height * crop.shape[1] / crop.shape[0])
+    width = width if max_width is None else min(width, max_width)
+    return crop if crop.shape[:2] == (height, width) else cv2.resize(crop, (width, height))
+
+
+def crop_quad(image: np.ndarray, quad: np.ndarray, height: int | None = None) -> np.ndarray:
+    """The quadrilateral `quad` (4, 2) of an image straightened (as PP-OCR's
+    get_rotate_crop_image), at its own size or resized to `height`."""
     cv2, _ = ocr_modules()
     p = np.asarray(quad, np.float32)
     w = max(1, int(max(np.linalg.norm(p[0] - p[1]), np.linalg.norm(p[2] - p[3]))))
@@ -106,8 +122,7 @@ def crop_quad(image: np.ndarray, quad: np.ndarray, height: int = 48) -> tuple[np
     )
     if cut.shape[0] / cut.shape[1] >= 1.5:  # a vertical line is read turned to horizontal
         cut = np.rot90(cut)
-    ratio = cut.shape[1] / cut.shape[0]
-    return cv2.resize(cut, (math.ceil(height * ratio), height)), ratio
+    return cut if height is None else fit_height(cv2, cut, height)
 
 
 def _pairs(a: Any, b: Any, fn, what: str) -> Any:
@@ -130,8 +145,8 @@ class CropBoxes(Component):
     inputs = {"image": union(Frame, Batch[Frame]), "boxes": union(Quads, Batch[Quads])}
     outputs = {"out": union(TextCrops, Batch[TextCrops])}
 
-    def __init__(self, height: int = 48):
-        if height < 1:
+    def __init__(self, height: int | None = None):
+        if height is not None and height < 1:
             raise PipelineError(f"CropBoxes: height must be positive, got {height}")
         self.height = height
 
@@ -149,9 +164,7 @@ class CropBoxes(Component):
                 f"{type(quads).__name__}"
             )
         cuts = [crop_quad(frame.image, q, self.height) for q in np.asarray(quads.points)]
-        return TextCrops(
-            [c for c, _ in cuts], quads, np.array([r for _, r in cuts], np.float64), frame.format
-        )
+        return TextCrops(cuts, quads, frame.format)
 
     def process(self, ctx, inputs):
         image, boxes = inputs["image"].payload, inputs["boxes"].payload
@@ -170,6 +183,7 @@ class _CropModel(Component):
         precision: str = "fp32",
         strict: bool = False,
         batch_size: int = 6,
+        height: int = 48,
         width: int = 0,
         color: str = "bgr",
     ):
@@ -178,7 +192,7 @@ class _CropModel(Component):
         if color not in ("rgb", "bgr"):
             raise PipelineError(f"{type(self).__name__}: color is 'rgb' or 'bgr', got {color!r}")
         self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
-        self.batch_size, self.width, self.color = batch_size, width, color
+        self.batch_size, self.height, self.width, self.color = batch_size, height, width, color
 
     def output_types(self, input_types):
         batched = isinstance(input_types["in"], type) and issubclass(input_types["in"], Batch)
@@ -192,13 +206,11 @@ class _CropModel(Component):
         self.output = self.session.outputs[0].name
 
     def run(self, crops: list[np.ndarray], fmt: list[str], width: int) -> np.ndarray:
-        """The model's output for crops (h, w_i) laid side by side in a zero-padded (N, 3, h,
-        width) batch, each normalized as PP-OCR does: (x / 255 - 0.5) / 0.5."""
-        h = crops[0].shape[0]
-        x = np.zeros((len(crops), 3, h, width), np.float32)
+        """The model's output for crops resized to its height, at most `width` wide, in a
+        zero-padded (N, 3, height, width) batch, normalized as PP-OCR does: (x/255 - 0.5) / 0.5."""
+        x = np.zeros((len(crops), 3, self.height, width), np.float32)
         for i, (crop, f) in enumerate(zip(crops, fmt, strict=True)):
-            if crop.shape[1] > width:
-                crop = self.cv2.resize(crop, (width, h))
+            crop = fit_height(self.cv2, crop, self.height, width)
             pixels = convert(crop, f, self.color).astype(np.float32)
             x[i, :, :, : crop.shape[1]] = (pixels.transpose(2, 0, 1) / 255 - 0.5) / 0.5
         return self.session.run({self.input: x}, outputs=[self.output])[self.output]
@@ -211,7 +223,7 @@ class _CropModel(Component):
                 raise PipelineError(f"{type(self).__name__}: expected TextCrops, got {item!r}")
         # Every crop of every item, sorted by aspect ratio so a model call pads little.
         flat = [(k, i) for k, item in enumerate(items) for i in range(len(item))]
-        ratios = np.array([items[k].ratios[i] for k, i in flat], np.float64)
+        ratios = np.concatenate([item.ratios for item in items] + [np.zeros(0)])
         order = [flat[j] for j in np.argsort(ratios)]
         answers = self.answer(items, order)
         if isinstance(payload, Batch):
@@ -298,15 +310,15 @@ class TextRecognize(_CropModel):
 
     def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[Quads]:
         read: dict[tuple[int, int], tuple[str, float]] = {}
-        h = items[order[0][0]].crops[order[0][1]].shape[0] if order else 0
+        ratios = [item.ratios for item in items]
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             # PP-OCR's batch width: the widest crop's at the model's height, at least `width`.
-            widest = max(self.width / h, *(items[k].ratios[i] for k, i in chunk))
+            widest = max(self.width / self.height, *(ratios[k][i] for k, i in chunk))
             probs = self.run(
                 [items[k].crops[i] for k, i in chunk],
                 [items[k].format for k, _ in chunk],
-                int(h * widest),
+                int(self.height * widest),
             )
             read.update(zip(chunk, ctc_greedy(probs, self.table), strict=True))
         lines = []
