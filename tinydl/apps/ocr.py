@@ -38,9 +38,14 @@ def ocr_app(
     json_path: str | None = None,
     annotate: bool = False,
     group: int = 4,
+    models: dict[str, Any] | None = None,
+    repeat: int = 1,
 ):
-    """The app that reads the text of `paths`, and its sinks: (app, lines, drawn) where lines
-    is the LinesJson sink and drawn the Collect of annotated frames (None without annotate)."""
+    """The app that reads the text of `paths` (`repeat` times), and its sinks: (app, lines,
+    drawn) where lines is the LinesJson sink and drawn the Collect of annotated frames (None
+    without annotate). `models` may give "det", "cls", "rec" as paths or compiled Sessions
+    (default: "ppocr:NAME")."""
+    models = {k: f"ppocr:{k}" for k in ("det", "cls", "rec")} | (models or {})
     from tinydl.pipeline import App
     from tinydl.pipeline.components import (
         Batch,
@@ -57,11 +62,11 @@ def ocr_app(
     )
 
     app = App("ocr", capacity=4, stop_on_error=True)
-    app.add("src", ImageSource(list(paths)))
+    app.add("src", ImageSource(list(paths), repeat=repeat))
     app.add(
         "det",
         Inference(
-            model="ppocr:det",
+            model=models["det"],
             backends=backends,
             resize=DET_RESIZE,
             color="bgr",
@@ -72,8 +77,8 @@ def ocr_app(
     app.add("boxes", TextBoxes())
     app.add("crops", CropBoxes())
     app.add("group", Batch(max_size=group, max_wait=0))
-    app.add("upright", TextDirection(backends=backends))
-    app.add("read", TextRecognize(backends=backends))
+    app.add("upright", TextDirection(models["cls"], backends=backends))
+    app.add("read", TextRecognize(models["rec"], backends=backends))
     app.add("lines", Unbatch())
     lines = LinesJson(path=json_path, names=[str(p) for p in paths])
     app.add("out", lines)
