@@ -22,7 +22,7 @@ to bottom and left to right (boxes whose tops are within 10 pixels count as one 
 OpenCV and pyclipper (the `ocr` extra), imported when the component opens.
 
 Example (PP-OCR's detector on frames, boxes for the crops):
-    app.add("det", Inference(model=det_model, resize="multiple 32 min 736", color="bgr",
+    app.add("det", Inference(model="ppocr:det", resize="multiple 32 min 736", color="bgr",
                              mean=0.5, std=0.5))
     app.add("boxes", TextBoxes())
     app.connect("src", ["det", "boxes.image"])
