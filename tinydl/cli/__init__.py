@@ -7,6 +7,7 @@
     tinydl run model.onnx --input image.png --out-dir out/ --time
     tinydl superres clip.mp4 -o clip_x3.mp4 --scale 3
     tinydl pose photo.jpg --json pose.json -o drawn.png
+    tinydl ocr scan.png --json lines.json -o scan_ocr.png
     tinydl pipeline run examples/apps/superres4.yaml --trace trace.json
 
 Every subcommand imports what it needs when it runs, so `tinydl --help` loads neither NumPy nor
@@ -32,7 +33,7 @@ from tinydl.errors import TinyDLError
 
 EXIT_USAGE = 2
 # The command modules (tinydl.cli.NAME), in the order `tinydl --help` lists them.
-COMMANDS = ("info", "convert", "inspect", "bench", "run", "superres", "pose", "pipeline")
+COMMANDS = ("info", "convert", "inspect", "bench", "run", "superres", "pose", "ocr", "pipeline")
 
 
 def build_parser() -> argparse.ArgumentParser:

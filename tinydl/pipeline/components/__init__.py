@@ -10,10 +10,18 @@ from tinydl.pipeline.components.image_source import ImageSource
 from tinydl.pipeline.components.inference import Inference
 from tinydl.pipeline.components.memory_source import MemorySource
 from tinydl.pipeline.components.metrics import Metrics
+from tinydl.pipeline.components.ocr import (
+    CropBoxes,
+    LinesJson,
+    TextCrops,
+    TextDirection,
+    TextRecognize,
+)
 from tinydl.pipeline.components.pose import PoseDetector, PoseLandmarker, PoseTracker
 from tinydl.pipeline.components.resize import Resize
 from tinydl.pipeline.components.streams import GroupByRequest, SplitByFlow
 from tinydl.pipeline.components.synthetic_source import SyntheticSource
+from tinydl.pipeline.components.text_boxes import TextBoxes
 from tinydl.pipeline.components.transfer import ToDevice, ToHost
 from tinydl.pipeline.components.video_sink import VideoSink
 from tinydl.pipeline.components.video_source import VideoSource
@@ -23,12 +31,14 @@ __all__ = [
     "Collect",
     "ColorConvert",
     "Crop",
+    "CropBoxes",
     "Draw",
     "DrawPose",
     "GroupByRequest",
     "ImageSource",
     "Inference",
     "MemorySource",
+    "LinesJson",
     "Metrics",
     "PoseDetector",
     "PoseLandmarker",
@@ -36,6 +46,10 @@ __all__ = [
     "Resize",
     "SplitByFlow",
     "SyntheticSource",
+    "TextBoxes",
+    "TextCrops",
+    "TextDirection",
+    "TextRecognize",
     "ToDevice",
     "ToHost",
     "Unbatch",
