@@ -242,3 +242,22 @@ def test_cli_pose_streams(models, tmp_path):
     assert main(["pose", CLIP, "--frames", "2", "-o", str(tmp_path / "drawn.mp4")]) == 0
     assert (tmp_path / "drawn.mp4").stat().st_size > 0
     assert main(["pose", str(tmp_path / "missing.png")]) == 2
+
+
+def test_models_come_from_the_package_or_the_model_cache(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from tinydl.errors import InvalidModelError
+    from tinydl.pipeline.components import _blazepose
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(_blazepose.metadata, "distribution", missing)
+    monkeypatch.setenv("TINYDL_TEST_MODELS", str(tmp_path))
+    with pytest.raises(InvalidModelError, match="pip install --no-deps mediapipe==0.10.14"):
+        _blazepose.model_path("pose_detection/pose_detection.tflite")
+    path = tmp_path / "mediapipe-0.10.14/mediapipe/modules/pose_detection/pose_detection.tflite"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"tflite")
+    assert _blazepose.model_path("pose_detection/pose_detection.tflite") == path

@@ -11,6 +11,7 @@ ROI is a row (x_center, y_center, width, height, rotation) — MediaPipe's Norma
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -34,17 +35,26 @@ MIN_PRESENCE = 0.5
 
 
 def model_path(name: str) -> Path:
-    """A BlazePose model of the mediapipe package (pose_detection/pose_detection.tflite...)."""
+    """A BlazePose model of MediaPipe 0.10.14 (pose_detection/pose_detection.tflite...): from
+    the installed mediapipe package, else from the wheel unpacked into tinydl's model cache
+    ($TINYDL_TEST_MODELS or ~/.cache/tinydl/test-models/mediapipe-0.10.14, where
+    tools/fetch_test_models.py puts it)."""
+    found = []
     try:
-        path = metadata.distribution("mediapipe").locate_file(f"mediapipe/modules/{name}")
+        found.append(Path(metadata.distribution("mediapipe").locate_file("mediapipe")))
     except metadata.PackageNotFoundError:
-        raise InvalidModelError(
-            "BlazePose needs the models of the mediapipe package: "
-            "pip install --no-deps mediapipe==0.10.14"
-        ) from None
-    if not Path(path).is_file():
-        raise InvalidModelError(f"the mediapipe package has no {name}")
-    return Path(path)
+        pass
+    cache = os.environ.get("TINYDL_TEST_MODELS") or Path.home() / ".cache/tinydl/test-models"
+    found.append(Path(cache) / "mediapipe-0.10.14" / "mediapipe")
+    for root in found:
+        path = root / "modules" / name
+        if path.is_file():
+            return path
+    raise InvalidModelError(
+        f"BlazePose needs MediaPipe 0.10.14's {name}; looked in "
+        f"{', '.join(str(r / 'modules') for r in found)}: pip install --no-deps "
+        "mediapipe==0.10.14 (or unpack its wheel into the cache folder)"
+    )
 
 
 # -- detection ------------------------------------------------------------------------------------
