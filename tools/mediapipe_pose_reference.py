@@ -9,9 +9,9 @@ or null. Frames are decoded with PyAV as rgb24, as tinydl's VideoSource decodes 
 
 MediaPipe needs an environment of its own (its protobuf and NumPy pins):
 
-    python -m venv /work/mp-venv
-    /work/mp-venv/bin/pip install mediapipe==0.10.14 scikit-image scikit-video av "numpy<2"
-    /work/mp-venv/bin/python tools/mediapipe_pose_reference.py [-o tests/data/mediapipe_pose.json]
+    python -m venv ~/mp-venv
+    ~/mp-venv/bin/pip install mediapipe==0.10.14 scikit-image scikit-video av "numpy<2"
+    ~/mp-venv/bin/python tools/mediapipe_pose_reference.py [-o tests/data/mediapipe_pose.json]
 
 `--bench CLIP` instead prints MediaPipe Pose's frames/s on a clip's frames (tools/bench_pose.py
 runs it so).
