@@ -156,9 +156,9 @@ class RunReport:
     # The first error's exception (a component's own, or the framework's RemoteError/timeout
     # for a worker), for callers that re-raise it; not part of the printed report.
     exception: BaseException | None = field(default=None, repr=False, compare=False)
-    deployment: Any = field(default=None, repr=False, compare=False)  # the plan it ran under
     # Frames out through one branch of a fan-out though a copy errored in another, by error.
     branch_errors: dict[str, int] = field(default_factory=dict)
+    deployment: Any = field(default=None, repr=False, compare=False)  # the plan it ran under
 
     @property
     def balanced(self) -> bool:

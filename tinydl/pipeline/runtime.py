@@ -739,5 +739,5 @@ class Runtime:
             self.stop_reason,
             led.peak_in_flight,
             self.exception,
-            dict(led.branch_errors),
+            branch_errors=dict(led.branch_errors),
         )
