@@ -174,6 +174,7 @@ def test_a_plans_kernels_compile_as_few_programs_on_threads(monkeypatch, tmp_pat
     from tinydl.backends.cuda import context
 
     monkeypatch.setattr(context, "COMPILE_THREADS", 2)
+    monkeypatch.setattr(context, "MIN_PER_PROGRAM", 3)
     ctx, loaded = _cpu_context(monkeypatch, tmp_path)
     threads, programs = set(), []
     compile_cubin = context.compile_cubin

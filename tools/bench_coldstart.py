@@ -49,6 +49,8 @@ if backend == "cuda":
     from tinydl.backends.cuda import context
     if threads:
         context.COMPILE_THREADS = threads
+    if os.environ.get("COLDSTART_PER_PROGRAM"):
+        context.MIN_PER_PROGRAM = int(os.environ["COLDSTART_PER_PROGRAM"])
     context.get_context()
 elif backend == "webgpu":
     from tinydl.backends.webgpu.context import get_context

@@ -33,6 +33,9 @@ OPTIONS = ("-std=c++17",)
 MAX_MODULES = 2048
 # Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
 COMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
+# Kernels a program gets at least before another thread starts one: NVRTC's threads contend,
+# so a program of one small kernel on each of 16 threads is slower than a few programs.
+MIN_PER_PROGRAM = 8
 
 
 class CompileError(RuntimeError):
@@ -205,7 +208,7 @@ class Context:
                     self._where[item[0]] = where
         if not todo:
             return
-        chunks = min(COMPILE_THREADS, len(todo))
+        chunks = max(1, min(COMPILE_THREADS, len(todo) // MIN_PER_PROGRAM))
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
