@@ -1,7 +1,7 @@
 """ONNX import of control flow: an If whose condition is a constant at import becomes the nodes of
 the branch it takes (values renamed apart, outer values read directly, nested Ifs too); an If
-decided at run time keeps both branches as graphs and runs on the CPU backends; Loop and Scan
-are refused by name."""
+decided at run time keeps both branches as graphs and runs on the CPU backends; so does a Loop,
+whose body's outer values become loop-carried values; Scan is refused by name."""
 
 from __future__ import annotations
 
@@ -221,19 +221,191 @@ def test_a_bad_branch_is_reported_through_the_if():
         validate(graph)
 
 
-@pytest.mark.parametrize("op", ["Loop", "Scan"])
-def test_loop_and_scan_are_refused_by_name(op):
+def test_scan_is_refused_by_name():
     body = helper.make_graph([], "body", [], [])
-    node = helper.make_node(op, ["n"], ["y"], name="repeat", body=body)
+    node = helper.make_node("Scan", ["n"], ["y"], name="repeat", body=body, num_scan_inputs=1)
     graph = helper.make_graph(
         [node],
-        "loop",
-        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        "scan",
+        [helper.make_tensor_value_info("n", F, [3])],
         [helper.make_tensor_value_info("y", F, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(UnsupportedOpError, match=rf"{op} 'repeat'.*Loop and Scan are not"):
+    with pytest.raises(UnsupportedOpError, match=r"Scan 'repeat'.*Scan is not supported"):
         from_model(model)
+
+
+I64, BOOL = TensorProto.INT64, TensorProto.BOOL
+
+
+def loop_body(extra=()):
+    """y_out = y_in + x (x read from the outer graph); scan s = y_out * iteration; the body's
+    condition is sum(y_out) < limit (limit from the outer graph too)."""
+    nodes = [
+        helper.make_node("Add", ["y_in", "x"], ["y_out"]),
+        helper.make_node("Cast", ["it"], ["it_f"], to=F),
+        helper.make_node("Mul", ["y_out", "it_f"], ["s"]),
+        helper.make_node("ReduceSum", ["y_out"], ["total"], keepdims=0),
+        helper.make_node("Less", ["total", "limit"], ["cond_out"]),
+        *extra,
+    ]
+    return helper.make_graph(
+        nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("it", I64, []),
+            helper.make_tensor_value_info("cond_in", BOOL, []),
+            helper.make_tensor_value_info("y_in", F, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", BOOL, []),
+            helper.make_tensor_value_info("y_out", F, [2, 3]),
+            helper.make_tensor_value_info("s", F, [2, 3]),
+        ],
+    )
+
+
+def loop_model(trip: bool, cond: bool, body=None):
+    """Loop(M if `trip`, cond = sum(y0) < limit if `cond`, y0) with the body above."""
+    nodes = [helper.make_node("ReduceSum", ["y0"], ["start"], keepdims=0)]
+    nodes.append(helper.make_node("Less", ["start", "limit"], ["go"]))
+    loop = helper.make_node(
+        "Loop",
+        ["M" if trip else "", "go" if cond else "", "y0"],
+        ["y", "scan"],
+        name="repeat",
+        body=body or loop_body(),
+    )
+    inputs = [
+        helper.make_tensor_value_info("x", F, [2, 3]),
+        helper.make_tensor_value_info("y0", F, [2, 3]),
+        helper.make_tensor_value_info("limit", F, []),
+    ]
+    if trip:
+        inputs.append(helper.make_tensor_value_info("M", I64, []))
+    graph = helper.make_graph(
+        [*nodes, loop, helper.make_node("Sigmoid", ["y"], ["z"])],
+        "loop",
+        inputs,
+        [
+            helper.make_tensor_value_info("z", F, [2, 3]),
+            helper.make_tensor_value_info("scan", F, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def loop_feeds(trip: int | None, steps: float):
+    """x > 0, so sum(y) grows by sum(x) per iteration: the body's condition turns false
+    after ceil(steps) iterations."""
+    rng = np.random.default_rng(3)
+    x = (rng.random((2, 3)) + 0.1).astype(np.float32)
+    y0 = rng.standard_normal((2, 3)).astype(np.float32)
+    feeds = {"x": x, "y0": y0, "limit": np.array(y0.sum() + steps * x.sum(), np.float32)}
+    if trip is not None:
+        feeds["M"] = np.array(trip, np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize(
+    "trip, cond, steps, iterations",
+    [
+        (5, False, 1e6, 5),  # counted: for i < M
+        (None, True, 3.5, 4),  # while the condition holds
+        (10, True, 2.5, 3),  # both: the condition ends it first
+        (2, True, 2.5, 2),  # both: the count ends it first
+        (0, True, 2.5, 0),  # zero iterations: the initial values, empty scans
+        (None, True, -1.0, 0),  # a false initial condition: zero iterations
+    ],
+)
+def test_loop_runs_as_onnxruntime_runs_it(trip, cond, steps, iterations):
+    model = loop_model(trip is not None, cond)
+    feeds = loop_feeds(trip, steps)
+    want = run_onnxruntime(model, feeds)
+    assert want[1].shape == (iterations, 2, 3)
+    graph = from_model(model)
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    # the outer values the body reads are loop-carried values after the Loop's own
+    assert node.inputs[2:] == ["y0", "x", "limit"]
+    assert graph.value("scan").shape == (None, 2, 3)
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        for name, w in zip(("z", "scan"), want, strict=True):
+            assert got[name].shape == w.shape
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_loop_body_with_a_run_time_if_reading_outer_values():
+    """Odd iterations add x, even ones subtract w (an initializer of the outer graph): the If
+    inside the body captures from the body and from the graph around the Loop."""
+    w = numpy_helper.from_array(np.full((2, 3), 0.25, np.float32), "w")
+    then = helper.make_graph(
+        [helper.make_node("Add", ["y_in", "x"], ["plus"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("plus", F, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["y_in", "w"], ["minus"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("minus", F, None)],
+    )
+    body = loop_body()
+    body.node[0].CopyFrom(
+        helper.make_node("If", ["odd"], ["y_out"], then_branch=then, else_branch=other)
+    )
+    two = numpy_helper.from_array(np.array(2, np.int64), "two")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    body.initializer.extend([two, one])
+    body.node.insert(0, helper.make_node("Mod", ["it", "two"], ["parity"]))
+    body.node.insert(1, helper.make_node("Equal", ["parity", "one"], ["odd"]))
+    model = loop_model(True, False, body)
+    model.graph.initializer.append(w)
+    feeds = loop_feeds(6, 1e6)
+    want = run_onnxruntime(model, feeds)
+    graph = from_model(model)
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    (inner,) = [n for n in node.attrs["body"].nodes if n.op == "If"]
+    assert set(node.inputs[3:]) == {"x", "w", "limit"}
+    assert {"y_in", "x", "w"} <= set(inner.inputs[1:])
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        np.testing.assert_allclose(got["z"], want[0], rtol=1e-5, atol=1e-6, err_msg=backend)
+        np.testing.assert_allclose(got["scan"], want[1], rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_loop_falls_back_from_webgpu_with_a_reason_and_is_not_saved_as_tdl(tmp_path):
+    from tinydl.backends import get_backend
+
+    model = loop_model(True, True)
+    graph = from_model(model)
+    with pytest.raises(UnsupportedOpError, match=r"node 'repeat' \(Loop\).*'body'"):
+        td.compile(graph, backends=("numpy",)).save(tmp_path / "loop.tdl")
+    assert not list(tmp_path.iterdir())
+    if not get_backend("webgpu").available():
+        pytest.skip("webgpu is unavailable")
+    with pytest.warns(UserWarning, match="ops: Loop"):
+        sess = td.compile(graph, backends=("webgpu", "numpy"))
+    assert sess.placement.nodes["repeat"] == "numpy"
+    assert sess.placement.fallbacks()["repeat"]["webgpu"]
+    feeds = loop_feeds(7, 2.5)
+    want = run_onnxruntime(model, feeds)
+    got = sess.run(feeds)
+    np.testing.assert_allclose(got["z"], want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["scan"], want[1], rtol=1e-4, atol=1e-6)
+
+
+def test_a_loop_body_that_does_not_fit_is_an_invalid_model():
+    body = loop_body()
+    del body.input[2]
+    with pytest.raises(InvalidModelError, match=r"Loop 'repeat'.*body of 3 inputs"):
+        from_model(loop_model(True, True, body))
+    graph = from_model(loop_model(True, True))
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    node.attrs["body"].nodes[0].op = "NoSuchOp"
+    with pytest.raises(InvalidModelError, match=r"'body'.*unknown op 'NoSuchOp'"):
+        validate(graph)
 
 
 def test_roi_align_10_keeps_its_pixel_convention_through_import_and_export():

@@ -9,7 +9,10 @@ initializers. External data is read only from files inside the model's folder.
 An If whose condition folds to a constant at import (an initializer, a Constant, or shape
 arithmetic on inputs of static shape) is replaced by the nodes of the branch it takes. Any other
 If keeps both branches, converted the same way, as graph attributes; the outer values a branch
-reads become its inputs and the If's inputs after the condition. Loop and Scan are refused.
+reads become its inputs and the If's inputs after the condition. A Loop's body is converted the
+same way; each outer value it reads becomes one more loop-carried value, which the body passes
+through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop). Scan is
+refused.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
 MIN_OPSET, MAX_OPSET = 11, 23
-# Ops whose body is a graph run at run time.
-_LOOPS = ("Loop", "Scan")
 
 
 def load(path: str | os.PathLike) -> Graph:
@@ -147,10 +148,10 @@ class _Converter:
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
                 bad.add(f"{n.domain}.{n.op_type}")
-            elif n.op_type in _LOOPS:
+            elif n.op_type == "Scan":
                 raise UnsupportedOpError(
-                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run a variable "
-                    "number of times; Loop and Scan are not supported"
+                    f"{self.where}: Scan '{n.name}': its body is a graph run once per slice of "
+                    "its inputs; Scan is not supported (Loop is)"
                 )
             elif n.op_type not in REGISTRY and n.op_type != "If":
                 bad.add(n.op_type)
@@ -308,6 +309,9 @@ class _Converter:
         if n.op_type == "If":
             self._if(n, n.name or f"If_{index}")
             return
+        if n.op_type == "Loop":
+            self._loop(n, n.name or f"Loop_{index}")
+            return
         op, attrs = n.op_type, self._attrs(n)
         name = n.name or f"{op}_{index}"
         inputs, outputs = list(n.input), list(n.output)
@@ -457,11 +461,14 @@ class _Converter:
         inputs = [self._resolve(n.input[0]), *captured]
         self.nodes.append(Node("If", inputs, list(n.output), attrs, name))
 
-    def _branch(self, g, name: str) -> tuple[list[Node], dict[str, np.ndarray], list[Value]]:
-        """A branch's nodes and initializers, converted as the main graph's are, and its
-        outputs; the values it reads from enclosing graphs keep their (resolved) names."""
+    def _branch(
+        self, g, name: str, inputs: list[Value] = ()
+    ) -> tuple[list[Node], dict[str, np.ndarray], list[Value]]:
+        """A branch's (or body's, whose `inputs` are given) nodes and initializers, converted
+        as the main graph's are, and its outputs; the values it reads from enclosing graphs
+        keep their (resolved) names."""
         self.outer.append((self.nodes, self.initializers, self.inputs))
-        self.nodes, self.initializers, self.inputs = [], {}, []
+        self.nodes, self.initializers, self.inputs = [], {}, list(inputs)
         try:
             for t in g.initializer:
                 self.initializers[t.name] = self._tensor(t)
@@ -479,6 +486,50 @@ class _Converter:
             return self.nodes, self.initializers, outputs
         finally:
             self.nodes, self.initializers, self.inputs = self.outer.pop()
+
+    # -- Loop ----------------------------------------------------------------------------------
+    def _loop(self, n, name: str) -> None:
+        """A Loop with its body converted; the outer values the body reads become loop-carried
+        values after the Loop's own (their final values are outputs nobody reads)."""
+        body = next((a.g for a in n.attribute if a.name == "body"), None)
+        if body is None:
+            raise self.fail(f"Loop '{name}': no body")
+        carried = len(n.input) - 2
+        if carried < 0 or len(body.input) != carried + 2 or len(body.output) < carried + 1:
+            raise self.fail(
+                f"Loop '{name}': {len(n.input)} inputs (trip count, condition, {carried} "
+                f"loop-carried values) need a body of {carried + 2} inputs and at least "
+                f"{carried + 1} outputs, got {len(body.input)} and {len(body.output)}"
+            )
+        self._check_ops(body)
+        own = [self._value(v) if v.type.WhichOneof("value") else Value(v.name) for v in body.input]
+        nodes, inits, outputs = self._branch(body, f"{name}/body", own)
+        inner = inits.keys() | {o for bn in nodes for o in bn.outputs} | {v.name for v in own}
+        reads = [i for bn in nodes for i in bn.inputs] + [v.name for v in outputs]
+        captured = list(dict.fromkeys(i for i in reads if i and i not in inner))
+        # (named as the outer values, as an If's branch inputs are: nested Ifs read them so)
+        passed = [self._outer_value(c) for c in captured]
+        split = 1 + carried
+        graph = Graph(
+            [*own, *passed],
+            [*outputs[:split], *passed, *outputs[split:]],
+            nodes,
+            inits,
+            name="body",
+        )
+        results = list(n.output) + [""] * (len(body.output) - 1 - len(n.output))
+        results = [r or self._fresh(f"{name}/unused") for r in results]
+        finals = [self._fresh(f"{name}/{c}_final") for c in captured]
+        inputs = [self._resolve(i) if i else "" for i in n.input]
+        self.nodes.append(
+            Node(
+                "Loop",
+                [*inputs, *captured],
+                [*results[:carried], *finals, *results[carried:]],
+                {"body": graph},
+                name,
+            )
+        )
 
     def _outer_value(self, name: str) -> Value:
         """A captured value, typed as far as the enclosing graphs declare it."""
