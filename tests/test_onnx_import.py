@@ -1,7 +1,8 @@
 """ONNX import of control flow: an If whose condition is a constant at import becomes the nodes of
 the branch it takes (values renamed apart, outer values read directly, nested Ifs too); an If
 decided at run time keeps both branches as graphs and runs on the CPU backends; so does a Loop,
-whose body's outer values become loop-carried values; Scan is refused by name."""
+whose body's outer values become loop-carried values; Scan is refused by name. Ops tinydl lacks
+are folded at import when their inputs are constants, and refused by name otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
 from tinydl.errors import InvalidModelError, UnsupportedOpError
-from tinydl.importers.onnx import from_model
+from tinydl.importers.onnx import FOLD_LIMIT, from_model
 from tinydl.ops import validate
 
 F = TensorProto.FLOAT
@@ -433,3 +434,66 @@ def test_roi_align_10_keeps_its_pixel_convention_through_import_and_export():
     for backend in ("numpy", "onnxruntime"):
         (got,) = td.compile(imported, backends=(backend,), strict=True).run({"x": x}).values()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def unknown_op_model(op, source, inits=(), pre=(), **attrs):
+    """x (4,) * op(source): `source` an initializer, a value computed before, or x itself."""
+    nodes = [*pre, helper.make_node(op, [source], ["d"], name="lacking", **attrs)]
+    nodes.append(helper.make_node("Mul", ["x", "d"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "fold",
+        [helper.make_tensor_value_info("x", F, [4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        list(inits),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_an_op_tinydl_lacks_is_folded_at_import_when_its_input_is_an_initializer():
+    m = np.random.default_rng(4).standard_normal((4, 3, 3)).astype(np.float32)
+    model = unknown_op_model("Det", "m", [numpy_helper.from_array(m, "m")])
+    graph = from_model(model)
+    assert [n.op for n in graph.nodes] == ["Mul"]
+    np.testing.assert_allclose(graph.initializers["d"], np.linalg.det(m), rtol=1e-5)
+    x = np.random.default_rng(5).standard_normal(4).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    (got,) = td.compile(graph, backends=("numpy",)).run({"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_an_op_tinydl_lacks_is_folded_on_values_shape_inference_computes():
+    """Hardmax of Cast(Shape(x)): a constant once x's static shape is known."""
+    pre = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["sf"], to=F),
+        helper.make_node("Concat", ["sf", "w"], ["v"], axis=0),
+    ]
+    w = numpy_helper.from_array(np.array([5.5, -1.0, 2.0], np.float32), "w")
+    model = unknown_op_model("Hardmax", "v", [w], pre)
+    graph = from_model(model)
+    assert "Hardmax" not in {n.op for n in graph.nodes}
+    np.testing.assert_array_equal(graph.initializers["d"], [0, 1, 0, 0])
+    x = np.random.default_rng(6).standard_normal(4).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    (got,) = td.compile(graph, backends=("numpy",)).run({"x": x}).values()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_op_tinydl_lacks_on_a_run_time_input_is_refused_by_name():
+    with pytest.raises(UnsupportedOpError, match=r"ops not supported by tinydl: Det$"):
+        from_model(unknown_op_model("Det", "x"))
+
+
+@pytest.mark.parametrize(
+    "op, shape, why",
+    [
+        ("RandomUniformLike", (4,), "its results are random"),
+        ("EyeLike", (300, 300), f"90000 elements, over the {FOLD_LIMIT} limit"),
+    ],
+)
+def test_ops_tinydl_lacks_that_are_random_or_large_are_not_folded(op, shape, why):
+    c = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    model = unknown_op_model(op, "c", [numpy_helper.from_array(c, "c")])
+    with pytest.raises(UnsupportedOpError, match=rf"{op} \(not folded at import: .*{why}\)"):
+        from_model(model)

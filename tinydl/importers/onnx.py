@@ -13,6 +13,11 @@ reads become its inputs and the If's inputs after the condition. A Loop's body i
 same way; each outer value it reads becomes one more loop-carried value, which the body passes
 through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop). Scan is
 refused.
+
+A node of an ONNX op tinydl does not implement is evaluated at import by onnx's reference
+evaluator and replaced by its results, when every input is a constant (an initializer, or what
+shape inference folds), the op is deterministic, and each result holds at most FOLD_LIMIT
+elements; any other such node is refused by name.
 """
 
 from __future__ import annotations
@@ -25,11 +30,24 @@ from typing import Any
 import numpy as np
 
 from tinydl.errors import InvalidModelError, UnsupportedOpError
-from tinydl.ir.dtypes import ONNX_CODES, dtype_name
+from tinydl.ir.dtypes import ONNX_CODES, ONNX_NAMES, dtype_name
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
 MIN_OPSET, MAX_OPSET = 11, 23
+# The most elements a result of an op tinydl lacks may hold to be folded into a constant at import.
+FOLD_LIMIT = 1 << 16
+# ONNX ops whose results are random: never folded.
+_RANDOM = frozenset(
+    {
+        "Bernoulli",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
 
 
 def load(path: str | os.PathLike) -> Graph:
@@ -93,6 +111,8 @@ class _Converter:
         self.scopes: list[dict[str, str]] = []  # value renames of the If branches being inlined
         # (nodes, initializers, inputs) of the graphs enclosing the If branch being converted
         self.outer: list[tuple[list[Node], dict[str, np.ndarray], list[Value]]] = []
+        # ops tinydl lacks that could not be folded at import -> why (or "")
+        self.unknown: dict[str, str] = {}
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -111,6 +131,13 @@ class _Converter:
         self.inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
         for i, n in enumerate(g.node):
             self._node(n, i)
+        if self.unknown:
+            raise UnsupportedOpError(
+                f"{self.where}: ops not supported by tinydl: "
+                + ", ".join(
+                    f"{op} ({why})" if why else op for op, why in sorted(self.unknown.items())
+                )
+            )
         inputs = self.inputs
         outputs = [self._value(v) for v in g.output]
         meta: dict[str, Any] = {
@@ -141,9 +168,8 @@ class _Converter:
         return version
 
     def _check_ops(self, g) -> None:
-        """Refuse a graph (the model's, or a branch about to be inlined) with ops tinydl lacks."""
-        from tinydl.ops import REGISTRY
-
+        """Refuse a graph (the model's, a branch or a body) with ops of other domains, or Scan.
+        ONNX ops tinydl lacks are judged node by node: folded when their inputs are constants."""
         bad = set()
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
@@ -153,8 +179,6 @@ class _Converter:
                     f"{self.where}: Scan '{n.name}': its body is a graph run once per slice of "
                     "its inputs; Scan is not supported (Loop is)"
                 )
-            elif n.op_type not in REGISTRY and n.op_type != "If":
-                bad.add(n.op_type)
         if bad:
             raise UnsupportedOpError(
                 f"{self.where}: ops not supported by tinydl: {', '.join(sorted(bad))}"
@@ -312,6 +336,11 @@ class _Converter:
         if n.op_type == "Loop":
             self._loop(n, n.name or f"Loop_{index}")
             return
+        from tinydl.ops import REGISTRY
+
+        if n.op_type not in REGISTRY:
+            self._fold_unknown(n, n.name or f"{n.op_type}_{index}")
+            return
         op, attrs = n.op_type, self._attrs(n)
         name = n.name or f"{op}_{index}"
         inputs, outputs = list(n.input), list(n.output)
@@ -366,6 +395,42 @@ class _Converter:
         if op in ("LSTM", "GRU", "RNN") and outputs and not outputs[0]:
             outputs[0] = self._fresh(f"{name}_Y")  # the IR's first output always has a name
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
+
+    def _fold_unknown(self, n, name: str) -> None:
+        """Evaluate a node of an op tinydl lacks with onnx's reference and keep its results as
+        constants; note the op as unsupported (with why, when its inputs were constants) when
+        it cannot be."""
+        op = n.op_type
+        if self.unknown.get(op, None) == "":
+            return  # already refused for a run-time input: the model fails at the end
+        values = [self._folded(i) if i else None for i in n.input]
+        if any(v is None for v, i in zip(values, n.input, strict=True) if i):
+            self.unknown[op] = ""
+            return
+        if op in _RANDOM:
+            self.unknown.setdefault(op, "not folded at import: its results are random")
+            return
+        try:
+            results = _reference_run(n, values, self.opset)
+        except Exception as exc:  # noqa: BLE001 - onnx's reference raises whatever its ops do
+            self.unknown.setdefault(op, f"not folded at import: onnx's reference failed: {exc}")
+            return
+        for out, value in zip(n.output, results, strict=False):
+            if not out:
+                continue
+            if not isinstance(value, np.ndarray) or value.dtype.name not in ONNX_NAMES:
+                self.unknown.setdefault(op, "not folded at import: a result is no numeric tensor")
+                return
+            if value.size > FOLD_LIMIT:
+                self.unknown.setdefault(
+                    op,
+                    f"not folded at import: a result of {value.size} elements, over the "
+                    f"{FOLD_LIMIT} limit",
+                )
+                return
+        for out, value in zip(n.output, results, strict=False):
+            if out:
+                self.initializers[out] = np.asarray(value, order="C")
 
     def _split_form(self, name, inputs: list[str], outputs: list[str], attrs) -> list[str]:
         """Split's `split` attribute (opset < 13) becomes its second input; with neither sizes
@@ -633,6 +698,25 @@ class _Converter:
             Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
             Node("Reshape", [normed, shape], outputs, {}, f"{name}_reshape"),
         ]
+
+
+def _reference_run(n, values: list[np.ndarray | None], opset: int) -> list:
+    """Node `n` run alone by onnx.reference.ReferenceEvaluator on constant inputs."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{k}" if i else "" for k, i in enumerate(n.input)]
+    node = helper.make_node(n.op_type, names, [f"out{k}" for k in range(len(n.output))])
+    node.attribute.extend(n.attribute)
+    inits = [
+        numpy_helper.from_array(np.asarray(v), name)
+        for name, v in zip(names, values, strict=True)
+        if name
+    ]
+    outputs = [helper.make_value_info(f"out{k}", helper.TypeProto()) for k in range(len(n.output))]
+    graph = helper.make_graph([node], "fold", [], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return list(ReferenceEvaluator(model).run(None, {}))
 
 
 def _names(g) -> set[str]:
