@@ -1,7 +1,7 @@
 """ONNX import of control flow: an If whose condition is a constant at import becomes the nodes of
 the branch it takes (values renamed apart, outer values read directly, nested Ifs too); an If
 decided at run time keeps both branches as graphs and runs on the CPU backends; so does a Loop,
-whose body's outer values become loop-carried values; Scan is refused by name. Ops tinydl lacks
+whose body's outer values become loop-carried values, and a Scan (state values). Ops tinydl lacks
 are folded at import when their inputs are constants, and refused by name otherwise."""
 
 from __future__ import annotations
@@ -222,18 +222,73 @@ def test_a_bad_branch_is_reported_through_the_if():
         validate(graph)
 
 
-def test_scan_is_refused_by_name():
-    body = helper.make_graph([], "body", [], [])
-    node = helper.make_node("Scan", ["n"], ["y"], name="repeat", body=body, num_scan_inputs=1)
+def scan_model(length: int, **layout):
+    """s = initial; for each slice x_t of x (along scan_input_axes): s = s + x_t * w (w read from
+    the outer graph); scan output 2 * s, stacked along scan_output_axes."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x_t", "w"], ["xw"]),
+            helper.make_node("Add", ["s_in", "xw"], ["s_out"]),
+            helper.make_node("Add", ["s_out", "s_out"], ["y_t"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info(n, F, [3]) for n in ("s_in", "x_t")],
+        [helper.make_tensor_value_info(n, F, [3]) for n in ("s_out", "y_t")],
+    )
+    node = helper.make_node(
+        "Scan", ["s0", "x"], ["s", "ys"], name="sweep", body=body, num_scan_inputs=1, **layout
+    )
+    axis = layout.get("scan_input_axes", [0])[0]
+    w = numpy_helper.from_array(np.array([0.5, -1.0, 2.0], np.float32), "w")
     graph = helper.make_graph(
         [node],
         "scan",
-        [helper.make_tensor_value_info("n", F, [3])],
-        [helper.make_tensor_value_info("y", F, None)],
+        [
+            helper.make_tensor_value_info("s0", F, [3]),
+            helper.make_tensor_value_info("x", F, [length, 3] if axis == 0 else [3, length]),
+        ],
+        [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("ys", F, None)],
+        [w],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(UnsupportedOpError, match=r"Scan 'repeat'.*Scan is not supported"):
-        from_model(model)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    "length, layout",
+    [
+        (5, {}),
+        (4, {"scan_input_axes": [1], "scan_output_axes": [1]}),
+        (4, {"scan_input_directions": [1], "scan_output_directions": [1]}),
+        (3, {"scan_input_axes": [-1], "scan_output_axes": [-1], "scan_input_directions": [1]}),
+    ],
+)
+def test_scan_runs_as_onnxruntime_runs_it(length, layout):
+    model = scan_model(length, **layout)
+    rng = np.random.default_rng(8)
+    x_shape = (length, 3) if layout.get("scan_input_axes", [0])[0] == 0 else (3, length)
+    feeds = {
+        "s0": rng.standard_normal(3).astype(np.float32),
+        "x": rng.standard_normal(x_shape).astype(np.float32),
+    }
+    want = run_onnxruntime(model, feeds)
+    graph = from_model(model)
+    (node,) = graph.nodes
+    assert node.inputs == ["s0", "w", "x"]  # w, read by the body, is a state value
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        for name, w in zip(("s", "ys"), want, strict=True):
+            assert got[name].shape == w.shape
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_a_scan_over_zero_slices_gives_its_initial_state_and_empty_scans():
+    """onnxruntime and onnx's reference refuse this; the NumPy reference gives what the spec
+    implies."""
+    graph = from_model(scan_model(0, scan_output_axes=[1]))
+    s0 = np.random.default_rng(9).standard_normal(3).astype(np.float32)
+    got = td.compile(graph, backends=("numpy",)).run({"s0": s0, "x": np.ones((0, 3), np.float32)})
+    np.testing.assert_array_equal(got["s"], s0)
+    assert got["ys"].shape == (3, 0) and got["ys"].dtype == np.float32
 
 
 I64, BOOL = TensorProto.INT64, TensorProto.BOOL

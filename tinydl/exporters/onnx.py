@@ -188,8 +188,14 @@ def _graph_proto(
             if isinstance(value, Graph) and node.op == "If":
                 value = _graph_proto(value, opset, node.inputs[1:])
             elif isinstance(value, Graph):
-                # a Loop's body declares its inputs: typed like the Loop's where it says nothing
-                outer = [None, None, *(graph.value(i) for i in node.inputs[2:])]
+                # a Loop's or Scan's body declares its inputs: the values it carries are typed
+                # like the node's inputs where it says nothing
+                outer = [graph.value(i) if i else None for i in node.inputs]
+                if node.op == "Loop":
+                    outer[:2] = [None, None]
+                else:
+                    scanned = node.attrs["num_scan_inputs"]
+                    outer[len(outer) - scanned :] = [None] * scanned
                 value = _graph_proto(value, opset, given=outer)
             elif isinstance(value, np.ndarray):  # make_node would write an array as a list
                 value = numpy_helper.from_array(value)
@@ -198,7 +204,16 @@ def _graph_proto(
             inputs = inputs[:1]  # the branches read the rest from this graph
         nodes.append(helper.make_node(node.op, inputs, node.outputs, node.name, **attrs))
     inputs = _typed(graph.inputs, given)
-    passed = {v.name: v for v in inputs}  # a body output that is an input is typed as it
+    outputs = list(graph.outputs)
+    if given is not None:
+        # A body output that is one of its inputs goes through an Identity (onnxruntime's Scan
+        # reads such a pass-through state wrong) and is typed as that input.
+        passed = {v.name: v for v in inputs}
+        for k, v in enumerate(outputs):
+            if v.name in passed:
+                typed = passed[v.name]
+                outputs[k] = Value(f"{v.name}/next", typed.dtype, typed.shape)
+                nodes.append(helper.make_node("Identity", [v.name], [outputs[k].name]))
     inits = [
         # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
         numpy_helper.from_array(np.asarray(arr, order="C"), name)
@@ -208,7 +223,7 @@ def _graph_proto(
         nodes,
         graph.name or "tinydl",
         [] if captured is not None else [_value_info(v) for v in inputs],
-        [_value_info(passed.get(v.name, v)) for v in graph.outputs],
+        [_value_info(v) for v in outputs],
         inits,
     )
 

@@ -11,8 +11,8 @@ arithmetic on inputs of static shape) is replaced by the nodes of the branch it 
 If keeps both branches, converted the same way, as graph attributes; the outer values a branch
 reads become its inputs and the If's inputs after the condition. A Loop's body is converted the
 same way; each outer value it reads becomes one more loop-carried value, which the body passes
-through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop). Scan is
-refused.
+through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop); a Scan's
+become state values after its own.
 
 A node of an ONNX op tinydl does not implement is evaluated at import by onnx's reference
 evaluator and replaced by its results, when every input is a constant (an initializer, or what
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +175,6 @@ class _Converter:
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
                 bad.add(f"{n.domain}.{n.op_type}")
-            elif n.op_type == "Scan":
-                raise UnsupportedOpError(
-                    f"{self.where}: Scan '{n.name}': its body is a graph run once per slice of "
-                    "its inputs; Scan is not supported (Loop is)"
-                )
         if bad:
             raise UnsupportedOpError(
                 f"{self.where}: ops not supported by tinydl: {', '.join(sorted(bad))}"
@@ -282,11 +278,15 @@ class _Converter:
         del t.external_data[:]
 
     # -- nodes -------------------------------------------------------------------------------
-    def _attrs(self, n) -> dict[str, Any]:
+    def _attrs(self, n, skip: Collection[str] = ()) -> dict[str, Any]:
+        """The node's attributes as plain values; those named in `skip` (graphs converted
+        apart) are left out."""
         from onnx import AttributeProto
 
         out: dict[str, Any] = {}
         for a in n.attribute:
+            if a.name in skip:
+                continue
             kind = a.type
             if kind == AttributeProto.FLOAT:
                 out[a.name] = float(a.f)
@@ -335,6 +335,9 @@ class _Converter:
             return
         if n.op_type == "Loop":
             self._loop(n, n.name or f"Loop_{index}")
+            return
+        if n.op_type == "Scan":
+            self._scan(n, n.name or f"Scan_{index}")
             return
         from tinydl.ops import REGISTRY
 
@@ -556,16 +559,45 @@ class _Converter:
     def _loop(self, n, name: str) -> None:
         """A Loop with its body converted; the outer values the body reads become loop-carried
         values after the Loop's own (their final values are outputs nobody reads)."""
-        body = next((a.g for a in n.attribute if a.name == "body"), None)
-        if body is None:
-            raise self.fail(f"Loop '{name}': no body")
         carried = len(n.input) - 2
+        body = self._body_of(n, name)
         if carried < 0 or len(body.input) != carried + 2 or len(body.output) < carried + 1:
             raise self.fail(
                 f"Loop '{name}': {len(n.input)} inputs (trip count, condition, {carried} "
                 f"loop-carried values) need a body of {carried + 2} inputs and at least "
                 f"{carried + 1} outputs, got {len(body.input)} and {len(body.output)}"
             )
+        self._lifted(n, name, body, len(n.input), carried + 2, carried + 1, carried)
+
+    def _scan(self, n, name: str) -> None:
+        """A Scan with its body converted; the outer values the body reads become state values
+        after the Scan's own, before the scanned inputs."""
+        scanned = self._attrs(n, skip={"body"}).get("num_scan_inputs")
+        body = self._body_of(n, name)
+        if not isinstance(scanned, int) or not 1 <= scanned <= len(n.input):
+            raise self.fail(
+                f"Scan '{name}': num_scan_inputs must be 1..{len(n.input)}, got {scanned!r}"
+            )
+        state = len(n.input) - scanned
+        if len(body.input) != len(n.input) or len(body.output) < state:
+            raise self.fail(
+                f"Scan '{name}': {len(n.input)} inputs ({state} state values) need a body of "
+                f"{len(n.input)} inputs and at least {state} outputs, got {len(body.input)} and "
+                f"{len(body.output)}"
+            )
+        self._lifted(n, name, body, state, state, state, state)
+
+    def _body_of(self, n, name: str):
+        body = next((a.g for a in n.attribute if a.name == "body"), None)
+        if body is None:
+            raise self.fail(f"{n.op_type} '{name}': no body")
+        return body
+
+    def _lifted(self, n, name: str, body, at_input, at_body_input, at_body_output, at_output):
+        """Append node `n` (Loop or Scan) with its body converted as a closed graph: each outer
+        value the body reads is inserted as a value the body passes through unchanged, at
+        these positions of the node's inputs, the body's inputs and outputs, and the node's
+        outputs (its final values are outputs nobody reads)."""
         self._check_ops(body)
         own = [self._value(v) if v.type.WhichOneof("value") else Value(v.name) for v in body.input]
         nodes, inits, outputs = self._branch(body, f"{name}/body", own)
@@ -574,24 +606,26 @@ class _Converter:
         captured = list(dict.fromkeys(i for i in reads if i and i not in inner))
         # (named as the outer values, as an If's branch inputs are: nested Ifs read them so)
         passed = [self._outer_value(c) for c in captured]
-        split = 1 + carried
         graph = Graph(
-            [*own, *passed],
-            [*outputs[:split], *passed, *outputs[split:]],
+            [*own[:at_body_input], *passed, *own[at_body_input:]],
+            [*outputs[:at_body_output], *passed, *outputs[at_body_output:]],
             nodes,
             inits,
             name="body",
         )
-        results = list(n.output) + [""] * (len(body.output) - 1 - len(n.output))
+        # one output per body output, but the condition a Loop's body gives first
+        results = list(n.output)
+        results += [""] * (len(body.output) - (n.op_type == "Loop") - len(n.output))
         results = [r or self._fresh(f"{name}/unused") for r in results]
         finals = [self._fresh(f"{name}/{c}_final") for c in captured]
         inputs = [self._resolve(i) if i else "" for i in n.input]
+        attrs = {**self._attrs(n, skip={"body"}), "body": graph}
         self.nodes.append(
             Node(
-                "Loop",
-                [*inputs, *captured],
-                [*results[:carried], *finals, *results[carried:]],
-                {"body": graph},
+                n.op_type,
+                [*inputs[:at_input], *captured, *inputs[at_input:]],
+                [*results[:at_output], *finals, *results[at_output:]],
+                attrs,
                 name,
             )
         )

@@ -152,21 +152,131 @@ def loop(trip_count, cond, *initial, body):
             step.append(value)
         i += 1
     if scans and not i:
-        return tuple(state + _empty_scans(body, state, carried))
+        given = [TensorType("int64", ()), TensorType("bool", ()), *map(_type_of, state)]
+        return tuple(state + _empty_scans(body, given, 1 + carried))
     return tuple(state + [np.stack(step) for step in steps])
 
 
-def _empty_scans(body: Graph, state: list[np.ndarray], carried: int) -> list[np.ndarray]:
-    """The scan outputs of zero iterations: (0, *what the body would give), as onnxruntime
-    gives them; dims inference cannot tell are 0."""
+def _type_of(x: np.ndarray, drop_first: bool = False) -> TensorType:
     from tinydl.ir.dtypes import dtype_name
 
-    given = [TensorType("int64", ()), TensorType("bool", ())]
-    given += [TensorType(dtype_name(x.dtype), tuple(x.shape)) for x in state]
-    outs = _branch_types(body, given)[1 + carried :]
+    return TensorType(dtype_name(x.dtype), tuple(x.shape[1:] if drop_first else x.shape))
+
+
+def _empty_scans(body: Graph, given: list[TensorType], first: int) -> list[np.ndarray]:
+    """The scan outputs (the body's outputs from `first` on) of zero iterations: (0, *what the
+    body would give), as onnxruntime gives them; dims inference cannot tell are 0."""
     return [
         np.empty(
             (0, *(d if isinstance(d, int) else 0 for d in t.shape or ())), t.dtype or "float32"
         )
-        for t in outs
+        for t in _branch_types(body, given)[first:]
     ]
+
+
+def _scan_axes(attrs, count: int, key: str) -> list[int]:
+    given = attrs.get(key)
+    if given is None:
+        return [0] * count
+    if len(given) != count:
+        raise ValueError(f"{key} has {len(given)} entries for {count} values")
+    return list(given)
+
+
+def _scan_layout(attrs, inputs: int, body: Graph):
+    """(state values, scanned inputs, scan outputs, input axes, input directions, output axes,
+    output directions) of a Scan; ValueError when the body does not fit."""
+    scanned = attrs["num_scan_inputs"]
+    state = inputs - scanned
+    if not 1 <= scanned <= inputs:
+        raise ValueError(f"num_scan_inputs must be 1..{inputs}, got {scanned}")
+    if len(body.inputs) != inputs or len(body.outputs) < state:
+        raise ValueError(
+            f"the body takes {len(body.inputs)} inputs and gives {len(body.outputs)} outputs; "
+            f"with {state} state values it must take {inputs} and give at least {state}"
+        )
+    outs = len(body.outputs) - state
+    layout = [
+        _scan_axes(attrs, count, key)
+        for count, key in (
+            (scanned, "scan_input_axes"),
+            (scanned, "scan_input_directions"),
+            (outs, "scan_output_axes"),
+            (outs, "scan_output_directions"),
+        )
+    ]
+    return (state, scanned, outs, *layout)
+
+
+def _infer_scan(ctx: InferContext) -> list[TensorType]:
+    from tinydl.ops.base import normalize_axis
+
+    body = ctx.attrs["body"]
+    try:
+        state, scanned, _, in_axes, _, out_axes, _ = _scan_layout(ctx.attrs, len(ctx.inputs), body)
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+    slices, length = [], None
+    for k in range(scanned):
+        shape = ctx.shape(state + k)
+        if shape is None:
+            slices.append(TensorType(ctx.dtype(state + k), None))
+            continue
+        axis = normalize_axis(in_axes[k], len(shape))
+        length = shape[axis] if length is None or not isinstance(length, int) else length
+        slices.append(TensorType(ctx.dtype(state + k), shape[:axis] + shape[axis + 1 :]))
+    states = [t or TensorType(None, None) for t in ctx.inputs[:state]]
+    for _ in range(2):  # the dims of a state value that survive two steps
+        outs = _branch_types(body, states + slices)
+        for i, (t, o) in enumerate(zip(states, outs[:state], strict=True)):
+            if t.dtype is not None and o.dtype is not None and t.dtype != o.dtype:
+                raise ctx.fail(f"state value {i} enters as {t.dtype} and leaves as {o.dtype}")
+            states[i] = TensorType(t.dtype or o.dtype, _common_shape(t.shape, o.shape))
+    scans = []
+    for o, axis in zip(outs[state:], out_axes, strict=True):
+        if o.shape is None:
+            scans.append(TensorType(o.dtype, None))
+            continue
+        axis = normalize_axis(axis, len(o.shape) + 1)
+        scans.append(TensorType(o.dtype, (*o.shape[:axis], length, *o.shape[axis:])))
+    return states + scans
+
+
+@op(
+    "Scan",
+    inputs=(1, 1 << 30),
+    outputs=(1, 1 << 30),
+    attrs={
+        "body": Attr("graph"),
+        "num_scan_inputs": Attr("int"),
+        "scan_input_axes": Attr("ints", None),
+        "scan_input_directions": Attr("ints", None),
+        "scan_output_axes": Attr("ints", None),
+        "scan_output_directions": Attr("ints", None),
+    },
+    infer=_infer_scan,
+)
+def scan(*inputs, body, **attrs):
+    state, scanned, _, in_axes, in_dirs, out_axes, out_dirs = _scan_layout(attrs, len(inputs), body)
+    xs = [
+        np.moveaxis(x, a, 0) if not d else np.flip(np.moveaxis(x, a, 0), 0)
+        for x, a, d in zip(inputs[state:], in_axes, in_dirs, strict=True)
+    ]
+    lengths = {len(x) for x in xs}
+    if len(lengths) != 1:
+        raise ValueError(f"the scanned inputs have different lengths along their axes: {lengths}")
+    values, steps = list(inputs[:state]), []
+    for t in range(lengths.pop()):
+        out = run_graph(body, [*values, *(x[t] for x in xs)])
+        values = out[:state]
+        steps.append(out[state:])
+    if steps:
+        stacked = [np.stack(list(seq)) for seq in zip(*steps, strict=True)]
+    else:
+        given = [*map(_type_of, values), *(_type_of(x, drop_first=True) for x in xs)]
+        stacked = _empty_scans(body, given, state)
+    result = []
+    for y, axis, direction in zip(stacked, out_axes, out_dirs, strict=True):
+        y = np.flip(y, 0) if direction else y
+        result.append(np.moveaxis(y, 0, axis % y.ndim))
+    return tuple(values + result)
