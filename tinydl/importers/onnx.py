@@ -169,8 +169,8 @@ class _Converter:
         return version
 
     def _check_ops(self, g) -> None:
-        """Refuse a graph (the model's, a branch or a body) with ops of other domains, or Scan.
-        ONNX ops tinydl lacks are judged node by node: folded when their inputs are constants."""
+        """Refuse a graph (the model's, a branch or a body) with ops of other domains. ONNX ops
+        tinydl lacks are judged node by node: folded when their inputs are constants."""
         bad = set()
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
@@ -342,7 +342,7 @@ class _Converter:
         from tinydl.ops import REGISTRY
 
         if n.op_type not in REGISTRY:
-            self._fold_unknown(n, n.name or f"{n.op_type}_{index}")
+            self._fold_unknown(n)
             return
         op, attrs = n.op_type, self._attrs(n)
         name = n.name or f"{op}_{index}"
@@ -399,7 +399,7 @@ class _Converter:
             outputs[0] = self._fresh(f"{name}_Y")  # the IR's first output always has a name
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
 
-    def _fold_unknown(self, n, name: str) -> None:
+    def _fold_unknown(self, n) -> None:
         """Evaluate a node of an op tinydl lacks with onnx's reference and keep its results as
         constants; note the op as unsupported (with why, when its inputs were constants) when
         it cannot be."""

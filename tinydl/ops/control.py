@@ -1,4 +1,4 @@
-"""Control flow: If, whose condition is decided at run time, and Loop.
+"""Control flow: If, whose condition is decided at run time, Loop and Scan.
 
 Each branch or body is a closed Graph, so every pass sees the dependencies. An If branch's
 inputs are the outer values it reads, which the If lists after its condition (input k+1 binds
@@ -6,7 +6,10 @@ to branch input k); both branches take the same inputs; the outputs of the branc
 If's. A Loop is ONNX's: inputs (trip count M, condition, N initial values), a body from
 (iteration, condition, N values) to (condition, N values, K scan values), outputs the N final
 values then the K scan values stacked on a new first axis. The importer makes outer values the
-body reads extra loop-carried values that the body passes through unchanged.
+body reads extra loop-carried values that the body passes through unchanged. A Scan is ONNX's
+too (opset 9 on): N state values then M scanned inputs; the body maps (N state values, one
+slice of each scanned input) to (N state values, K scan values); the outputs are the N final
+values then the K scan values stacked along their axes. Outer values become extra state values.
 """
 
 from __future__ import annotations
