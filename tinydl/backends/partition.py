@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinydl.backends.base import HOST, Backend
+from tinydl.backends.planned import frozen
 from tinydl.errors import InvalidInputError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 
@@ -265,6 +266,11 @@ def partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int
     """
     if min_partition_size < 1:
         raise InvalidInputError(f"min_partition_size must be >= 1, got {min_partition_size}")
+    with frozen(graph):  # nothing edits the graph while the backends are asked about it
+        return _partition(graph, backends, min_partition_size)
+
+
+def _partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int) -> Placement:
     units = _Units(graph)
     refusals: dict[str, dict[str, str]] = {}
     for rank, backend in enumerate(backends):
