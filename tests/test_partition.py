@@ -314,3 +314,21 @@ def test_partitioning_finds_shape_derived_values_once_per_graph(monkeypatch):
     refused = {n for n, b in placement.nodes.items() if b == "rest"}
     assert refused == {f"reshape{k}" for k in range(1, 300, 2)}
     assert "computed at run time" in placement.fallbacks()["reshape1"]["fake"]
+
+
+def test_summary_lists_whole_op_names_never_cut():
+    """Many op types in one partition: the summary shows whole entries and counts the rest."""
+    ops = ["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Softsign", "Softplus", "Reciprocal"]
+    names = ["x"] + [f"v{i}" for i in range(len(ops))]
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (1, 8))],
+            [Value(names[-1], "float32", None)],
+            [Node(op, [a], [b]) for op, a, b in zip(ops, names[:-1], names[1:], strict=True)],
+        )
+    )
+    text = td.compile(graph, backends=("numpy",)).placement.summary()
+    line = next(ln for ln in text.splitlines() if "nodes" in ln)
+    assert line.endswith("+3 more ops")
+    listed = line.split("nodes", 1)[1].split(", +")[0].strip().split(", ")
+    assert all(entry.split()[0] in ops and entry.split()[1] == "1" for entry in listed)

@@ -142,8 +142,11 @@ class Placement:
             ops: dict[str, int] = {}
             for n in step.nodes:
                 ops[n.op] = ops.get(n.op, 0) + 1
-            top = ", ".join(f"{op} {c}" for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
-            lines.append(f"  #{k:<3} {step.backend:8} {len(step.nodes):4} nodes  {top[:60]}")
+            counted = [f"{op} {c}" for op, c in sorted(ops.items(), key=lambda kv: -kv[1])]
+            shown = counted[:6]  # whole entries only: a name is never cut
+            more = f", +{len(counted) - len(shown)} more ops" if len(counted) > len(shown) else ""
+            top = ", ".join(shown) + more
+            lines.append(f"  #{k:<3} {step.backend:8} {len(step.nodes):4} nodes  {top}")
             k += 1
         total = self.bytes_per_run()
         moved = "unknown until run (symbolic dims)" if total is None else f"{total:,} bytes"
