@@ -57,7 +57,7 @@ def main() -> None:
     from tinydl.backends.cuda import CUDABackend
     from tinydl.ir.graph import Value
 
-    ctx = context._context = FakeContext()
+    ctx = context._contexts[0] = FakeContext()  # the default device, 0
     backend = CUDABackend()
     backend._reason = ""
     register_backend(backend)

@@ -103,9 +103,9 @@ def test_bench_espcn_on_cpu_peers(tmp_path, rng, capsys):
             "2",
             "--transfer-sizes",
             "720p",
-            "--out",
+            "--out-dir",
             str(out),
-            "--json",
+            "-o",
             str(json_path),
         ]
     )
@@ -386,3 +386,106 @@ def test_output_check_has_an_absolute_floor():
     check = compare([ref + 0.01], [ref], 1e-3)
     assert not check["matched"] and "absolute" in check["reason"]
     assert compare([ref + 1e-4], [ref], 1e-3)["matched"]
+
+
+# -- defaults: the input, where files go, what the cpu target says it ran on -------------------
+
+
+def line_recognizer(rng) -> Graph:
+    """PP-OCR rec's input: [N, 3, 48, W], a fixed height and a symbolic width."""
+    w = (rng.standard_normal((4, 3, 3, 3)) / 5).astype(np.float32)
+    return validate(
+        Graph(
+            [Value("x", "float32", ("N", 3, 48, "W"))],
+            [Value("y", "float32", None)],
+            [Node("Conv", ["x", "w"], ["c"], {"kernel_shape": [3, 3]}), Node("Relu", ["c"], ["y"])],
+            {"w": w},
+            name="rec",
+        )
+    )
+
+
+def test_default_input_fills_only_symbolic_dims(tmp_path, rng):
+    from tinydl.bench.inputs import default_dims
+
+    path = tmp_path / "rec.tdl"
+    td.save(line_recognizer(rng), path)
+    report = run_bench(path, backends=["numpy"], peers=[], config=Config(warmup=0, runs=1))
+    assert report["model"]["inputs"][0]["shape"] == [1, 3, 48, 320]
+    assert {t["name"]: t["status"] for t in report["targets"]} == {"tinydl/numpy": "ok"}
+    cases = {
+        ("N", 3, "H", "W"): (1, 3, 360, 640),
+        ("N", 3, 32, "W"): (1, 3, 32, 216),
+        ("N", 3, 224, "W"): (1, 3, 224, 224),
+        ("N", 3, "H", 100): (1, 3, 100, 100),
+        (2, 1, 24, 40): (2, 1, 24, 40),
+    }
+    for shape, dims in cases.items():
+        assert default_dims(Value("x", "float32", shape)) == dims, shape
+    assert default_dims(Value("x", "float32", ("N", "H", 48, 3)), "NHWC") == (1, 48, 48, 3)
+    with pytest.raises(td.InvalidInputError, match="dim 1 is not fixed"):
+        default_dims(Value("x", "float32", ("N", "seq")))
+
+
+def test_bench_writes_nothing_unless_asked(tmp_path, rng, capsys, monkeypatch):
+    model = tmp_path / "m" / "espcn.onnx"
+    model.parent.mkdir()
+    espcn_onnx(model, 2, rng)
+    monkeypatch.chdir(tmp_path)
+    quick = ["--backends", "numpy", "--peers", "none", "--warmup", "0", "--runs", "1"]
+    quick += ["--input-shape", "1,1,8,8", "--no-charts"]
+    assert main(["bench", str(model), *quick]) == 0
+    captured = capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert "wrote" not in captured.out
+
+    assert main(["bench", str(model), *quick, "--out-dir", "res", "-o", "r/one.json"]) == 0
+    assert sorted(p.name for p in (tmp_path / "res").iterdir()) == ["bench.json", "bench.md"]
+    assert json.loads((tmp_path / "r" / "one.json").read_text())["schema"] == SCHEMA
+    assert "warning" not in capsys.readouterr().err
+
+    # the old spellings work for one release, with a warning naming the new one
+    for old, folder in (["--out", "old1"], "old1"), (["-o", "old2"], "old2"):
+        assert main(["bench", str(model), *quick, *old]) == 0
+        err = capsys.readouterr().err
+        assert "deprecated" in err and f"--out-dir {folder}" in err
+        assert (tmp_path / folder / "bench.json").is_file()
+    assert main(["bench", str(model), *quick, "--json", "old3.json"]) == 0
+    assert "use -o old3.json" in capsys.readouterr().err
+    assert (tmp_path / "old3.json").is_file()
+
+
+def test_cpu_target_names_the_path_that_ran(tmp_path, rng):
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, 2, rng)
+    report = run_bench(
+        path,
+        backends=["cpu", "numpy"],
+        peers=[],
+        input_shapes={"y": (1, 1, 8, 8)},
+        config=Config(warmup=0, runs=1, transfer_runs=0, threads=1),
+    )
+    targets = {t["name"]: t for t in report["targets"]}
+    cpu = targets["tinydl/cpu"]
+    assert cpu["status"] == "ok", cpu["reason"]
+    assert cpu["info"]["placement"] == {"onnxruntime": len(td.load(path).nodes)}
+    assert "CPUExecutionProvider" in cpu["device"] and "NumPy" not in cpu["device"]
+    assert "NumPy" in targets["tinydl/numpy"]["device"]
+
+
+def test_docs_embed_only_images_that_exist():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    missing = []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", text) + re.findall(
+            r"<img[^>]+src=\"([^\"]+)\"", text
+        ):
+            if "://" not in target and not (doc.parent / target).is_file():
+                missing.append(f"{doc.relative_to(root)}: {target}")
+    assert not missing, missing

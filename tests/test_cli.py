@@ -97,7 +97,7 @@ def test_info_text(capsys):
     assert f"tinydl {td.__version__}" in out
     assert f"NumPy  {np.__version__}" in out
     # The numpy backend's row says "available" and names its device; "unavailable" cannot match.
-    assert re.search(r"^\s+numpy\s+available\s+\S", out, re.M), out
+    assert re.search(r"^\s*numpy\s+available\s+\S", out, re.M), out
 
 
 def test_info_json(capsys):
@@ -108,6 +108,47 @@ def test_info_json(capsys):
     assert report["numpy"] == np.__version__
     assert report["backends"]["numpy"]["available"] is True
     assert report["backends"]["numpy"]["devices"]
+
+
+def many_ops_model(path):
+    """A chain of 14 elementwise ops of long names: a partition whose op list needs wrapping."""
+    ops = ["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Softplus", "HardSwish", "Softsign"]
+    ops += ["Ceil", "Floor", "Round", "Reciprocal", "HardSigmoid"]
+    nodes, x = [], "x"
+    for k, op in enumerate(ops):
+        nodes.append(Node(op, [x], [f"v{k}"], name=f"n{k}_{op.lower()}"))
+        x = f"v{k}"
+    graph = validate(
+        Graph([Value("x", "float32", (2, 3))], [Value(x, "float32", (2, 3))], nodes, name="many")
+    )
+    td.save(graph, path)
+    return ops
+
+
+@pytest.mark.parametrize("command", ["info", "inspect"])
+def test_tables_wrap_between_words(capsys, tmp_path, monkeypatch, command):
+    """At 60 columns every line fits, and every op name and reason word comes out whole."""
+    ops = many_ops_model(tmp_path / "many.tdl")
+    monkeypatch.setenv("COLUMNS", "60")
+    argv = [command] if command == "info" else [command, tmp_path / "many.tdl", "-v"]
+    argv += [] if command == "info" else ["--backends", "webgpu,numpy"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 60, out
+    assert "…" not in out
+    words = set(out.split())
+    if command == "inspect":
+        for op in ops:
+            assert op in words or f"{op}," in words, (op, out)
+        for k, op in enumerate(ops):
+            assert f"n{k}_{op.lower()}" in words, out
+    else:
+        from tinydl.backends import list_backends
+
+        for info in list_backends():
+            text = " ".join([*info.devices, info.reason])
+            for word in text.split():
+                assert word in words, (word, out)
 
 
 # -- convert -----------------------------------------------------------------------------------
@@ -150,13 +191,14 @@ def test_inspect_text(capsys, model):
     code, out, err = run_cli(capsys, "inspect", model, "--backends", "numpy")
     assert code == 0, err
     assert "onnx, opset 17, producer tinydl-tests" in out
-    assert "x  float32[1,3,8,8]" in out and "y  float32[1,4,8,8]" in out
-    assert "Conv  1" in out and "Relu  1" in out
+    assert re.search(r"^input\s+x\s+float32\[1,3,8,8\]", out, re.M), out
+    assert re.search(r"^output\s+y\s+float32\[1,4,8,8\]", out, re.M), out
+    assert re.search(r"^Conv\s+1\s*$", out, re.M) and re.search(r"^Relu\s+1\s*$", out, re.M)
     assert "parameters: 112 (448 bytes)" in out
     # Conv + Relu become one tinydl.FusedConv.
     assert "optimized (all): 2 -> 1 nodes (rewrites: conv_activation_fusion 1)" in out
     assert "placement (numpy): numpy 1 nodes in 1 partition(s)" in out
-    assert "#0   numpy       1 nodes  tinydl.FusedConv 1" in out
+    assert re.search(r"^0\s+numpy\s+1\s+tinydl\.FusedConv 1\s*$", out, re.M), out
     assert "moved per run: 0 bytes in 0 transfer(s)" in out
     assert "refused by" not in out  # the per-node table only with --verbose
 
@@ -195,7 +237,7 @@ def test_run_npy_input_saves_outputs(capsys, tmp_path, model, rng):
     np.save(tmp_path / "x.npy", x)
     out_dir = tmp_path / "out"
     code, out, err = run_cli(
-        capsys, "run", model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", out_dir
+        capsys, "run", model, "--input", f"x={tmp_path / 'x.npy'}", "--out-dir", out_dir
     )
     assert code == 0, err
     expected = reference_run(model, x)
@@ -213,7 +255,7 @@ def test_run_image_input(capsys, tmp_path, rng, channels, size):
     pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
     Image.fromarray(pixels).save(tmp_path / "in.png")
     code, _, err = run_cli(
-        capsys, "run", model, "--input", tmp_path / "in.png", "--output-dir", tmp_path
+        capsys, "run", model, "--input", tmp_path / "in.png", "--out-dir", tmp_path
     )
     assert code == 0, err
     image = Image.open(tmp_path / "in.png").convert("RGB" if channels == 3 else "L")
@@ -259,9 +301,96 @@ def test_run_sanitizes_output_file_names(capsys, tmp_path):
         )
     )
     td.save(graph, tmp_path / "relu.tdl")
-    code, out, _ = run_cli(capsys, "run", tmp_path / "relu.tdl", "-o", tmp_path / "out")
+    code, out, _ = run_cli(capsys, "run", tmp_path / "relu.tdl", "--out-dir", tmp_path / "out")
     assert code == 0
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["_out_0.npy"]
+
+
+def test_run_o_is_a_npy_or_json_file(capsys, tmp_path, model, rng):
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    expected = reference_run(model, x)
+    code, _, err = run_cli(capsys, "run", model, "-i", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-6)
+    code, _, err = run_cli(
+        capsys, "run", model, "-i", tmp_path / "x.npy", "-o", tmp_path / "y.json"
+    )
+    assert code == 0, err
+    doc = json.loads((tmp_path / "y.json").read_text())
+    assert (
+        list(doc) == ["y"] and doc["y"]["dtype"] == "float32" and doc["y"]["shape"] == [1, 4, 8, 8]
+    )
+    np.testing.assert_allclose(np.array(doc["y"]["data"]), expected, rtol=1e-5, atol=1e-6)
+
+    two = validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 3))],
+            outputs=[Value("a", "float32", (2, 3)), Value("b", "float32", (2, 3))],
+            nodes=[Node("Relu", ["x"], ["a"]), Node("Neg", ["x"], ["b"])],
+        )
+    )
+    td.save(two, tmp_path / "two.tdl")
+    code, _, err = run_cli(capsys, "run", tmp_path / "two.tdl", "-o", tmp_path / "two.npy")
+    assert code == 2 and "2 outputs" in err and "-o FILE.json" in err
+    assert not (tmp_path / "two.npy").exists()
+    code, _, err = run_cli(capsys, "run", tmp_path / "two.tdl", "-o", tmp_path / "two.json")
+    assert code == 0, err
+    assert list(json.loads((tmp_path / "two.json").read_text())) == ["a", "b"]
+
+
+def test_run_old_folder_spellings_warn(capsys, tmp_path, model):
+    for flag in ("--output-dir", "-o"):
+        folder = tmp_path / flag.strip("-")
+        code, _, err = run_cli(capsys, "run", model, flag, folder)
+        assert code == 0, err
+        assert "deprecated" in err and f"use --out-dir {folder}" in err
+        assert [p.name for p in folder.iterdir()] == ["y.npy"]
+    code, _, err = run_cli(capsys, "run", model, "--out-dir", tmp_path / "new")
+    assert code == 0 and "warning" not in err
+
+
+def test_run_image_preprocessing(capsys, tmp_path, rng):
+    from PIL import Image
+
+    model = conv_model(tmp_path / "conv.onnx")
+    pixels = rng.integers(0, 256, (10, 13, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "in.png")
+    mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        model,
+        "-i",
+        tmp_path / "in.png",
+        "--resize",
+        "8x8",
+        "--bgr",
+        "--mean",
+        ",".join(map(str, mean)),
+        "--std",
+        ",".join(map(str, std)),
+        "-o",
+        tmp_path / "y.npy",
+    )
+    assert code == 0, err
+    image = Image.open(tmp_path / "in.png").resize((8, 8), Image.Resampling.BILINEAR)
+    bgr = np.asarray(image, np.float32)[..., ::-1] / 255
+    x = ((bgr - mean) / std).astype(np.float32).transpose(2, 0, 1)[None]
+    np.testing.assert_allclose(
+        np.load(tmp_path / "y.npy"), reference_run(model, x), rtol=1e-4, atol=1e-5
+    )
+    image_args = ["-i", tmp_path / "in.png"]
+    for args, message in (
+        (["--mean", "0.5"], "--mean: for image inputs only"),
+        ([*image_args, "--resize", "16x16"], "takes 8x8 images, not --resize 16x16"),
+        ([*image_args, "--std", "0.5,0,0.5"], "divide by 0"),
+        ([*image_args, "--mean", "0.5,0.5"], "2 values for 3 channel"),
+        ([*image_args, "--resize", "8by8"], "WIDTHxHEIGHT"),
+        ([*image_args, "--mean", "a,b,c"], "expected numbers"),
+    ):
+        code, _, err = run_cli(capsys, "run", model, *args)
+        assert code == 2 and message in err, (args, err)
 
 
 # -- user errors: exit 2, one line, no traceback ------------------------------------------------
@@ -295,7 +424,7 @@ def _not_npy(tmp_path):
         (lambda p: ["run", p / "conv.onnx", "--shape", "x=1,three"], "expected sizes"),
         (lambda p: ["inspect", p / "conv.onnx", "--backends", "nosuch"], "unknown backend"),
         (lambda p: ["run", p / "conv.onnx", "--backends", "cpu,nosuch"], "unknown backend"),
-        (lambda p: ["run", p / "conv.onnx", "-o", p / "conv.onnx"], "expected a folder"),
+        (lambda p: ["run", p / "conv.onnx", "--out-dir", p / "conv.onnx"], "expected a folder"),
         (lambda p: ["convert", p / "conv.onnx", "-o", p / "no" / "dir.tdl"], "does not exist"),
     ],
     ids=[

@@ -53,7 +53,7 @@ def fake_device(monkeypatch):
     import tinydl.backends as backends
     import tinydl.backends.cuda.context as context
 
-    monkeypatch.setattr(context, "_context", FakeContext())
+    monkeypatch.setitem(context._contexts, 0, FakeContext())  # the default device, 0
     backend = CUDABackend()
     backend._reason = ""
     monkeypatch.setitem(backends._instances, "cuda", backend)
@@ -119,6 +119,116 @@ def test_cubins_are_written_atomically(tmp_path):
     _atomic_write(path, cubin)
     assert path.read_bytes() == cubin and cubin[:4] == b"\x7fELF"
     assert [p.name for p in path.parent.iterdir()] == ["k.cubin"]
+
+
+class _Module:
+    """A loaded cubin as the tests see it: its file and the functions asked of it."""
+
+    def __init__(self, path):
+        self.path, self.asked = path, []
+
+    def get_function(self, name):
+        self.asked.append(name)
+        return (self.path, name)
+
+
+def _cpu_context(monkeypatch, tmp_path):
+    """The real Context's compile and cache logic, with module loading recorded instead of
+    done on a GPU."""
+    import collections
+    import contextlib
+    import threading
+    import types
+
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setenv(context.CACHE_ENV, str(tmp_path))
+    ctx = object.__new__(context.Context)
+    loaded = []
+    ctx.cp = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or _Module(path))
+    ctx.device = contextlib.nullcontext()
+    ctx.arch, ctx.nvrtc_version, ctx.smem_optin = "sm_90", (13, 0), 227 << 10
+    ctx._lock, ctx._pool = threading.Lock(), None
+    ctx._pending, ctx._queued, ctx._where = {}, {}, {}
+    ctx.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
+    ctx._modules = collections.OrderedDict()
+    return ctx, loaded
+
+
+def _kernels(n, entry="k"):
+    """n distinct kernels sharing a prelude (a typedef, a helper, a macro) as the templates do."""
+    prelude = (
+        "typedef unsigned short half_t;\n#define SCALE_ 2.0f\n"
+        "__device__ __forceinline__ float twice(float x) { return x * SCALE_; }\n"
+    )
+    return [
+        prelude + f'extern "C" __global__ void __launch_bounds__(64) {entry}(float* x) '
+        f"{{ x[threadIdx.x] = twice({i}.0f); }}\n"
+        for i in range(n)
+    ]
+
+
+def test_a_plans_kernels_compile_as_few_programs_on_threads(monkeypatch, tmp_path):
+    import threading
+
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setattr(context, "COMPILE_THREADS", 2)
+    monkeypatch.setattr(context, "MIN_PER_PROGRAM", 3)
+    ctx, loaded = _cpu_context(monkeypatch, tmp_path)
+    threads, programs = set(), []
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        threads.add(threading.current_thread().name)
+        programs.append(source)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    sources = _kernels(6)
+    for s in sources + sources:  # asked twice: compiled once
+        ctx.prefetch(s)
+    ctx.flush()
+    fns = [ctx.function(s, "k") for s in sources]
+    assert ctx.stats["compiled"] == 6 and len(programs) == 2  # two threads, two programs
+    assert all(t.startswith("tinydl-nvrtc") for t in threads)
+    assert len({path for path, _ in fns}) == 2 and len(loaded) == 2  # one module per program
+    assert len({fn for fn in fns}) == 6  # each source its own renamed entry
+    assert ctx.function(sources[0], "k") == fns[0] and len(loaded) == 2
+
+    # A new process with the same cache compiles nothing and finds every kernel.
+    fresh, fresh_loaded = _cpu_context(monkeypatch, tmp_path)
+    for s in sources:
+        fresh.prefetch(s)
+    fresh.flush()
+    assert [fresh.function(s, "k") for s in sources] == fns
+    assert fresh.stats["compiled"] == 0 and fresh.stats["cache_hits"] == 6
+
+
+def test_a_kernel_that_fails_in_a_program_is_named_and_the_rest_still_load(monkeypatch, tmp_path):
+    from tinydl.backends.cuda import context
+    from tinydl.backends.cuda.context import CompileError
+
+    monkeypatch.setattr(context, "COMPILE_THREADS", 1)
+    ctx, _ = _cpu_context(monkeypatch, tmp_path)
+    good = _kernels(3)
+    broken = 'extern "C" __global__ void k() { undefined_name(); }'
+    for s in [*good, broken]:
+        ctx.prefetch(s, "Broken" if s is broken else "Good")
+    ctx.flush()
+    with pytest.raises(CompileError, match="Broken") as info:
+        ctx.function(broken, "k", "Broken")
+    assert "undefined_name" in str(info.value)
+    assert len({ctx.function(s, "k") for s in good}) == 3
+    assert not ctx._pending
+
+
+def test_one_kernel_asked_without_prefetch_compiles_alone(monkeypatch, tmp_path):
+    ctx, loaded = _cpu_context(monkeypatch, tmp_path)
+    (source,) = _kernels(1, entry="main_k")
+    path, name = ctx.function(source, "main_k")
+    assert name == "main_k" and path.endswith(f"{ctx._key(source)}.cubin")
+    assert ctx.stats["compiled"] == 1
 
 
 def test_tables_are_uploaded_per_input_shape(fake_device):

@@ -322,15 +322,10 @@ def test_mutated_tflite_models_load_or_raise_invalid_model_error(tmp_path):
 
 def test_mutated_blazepose_loads_or_raises_invalid_model_error(tmp_path):
     """The real model, sparse and fp16 weights included; fewer cases, as each costs more."""
-    import importlib.metadata
+    from helpers.models import mediapipe_model
 
     pytest.importorskip("tflite", reason="pip install 'tinydl[tflite]'")
-    try:
-        path = importlib.metadata.distribution("mediapipe").locate_file(
-            "mediapipe/modules/pose_detection/pose_detection.tflite"
-        )
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("pip install --no-deps mediapipe==0.10.14")
+    path = mediapipe_model("pose_detection/pose_detection.tflite")
 
     def mutate(rng: random.Random, data: bytes) -> tuple[str, bytes]:
         return rng.choice([BYTE_MUTATIONS[0], BYTE_MUTATIONS[1], BYTE_MUTATIONS[2]])(rng, data)

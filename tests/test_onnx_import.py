@@ -1,7 +1,8 @@
 """ONNX import of control flow: an If whose condition is a constant at import becomes the nodes of
 the branch it takes (values renamed apart, outer values read directly, nested Ifs too); an If
-decided at run time keeps both branches as graphs and runs on the CPU backends; Loop and Scan
-are refused by name."""
+decided at run time keeps both branches as graphs and runs on the CPU backends; so does a Loop,
+whose body's outer values become loop-carried values, and a Scan (state values). Ops tinydl lacks
+are folded at import when their inputs are constants, and refused by name otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
 from tinydl.errors import InvalidModelError, UnsupportedOpError
-from tinydl.importers.onnx import from_model
+from tinydl.importers.onnx import FOLD_LIMIT, from_model
 from tinydl.ops import validate
 
 F = TensorProto.FLOAT
@@ -221,19 +222,246 @@ def test_a_bad_branch_is_reported_through_the_if():
         validate(graph)
 
 
-@pytest.mark.parametrize("op", ["Loop", "Scan"])
-def test_loop_and_scan_are_refused_by_name(op):
-    body = helper.make_graph([], "body", [], [])
-    node = helper.make_node(op, ["n"], ["y"], name="repeat", body=body)
+def scan_model(length: int, **layout):
+    """s = initial; for each slice x_t of x (along scan_input_axes): s = s + x_t * w (w read from
+    the outer graph); scan output 2 * s, stacked along scan_output_axes."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x_t", "w"], ["xw"]),
+            helper.make_node("Add", ["s_in", "xw"], ["s_out"]),
+            helper.make_node("Add", ["s_out", "s_out"], ["y_t"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info(n, F, [3]) for n in ("s_in", "x_t")],
+        [helper.make_tensor_value_info(n, F, [3]) for n in ("s_out", "y_t")],
+    )
+    node = helper.make_node(
+        "Scan", ["s0", "x"], ["s", "ys"], name="sweep", body=body, num_scan_inputs=1, **layout
+    )
+    axis = layout.get("scan_input_axes", [0])[0]
+    w = numpy_helper.from_array(np.array([0.5, -1.0, 2.0], np.float32), "w")
     graph = helper.make_graph(
         [node],
-        "loop",
-        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("y", F, None)],
+        "scan",
+        [
+            helper.make_tensor_value_info("s0", F, [3]),
+            helper.make_tensor_value_info("x", F, [length, 3] if axis == 0 else [3, length]),
+        ],
+        [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("ys", F, None)],
+        [w],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(UnsupportedOpError, match=rf"{op} 'repeat'.*Loop and Scan are not"):
-        from_model(model)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    "length, layout",
+    [
+        (5, {}),
+        (4, {"scan_input_axes": [1], "scan_output_axes": [1]}),
+        (4, {"scan_input_directions": [1], "scan_output_directions": [1]}),
+        (3, {"scan_input_axes": [-1], "scan_output_axes": [-1], "scan_input_directions": [1]}),
+    ],
+)
+def test_scan_runs_as_onnxruntime_runs_it(length, layout):
+    model = scan_model(length, **layout)
+    rng = np.random.default_rng(8)
+    x_shape = (length, 3) if layout.get("scan_input_axes", [0])[0] == 0 else (3, length)
+    feeds = {
+        "s0": rng.standard_normal(3).astype(np.float32),
+        "x": rng.standard_normal(x_shape).astype(np.float32),
+    }
+    want = run_onnxruntime(model, feeds)
+    graph = from_model(model)
+    (node,) = graph.nodes
+    assert node.inputs == ["s0", "w", "x"]  # w, read by the body, is a state value
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        for name, w in zip(("s", "ys"), want, strict=True):
+            assert got[name].shape == w.shape
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_a_scan_over_zero_slices_gives_its_initial_state_and_empty_scans():
+    """onnxruntime and onnx's reference refuse this; the NumPy reference gives what the spec
+    implies."""
+    graph = from_model(scan_model(0, scan_output_axes=[1]))
+    s0 = np.random.default_rng(9).standard_normal(3).astype(np.float32)
+    got = td.compile(graph, backends=("numpy",)).run({"s0": s0, "x": np.ones((0, 3), np.float32)})
+    np.testing.assert_array_equal(got["s"], s0)
+    assert got["ys"].shape == (3, 0) and got["ys"].dtype == np.float32
+
+
+I64, BOOL = TensorProto.INT64, TensorProto.BOOL
+
+
+def loop_body(extra=()):
+    """y_out = y_in + x (x read from the outer graph); scan s = y_out * iteration; the body's
+    condition is sum(y_out) < limit (limit from the outer graph too)."""
+    nodes = [
+        helper.make_node("Add", ["y_in", "x"], ["y_out"]),
+        helper.make_node("Cast", ["it"], ["it_f"], to=F),
+        helper.make_node("Mul", ["y_out", "it_f"], ["s"]),
+        helper.make_node("ReduceSum", ["y_out"], ["total"], keepdims=0),
+        helper.make_node("Less", ["total", "limit"], ["cond_out"]),
+        *extra,
+    ]
+    return helper.make_graph(
+        nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("it", I64, []),
+            helper.make_tensor_value_info("cond_in", BOOL, []),
+            helper.make_tensor_value_info("y_in", F, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", BOOL, []),
+            helper.make_tensor_value_info("y_out", F, [2, 3]),
+            helper.make_tensor_value_info("s", F, [2, 3]),
+        ],
+    )
+
+
+def loop_model(trip: bool, cond: bool, body=None):
+    """Loop(M if `trip`, cond = sum(y0) < limit if `cond`, y0) with the body above."""
+    nodes = [helper.make_node("ReduceSum", ["y0"], ["start"], keepdims=0)]
+    nodes.append(helper.make_node("Less", ["start", "limit"], ["go"]))
+    loop = helper.make_node(
+        "Loop",
+        ["M" if trip else "", "go" if cond else "", "y0"],
+        ["y", "scan"],
+        name="repeat",
+        body=body or loop_body(),
+    )
+    inputs = [
+        helper.make_tensor_value_info("x", F, [2, 3]),
+        helper.make_tensor_value_info("y0", F, [2, 3]),
+        helper.make_tensor_value_info("limit", F, []),
+    ]
+    if trip:
+        inputs.append(helper.make_tensor_value_info("M", I64, []))
+    graph = helper.make_graph(
+        [*nodes, loop, helper.make_node("Sigmoid", ["y"], ["z"])],
+        "loop",
+        inputs,
+        [
+            helper.make_tensor_value_info("z", F, [2, 3]),
+            helper.make_tensor_value_info("scan", F, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def loop_feeds(trip: int | None, steps: float):
+    """x > 0, so sum(y) grows by sum(x) per iteration: the body's condition turns false
+    after ceil(steps) iterations."""
+    rng = np.random.default_rng(3)
+    x = (rng.random((2, 3)) + 0.1).astype(np.float32)
+    y0 = rng.standard_normal((2, 3)).astype(np.float32)
+    feeds = {"x": x, "y0": y0, "limit": np.array(y0.sum() + steps * x.sum(), np.float32)}
+    if trip is not None:
+        feeds["M"] = np.array(trip, np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize(
+    "trip, cond, steps, iterations",
+    [
+        (5, False, 1e6, 5),  # counted: for i < M
+        (None, True, 3.5, 4),  # while the condition holds
+        (10, True, 2.5, 3),  # both: the condition ends it first
+        (2, True, 2.5, 2),  # both: the count ends it first
+        (0, True, 2.5, 0),  # zero iterations: the initial values, empty scans
+        (None, True, -1.0, 0),  # a false initial condition: zero iterations
+    ],
+)
+def test_loop_runs_as_onnxruntime_runs_it(trip, cond, steps, iterations):
+    model = loop_model(trip is not None, cond)
+    feeds = loop_feeds(trip, steps)
+    want = run_onnxruntime(model, feeds)
+    assert want[1].shape == (iterations, 2, 3)
+    graph = from_model(model)
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    # the outer values the body reads are loop-carried values after the Loop's own
+    assert node.inputs[2:] == ["y0", "x", "limit"]
+    assert graph.value("scan").shape == (None, 2, 3)
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        for name, w in zip(("z", "scan"), want, strict=True):
+            assert got[name].shape == w.shape
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_loop_body_with_a_run_time_if_reading_outer_values():
+    """Odd iterations add x, even ones subtract w (an initializer of the outer graph): the If
+    inside the body captures from the body and from the graph around the Loop."""
+    w = numpy_helper.from_array(np.full((2, 3), 0.25, np.float32), "w")
+    then = helper.make_graph(
+        [helper.make_node("Add", ["y_in", "x"], ["plus"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("plus", F, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["y_in", "w"], ["minus"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("minus", F, None)],
+    )
+    body = loop_body()
+    body.node[0].CopyFrom(
+        helper.make_node("If", ["odd"], ["y_out"], then_branch=then, else_branch=other)
+    )
+    two = numpy_helper.from_array(np.array(2, np.int64), "two")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    body.initializer.extend([two, one])
+    body.node.insert(0, helper.make_node("Mod", ["it", "two"], ["parity"]))
+    body.node.insert(1, helper.make_node("Equal", ["parity", "one"], ["odd"]))
+    model = loop_model(True, False, body)
+    model.graph.initializer.append(w)
+    feeds = loop_feeds(6, 1e6)
+    want = run_onnxruntime(model, feeds)
+    graph = from_model(model)
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    (inner,) = [n for n in node.attrs["body"].nodes if n.op == "If"]
+    assert set(node.inputs[3:]) == {"x", "w", "limit"}
+    assert {"y_in", "x", "w"} <= set(inner.inputs[1:])
+    for backend in ("numpy", "onnxruntime"):
+        got = td.compile(graph, backends=(backend,), strict=True).run(feeds)
+        np.testing.assert_allclose(got["z"], want[0], rtol=1e-5, atol=1e-6, err_msg=backend)
+        np.testing.assert_allclose(got["scan"], want[1], rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_loop_falls_back_from_webgpu_with_a_reason_and_is_not_saved_as_tdl(tmp_path):
+    from tinydl.backends import get_backend
+
+    model = loop_model(True, True)
+    graph = from_model(model)
+    with pytest.raises(UnsupportedOpError, match=r"node 'repeat' \(Loop\).*'body'"):
+        td.compile(graph, backends=("numpy",)).save(tmp_path / "loop.tdl")
+    assert not list(tmp_path.iterdir())
+    if not get_backend("webgpu").available():
+        pytest.skip("webgpu is unavailable")
+    with pytest.warns(UserWarning, match="ops: Loop"):
+        sess = td.compile(graph, backends=("webgpu", "numpy"))
+    assert sess.placement.nodes["repeat"] == "numpy"
+    assert sess.placement.fallbacks()["repeat"]["webgpu"]
+    feeds = loop_feeds(7, 2.5)
+    want = run_onnxruntime(model, feeds)
+    got = sess.run(feeds)
+    np.testing.assert_allclose(got["z"], want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["scan"], want[1], rtol=1e-4, atol=1e-6)
+
+
+def test_a_loop_body_that_does_not_fit_is_an_invalid_model():
+    body = loop_body()
+    del body.input[2]
+    with pytest.raises(InvalidModelError, match=r"Loop 'repeat'.*body of 3 inputs"):
+        from_model(loop_model(True, True, body))
+    graph = from_model(loop_model(True, True))
+    (node,) = [n for n in graph.nodes if n.op == "Loop"]
+    node.attrs["body"].nodes[0].op = "NoSuchOp"
+    with pytest.raises(InvalidModelError, match=r"'body'.*unknown op 'NoSuchOp'"):
+        validate(graph)
 
 
 def test_roi_align_10_keeps_its_pixel_convention_through_import_and_export():
@@ -261,3 +489,66 @@ def test_roi_align_10_keeps_its_pixel_convention_through_import_and_export():
     for backend in ("numpy", "onnxruntime"):
         (got,) = td.compile(imported, backends=(backend,), strict=True).run({"x": x}).values()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def unknown_op_model(op, source, inits=(), pre=(), **attrs):
+    """x (4,) * op(source): `source` an initializer, a value computed before, or x itself."""
+    nodes = [*pre, helper.make_node(op, [source], ["d"], name="lacking", **attrs)]
+    nodes.append(helper.make_node("Mul", ["x", "d"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "fold",
+        [helper.make_tensor_value_info("x", F, [4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        list(inits),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_an_op_tinydl_lacks_is_folded_at_import_when_its_input_is_an_initializer():
+    m = np.random.default_rng(4).standard_normal((4, 3, 3)).astype(np.float32)
+    model = unknown_op_model("Det", "m", [numpy_helper.from_array(m, "m")])
+    graph = from_model(model)
+    assert [n.op for n in graph.nodes] == ["Mul"]
+    np.testing.assert_allclose(graph.initializers["d"], np.linalg.det(m), rtol=1e-5)
+    x = np.random.default_rng(5).standard_normal(4).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    (got,) = td.compile(graph, backends=("numpy",)).run({"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_an_op_tinydl_lacks_is_folded_on_values_shape_inference_computes():
+    """Hardmax of Cast(Shape(x)): a constant once x's static shape is known."""
+    pre = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["sf"], to=F),
+        helper.make_node("Concat", ["sf", "w"], ["v"], axis=0),
+    ]
+    w = numpy_helper.from_array(np.array([5.5, -1.0, 2.0], np.float32), "w")
+    model = unknown_op_model("Hardmax", "v", [w], pre)
+    graph = from_model(model)
+    assert "Hardmax" not in {n.op for n in graph.nodes}
+    np.testing.assert_array_equal(graph.initializers["d"], [0, 1, 0, 0])
+    x = np.random.default_rng(6).standard_normal(4).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    (got,) = td.compile(graph, backends=("numpy",)).run({"x": x}).values()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_op_tinydl_lacks_on_a_run_time_input_is_refused_by_name():
+    with pytest.raises(UnsupportedOpError, match=r"ops not supported by tinydl: Det$"):
+        from_model(unknown_op_model("Det", "x"))
+
+
+@pytest.mark.parametrize(
+    "op, shape, why",
+    [
+        ("RandomUniformLike", (4,), "its results are random"),
+        ("EyeLike", (300, 300), f"90000 elements, over the {FOLD_LIMIT} limit"),
+    ],
+)
+def test_ops_tinydl_lacks_that_are_random_or_large_are_not_folded(op, shape, why):
+    c = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    model = unknown_op_model(op, "c", [numpy_helper.from_array(c, "c")])
+    with pytest.raises(UnsupportedOpError, match=rf"{op} \(not folded at import: .*{why}\)"):
+        from_model(model)

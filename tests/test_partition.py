@@ -276,3 +276,59 @@ def test_unregistering_a_built_in_backend_keeps_it_known():
     assert get_backend("numpy") is mine
     unregister_backend("numpy")
     assert "numpy" in KNOWN and get_backend("numpy") is not mine
+
+
+class ConstantInputs(FakeBackend):
+    """Claims a Reshape only when its target shape is known once shapes are (as the GPU
+    backends' `constant_inputs` check does), and every other op."""
+
+    def supports(self, node, graph):
+        from tinydl.backends.planned import constant_inputs
+
+        return (
+            constant_inputs(node, graph) if node.op == "Reshape" else super().supports(node, graph)
+        )
+
+
+def test_partitioning_finds_shape_derived_values_once_per_graph(monkeypatch):
+    """A long chain where every other Reshape takes its target from Shape(x) and the others from
+    the data (ArgMax): the backend's answers are right, and the producer map is built once for
+    the whole partitioning, not once per node asked about."""
+    nodes, prev = [], "x"
+    for k in range(300):
+        nodes.append(Node("Relu", [prev], [f"r{k}"], {}, f"relu{k}"))
+        if k % 2:
+            nodes.append(Node("ArgMax", [f"r{k}"], [f"t{k}"], {"axis": 1, "keepdims": 0}))
+        else:
+            nodes.append(Node("Shape", [f"r{k}"], [f"s{k}"]))
+            nodes.append(Node("Identity", [f"s{k}"], [f"t{k}"]))
+        nodes.append(Node("Reshape", [f"r{k}", f"t{k}"], [f"y{k}"], {}, f"reshape{k}"))
+        prev = f"y{k}"
+    graph = validate(Graph([Value("x", "float32", (2, 3))], [Value(prev, "float32")], nodes))
+    calls = []
+    original = Graph.producers
+    monkeypatch.setattr(Graph, "producers", lambda g: calls.append(1) or original(g))
+    backend = ConstantInputs("fake", {"Relu", "Shape", "Identity", "ArgMax"})
+    placement = partition(graph, [backend, FakeBackend("rest", {"Reshape"})])
+    assert len(calls) == 1
+    refused = {n for n, b in placement.nodes.items() if b == "rest"}
+    assert refused == {f"reshape{k}" for k in range(1, 300, 2)}
+    assert "computed at run time" in placement.fallbacks()["reshape1"]["fake"]
+
+
+def test_summary_lists_whole_op_names_never_cut():
+    """Many op types in one partition: the summary shows whole entries and counts the rest."""
+    ops = ["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Softsign", "Softplus", "Reciprocal"]
+    names = ["x"] + [f"v{i}" for i in range(len(ops))]
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (1, 8))],
+            [Value(names[-1], "float32", None)],
+            [Node(op, [a], [b]) for op, a, b in zip(ops, names[:-1], names[1:], strict=True)],
+        )
+    )
+    text = td.compile(graph, backends=("numpy",)).placement.summary()
+    line = next(ln for ln in text.splitlines() if "nodes" in ln)
+    assert line.endswith("+3 more ops")
+    listed = line.split("nodes", 1)[1].split(", +")[0].strip().split(", ")
+    assert all(entry.split()[0] in ops and entry.split()[1] == "1" for entry in listed)

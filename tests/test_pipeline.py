@@ -133,6 +133,25 @@ def test_fan_out_gives_every_packet_to_each():
     assert (report.frames_in, report.frames_out) == (15, 15)  # a frame counts once
 
 
+def test_ledger_revokes_what_only_a_failed_sink_took():
+    """Frames 0-2 reached sinks a and b, 3-4 only a, 5 only a with a copy still in flight:
+    when a's output is lost, the frames b also took stay out and the rest are errored."""
+    from tinydl.pipeline.accounting import ERROR, OUT, Ledger
+
+    led = Ledger()
+    keys = [(0, i) for i in range(6)]
+    led.add(keys[:3], copies=2)
+    led.add(keys[3:5])
+    led.add(keys[5:], copies=2)
+    led.end(keys, OUT, "a")
+    led.end(keys[:3], OUT, "b")
+    assert led.revoke("a", "a: close raised OSError") == 2
+    assert (led.frames_out, dict(led.errored)) == (3, {"a: close raised OSError": 2})
+    led.end(keys[5:], ERROR, "preview: ValueError")  # its other copy: now errored as a whole
+    assert (led.frames_out, led.errored["a: close raised OSError"]) == (3, 3)
+    assert led.frames_in == 6 and not led.live and not led.fate and not led.lost
+
+
 def test_many_to_one_merges_flows():
     app = App("merge")
     app.add("s0", Count(10))
@@ -695,6 +714,36 @@ def test_config_variables_override_and_errors(tmp_path):
             load_app(path)
     with pytest.raises(PipelineError, match="needs 'name' and 'type'"):
         parse_markdown("## Components\n| kind | options |\n|--|--|\n| a | b |\n")
+
+
+def test_components_in_a_module_next_to_the_app_file(tmp_path, monkeypatch):
+    """`type: module:Class` finds a .py beside the app file without PYTHONPATH, in the app's
+    process and in its worker processes."""
+    import sys
+    import uuid
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the app's folder joins it
+    module = f"beside_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from tinydl.pipeline import Component, Tensor\n\n\n"
+        "class Negate(Component):\n"
+        "    inputs = {'in': Tensor}\n"
+        "    outputs = {'out': Tensor}\n\n"
+        "    def process(self, ctx, inputs):\n"
+        "        return {'out': Tensor(-inputs['in'].payload.data)}\n"
+    )
+    (tmp_path / "app.yaml").write_text(
+        "components:\n"
+        "  tensor: {type: 'helpers.pipeline:Count', options: {n: 3}}\n"
+        f"  neg: {{type: '{module}:Negate', executor: process}}\n"
+        "  out: {type: Collect}\n"
+        "connections: [tensor -> neg, neg -> out]\n"
+    )
+    app = load_app(tmp_path / "app.yaml")
+    report = balanced(app.run(timeout=TIMEOUT))
+    assert report.frames_out == 3 and not report.errors
+    negated = app.components["out"].component.payloads()
+    assert [int(t.data[0]) for t in negated] == [0, -1, -2]
 
 
 def test_trace_and_summary(tmp_path):

@@ -31,6 +31,7 @@ from tinydl.pipeline.components import (
     Draw,
     ImageSource,
     Inference,
+    MemorySource,
     Metrics,
     Resize,
     SyntheticSource,
@@ -50,6 +51,10 @@ TIMEOUT = 60
 def frames(n=3, w=16, h=12, rng=None):
     rng = rng or np.random.default_rng(0)
     return [Frame(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def one_source(component):
+    return [p.payload for p in ComponentRunner(component).run()["out"]]
 
 
 def one(component, payloads, port="in"):
@@ -190,6 +195,52 @@ def test_image_source(tmp_path, rng):
     np.testing.assert_array_equal(out[0].payload.image, out[3].payload.image)
     gray = ComponentRunner(ImageSource([str(tmp_path / "0.png")], format="gray")).run()["out"]
     assert gray[0].payload.image.shape == (6, 8)
+    assert all(p.payload.pts is None for p in out)
+    timed = ComponentRunner(ImageSource(str(tmp_path / "*.png"), fps=25)).run()["out"]
+    assert [p.payload.pts for p in timed] == [0.0, 0.04, 0.08]
+    with pytest.raises(PipelineError, match="fps must be positive"):
+        ImageSource(str(tmp_path / "*.png"), fps=0)
+
+
+def test_memory_source_from_an_array_a_list_and_an_iterator(rng):
+    frames = rng.integers(0, 256, (4, 6, 8, 3), dtype=np.uint8)
+    out = ComponentRunner(MemorySource(frames, fps=10)).run()["out"]
+    assert [p.payload.pts for p in out] == [0.0, 0.1, 0.2, 0.3]
+    np.testing.assert_array_equal(np.stack([p.payload.image for p in out]), frames)
+    as_list = [Frame(f, "bgr", pts=7.0) for f in frames[:2]] + [frames[2][..., 0]]
+    out = one_source(MemorySource(as_list, format="gray"))
+    assert [(f.format, f.pts) for f in out] == [("bgr", 7.0), ("bgr", 7.0), ("gray", None)]
+    tensors = one_source(MemorySource((a for a in frames[:, 0]), tensor=True))
+    assert [type(t) for t in tensors] == [Tensor] * 4 and tensors[3].data.shape == (8, 3)
+    for items, message in [
+        ([frames[0], frames[0][..., :2]], r"item 1 has shape \(6, 8, 2\); a rgb frame is HxWx3"),
+        ([[1, 2]], "item 0 is a list; expected a NumPy array or a Frame"),
+    ]:
+        with pytest.raises(PipelineError, match=message):
+            ComponentRunner(MemorySource(items)).run()
+    with pytest.raises(PipelineError, match="items must be a list"):
+        MemorySource(5)
+
+
+def test_memory_source_in_an_app_file_takes_its_items_from_python(tmp_path, rng):
+    """`items: "${frames}"` keeps the object given for the variable; the types are checked with
+    tensor=True too (a Tensor into Resize is refused before anything runs)."""
+    frames = rng.integers(0, 256, (5, 12, 16, 3), dtype=np.uint8)
+    app_file = tmp_path / "mem.yaml"
+    app_file.write_text(
+        "components:\n"
+        "  src: {type: MemorySource, options: {items: '${frames}', fps: 5, tensor: '${tensor}'}}\n"
+        "  small: {type: Resize, options: {width: 8}}\n"
+        "  out: {type: Collect}\n"
+        "connections: [src -> small, small -> out]\n"
+    )
+    app = load_app(app_file, {"frames": frames, "tensor": False})
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 5, report.accounting()
+    got = app.components["out"].component.payloads()
+    assert [f.image.shape for f in got] == [(6, 8, 3)] * 5 and got[4].pts == 0.8
+    with pytest.raises(PipelineError, match="src.out sends Tensor, but small.in accepts"):
+        load_app(app_file, {"frames": frames, "tensor": True}).check()
 
 
 def test_video_source_and_sink_round_trip(tmp_path):
@@ -269,6 +320,89 @@ def test_video_sink_leaves_no_file_when_the_app_stops(tmp_path, stop_on_error):
     else:
         with av.open(str(out)) as c:
             assert c.streams.video[0].frames == 29
+
+
+class _TrailerFails:
+    """A container whose trailer cannot be written (a full disk): closes, then says so."""
+
+    def __init__(self, container):
+        self._container = container
+
+    def __getattr__(self, name):
+        return getattr(self._container, name)
+
+    def close(self):
+        self._container.close()
+        raise av.FFmpegError(28, "No space left on device")
+
+
+class TrailerFails(VideoSink):
+    def close(self, ctx):
+        if self.container is not None:
+            self.container = _TrailerFails(self.container)
+        return super().close(ctx)
+
+
+@pytest.mark.parametrize("failure", ["trailer", "rename"])
+def test_video_sink_that_fails_at_close_loses_its_frames(tmp_path, failure):
+    """A sink whose close fails (its trailer cannot be written; its final name is taken by a
+    folder) wrote nothing usable: its frames are errored, not out, and no file is left."""
+    out = tmp_path / "v.mp4"
+    if failure == "rename":
+        out.mkdir()
+    app = App("lost")
+    app.add("src", SyntheticSource(count=6, width=32, height=16))
+    kind = TrailerFails if failure == "trailer" else VideoSink
+    app.add("save", kind(str(out), preset="ultrafast"))
+    app.connect("src", "save")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 0, report.accounting()
+    assert report.errored == {"save: close raised PipelineError": 6}
+    assert any(("No space left" if failure == "trailer" else "v.mp4") in e for e in report.errors)
+    assert [p.name for p in tmp_path.iterdir()] == (["v.mp4"] if failure == "rename" else [])
+    assert out.is_dir() if failure == "rename" else not out.exists()
+
+
+def test_pipeline_run_exits_1_when_the_sink_fails_at_close(tmp_path, capsys):
+    from tinydl.cli import main
+
+    (tmp_path / "v.mp4").mkdir()  # the final name is taken: the rename at close fails
+    app = tmp_path / "app.yaml"
+    app.write_text(
+        "components:\n"
+        "  src: {type: SyntheticSource, options: {count: 4, width: 32, height: 16}}\n"
+        "  save: {type: VideoSink, options: {path: '${here}/v.mp4'}}\n"
+        "connections: [src -> save]\n"
+    )
+    assert main(["pipeline", "run", str(app)]) == 1
+    assert "out 0 + dropped 0 + errored 4" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["app.yaml", "v.mp4"]
+
+
+class _Raises(Component):
+    inputs = {"in": Frame}
+    outputs = {"out": Frame}
+
+    def process(self, ctx, inputs):
+        if inputs["in"].request_id % 3 == 0:
+            raise ValueError("bad frame")
+        return {"out": inputs["in"].payload}
+
+
+def test_an_error_in_one_branch_of_a_fan_out_is_in_the_summary():
+    """src -> (preview, which raises on every third frame), (save): each frame still reaches
+    one sink, so it is out, and the summary says how many were lost in the other branch."""
+    app = App("fan")
+    app.add("src", SyntheticSource(count=9))
+    app.add("preview", _Raises())
+    app.add("shown", Collect())
+    app.add("saved", Collect())
+    app.connect("src", ["preview", "saved"])
+    app.connect("preview", "shown")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 9 and not report.errored
+    assert report.branch_errors == {"preview: ValueError": 3}
+    assert "out          3  but errored in another branch: preview: ValueError" in str(report)
 
 
 def test_frames_keep_their_metadata_through_device_stages(rng):

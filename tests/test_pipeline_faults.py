@@ -6,13 +6,15 @@ accounted for, and no thread, process or shared-memory segment is left behind.
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
-from helpers.pipeline import Count
+from helpers.pipeline import Count, SlowToStart
 
 from tinydl.pipeline import App, Component, Frame, PipelineError, Tensor
 from tinydl.pipeline.components import Collect, SyntheticSource
@@ -117,6 +119,81 @@ def test_component_that_hangs_past_its_timeout(executor):
     assert got(out) == [r for r in range(20) if r != 4]
     assert report.errored == {"f: timeout": 1}
     assert next(r for r in report.components if r["component"] == "f")["restarts"] == 1
+
+
+def test_the_timeout_counts_from_the_call_not_from_the_worker_start():
+    """A worker that takes longer to start (spawn, imports, unpickling) than the component's
+    timeout is no hang: the timeout covers open and each call, as on a busy machine."""
+    app = App("slow start")
+    app.add("src", Count(5))
+    app.add("f", SlowToStart(delay=1.5), executor="process", timeout=1.0)
+    out = Collect()
+    app.add("out", out)
+    app.connect("src", "f")
+    app.connect("f", "out")
+    report = app.run(timeout=TIMEOUT)
+    check(report, 5)
+    assert got(out) == list(range(5)) and not report.errors
+    assert next(r for r in report.components if r["component"] == "f")["restarts"] == 0
+
+
+SCRIPT = """
+import numpy as np
+from tinydl.pipeline import App, Component, Tensor
+from tinydl.pipeline.components import Collect
+
+
+class Source(Component):
+    inputs = {}
+    outputs = {"out": Tensor}
+
+    def open(self, ctx):
+        self.i = 0
+
+    def process(self, ctx, inputs):
+        self.i += 1
+        return {"out": Tensor(np.array([self.i]))} if self.i <= 3 else None
+
+
+class Twice(Component):
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def process(self, ctx, inputs):
+        return {"out": Tensor(inputs["in"].payload.data * 2)}
+
+
+def main():
+    app = App("script")
+    app.add("src", Source())
+    app.add("twice", Twice(), executor="process")
+    app.add("out", Collect())
+    app.connect("src", "twice")
+    app.connect("twice", "out")
+    print(app.run(timeout=60).accounting())
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_a_main_guard_is_told_why(tmp_path, guarded):
+    """A script that runs an app with process instances at import level: each worker imports
+    it again (spawn), so it must guard the run; the error says so, and nothing else breaks."""
+    script = tmp_path / "app_script.py"
+    guard = 'if __name__ == "__main__":\n    main()\n' if guarded else "main()\n"
+    script.write_text(SCRIPT + guard)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root}
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    if guarded:
+        assert run.returncode == 0, run.stderr
+        assert "frames in 3 = out 3" in run.stdout
+    else:
+        assert run.returncode == 1
+        assert 'under `if __name__ == "__main__":`' in run.stderr
+        assert str(script) in run.stderr
+        assert "AssertionError" not in run.stderr and "Exception in thread" not in run.stderr
 
 
 def test_process_worker_that_dies():

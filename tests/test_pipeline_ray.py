@@ -19,8 +19,8 @@ from tinydl.pipeline.components import (
     SplitByFlow,
     SyntheticSource,
 )
+from tinydl.pipeline.deploy import manual_placement
 from tinydl.pipeline.process import WorkerDied
-from tinydl.pipeline.ray_executor import place
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -66,7 +66,7 @@ def four_streams() -> tuple[App, list[Collect]]:
     app.add("src", src, instances=4, executor="thread")
     app.add("ycc", ColorConvert(to="ycbcr"))
     app.add("group", GroupByRequest(streams=4, max_wait=1.0))
-    app.add("sr", Resize(width=64), cpus=0.5)
+    app.add("sr", Resize(width=64))
     app.add("rgb", ColorConvert(to="rgb"))
     app.add("split", SplitByFlow(flows=4))
     sinks = [Collect() for _ in range(4)]
@@ -105,7 +105,7 @@ def run_app(app):
 
 def test_four_streams_on_local_ray(local_ray):
     app, sinks = four_streams()
-    assert "[ray, cpus 0.5]" in app.help(file=None)
+    assert "[ray]" in app.help(file=None)
     rt, report = run_app(app)
     check_four_streams(report, sinks)
     assert {n.pid for n in rt.nodes["sr"] + rt.nodes["group"]}.isdisjoint({os.getpid(), None})
@@ -137,14 +137,19 @@ def test_killed_actor_is_reported_not_hung(local_ray):
     assert report.frames_out >= 30  # the restarted actor carried on
 
 
-def test_placement_errors(local_ray):
+def place(app, cores: dict[str, list[int]]) -> None:
+    """Each named component on its core(s), as a deployment plan places instances."""
+    for name, cpus in cores.items():
+        app.components[name].placement = manual_placement(name, 1, cpus, None)
+
+
+def test_placement_the_cluster_cannot_hold_is_refused(local_ray):
     app, _ = four_streams()
-    with pytest.raises(PipelineError, match="sr has 1 instance"):
-        place(app, {"sr": ["cpu:0", "cpu:1"]})
-    with pytest.raises(PipelineError, match="a box is 'cpu:K'"):
-        place(app, {"sr": ["core0"]})
-    place(app, {"sr": ["cpu:0"], "ycc": ["cpu:1"], "rgb": ["cpu:2"]})
+    place(app, {"sr": [0], "ycc": [1], "rgb": [2]})
     with pytest.raises(PipelineError, match=r"boxes \(3 CPU, 0 GPU\): the cluster has 2 CPU"):
+        app.run(timeout=TIMEOUT)
+    app.placement_strategy = "EVERYWHERE"
+    with pytest.raises(PipelineError, match="placement strategy must be one of"):
         app.run(timeout=TIMEOUT)
 
 
@@ -152,7 +157,8 @@ def test_four_streams_on_a_two_node_cluster(two_nodes):
     app, sinks = four_streams()
     app.ray = {"address": two_nodes.address, "runtime_env": RUNTIME_ENV}
     # One box per node: the colour converters share core 0, the model has core 1.
-    place(app, {"ycc": ["cpu:0"], "rgb": ["cpu:0"], "sr": ["cpu:1"]}, strategy="STRICT_SPREAD")
+    place(app, {"ycc": [0], "rgb": [0], "sr": [1]})
+    app.placement_strategy = "STRICT_SPREAD"
     rt, report = run_app(app)
     check_four_streams(report, sinks)
     nodes = {name: rt.nodes[name][0].node_id for name in ("ycc", "rgb", "sr")}
@@ -161,6 +167,7 @@ def test_four_streams_on_a_two_node_cluster(two_nodes):
 
 
 def test_ray_settings_from_yaml(tmp_path):
+    """`ray` (ray.init's arguments) and the placement keys the Ray executor turns into bundles."""
     from tinydl.pipeline.config import load_app
 
     path = tmp_path / "app.yaml"
@@ -168,15 +175,13 @@ def test_ray_settings_from_yaml(tmp_path):
         "app: cams\nexecutor: ray\nray: {address: auto}\n"
         "components:\n"
         "  cam: {type: SyntheticSource, options: {count: 2}}\n"
-        "  small: {type: Resize, options: {width: 8}, cpus: 2, gpus: 0.25}\n"
+        "  small: {type: Resize, options: {width: 8}, cpus: [0], gpus: [cuda:0]}\n"
         "  out: {type: Collect}\n"
         "connections:\n  - cam -> small\n  - small -> out\n"
     )
     app = load_app(path)
     assert app.ray == {"address": "auto"}
-    spec = app.components["small"]
-    assert (spec.cpus, spec.gpus) == (2, 0.25)
+    place = app.components["small"].placement
+    assert [(p["cpus"], p["gpu"]) for p in place] == [([0], "cuda:0")]
     assert app.executor_of(app.components["out"]) == "thread"  # Collect stays in the driver
-    assert "[ray, cpus 2, gpus 0.25]" in app.help(file=None)
-    with pytest.raises(PipelineError, match="cpus must be a number >= 0"):
-        app.add("bad", Resize(width=8), cpus=-1)
+    assert "small" in app.help(file=None)

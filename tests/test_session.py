@@ -83,6 +83,25 @@ def test_no_backend_can_run_a_node(fake):
         td.compile(small_graph(), backends=("fake",))
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"precision": "int3"}, "precision must be one of"),
+        ({"optimize": "most"}, "optimize level must be one of"),
+        ({"optimize": ["fold", "nosuch"]}, "unknown pass"),
+        ({"min_partition_size": 0}, "min_partition_size must be >= 1"),
+        ({"memory_limit": -1}, "memory_limit must be a positive number"),
+        ({"backend_options": {"webgpu": {}}}, "not among the backends"),
+    ],
+    ids=["precision", "optimize", "passes", "min-partition", "memory-limit", "backend-options"],
+)
+def test_bad_compile_arguments_are_typed_errors(options, message):
+    """Every argument td.compile refuses is a TinyDLError (an InvalidInputError, still a
+    ValueError), as the errors module promises for every error raised on purpose."""
+    with pytest.raises(td.InvalidInputError, match=message):
+        td.compile(small_graph(), backends=("numpy",), **options)
+
+
 def test_unknown_backend_and_precision():
     with pytest.raises(td.BackendUnavailableError, match="unknown backend 'tpu'"):
         td.compile(small_graph(), backends=("tpu",))

@@ -122,7 +122,9 @@ def test_each_backend_declares_its_memory():
 
     assert HOST == "host" and Backend.memory == HOST
     assert CPUBackend.memory == HOST
-    assert WebGPUBackend.memory == "webgpu" and CUDABackend.memory == "cuda"
+    # A GPU backend's memory is its device's: one named by index is a memory of its own.
+    assert WebGPUBackend().memory == "webgpu" and CUDABackend().memory == "cuda"
+    assert WebGPUBackend(1).memory == "webgpu:1" and CUDABackend(2).memory == "cuda:2"
 
 
 def test_backends_sharing_host_memory_need_no_transfer(backends, rng):

@@ -493,6 +493,50 @@ def test_output_type_must_match_input(tmp_path):
     with pytest.raises(td.InvalidInputError, match="video suffix"):
         td_upscale(src, tmp_path / "a.png", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="unsupported video suffix"):
-        td_upscale(src, tmp_path / "a.avi", 2, "numpy")
+        td_upscale(src, tmp_path / "a.webm", 2, "numpy")
     with pytest.raises(td.InvalidInputError, match="refusing to overwrite the input"):
         td_upscale(src, src, 2, "numpy")
+
+
+# -- .gif and .avi -------------------------------------------------------------------------------
+
+
+def make_gif(path: Path, frames: int, size=(32, 24)) -> Path:
+    rng = np.random.default_rng(0)
+    images = [
+        PIL_Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+        for _ in range(frames)
+    ]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=100, loop=0)
+    return path
+
+
+def test_gif_and_avi_inputs_and_avi_output(tmp_path, capsys):
+    gif = make_gif(tmp_path / "anim.gif", 3)
+    # a GIF is read as a video; its default output is an MP4 beside it
+    assert main(["superres", str(gif), "--scale", "2", "--backend", "numpy", "-q"]) == 0
+    frames, _ = read_video(tmp_path / "anim_x2.mp4")
+    assert len(frames) == 3 and frames[0].shape == (48, 64, 3)
+    avi = tmp_path / "clip_x2.avi"
+    src = make_clip(tmp_path / "clip.avi", 2)
+    assert main(["superres", str(src), "--scale", "2", "--backend", "numpy", "-q"]) == 0
+    frames, _ = read_video(avi)
+    assert len(frames) == 2 and frames[0].shape == (96, 128, 3)
+    capsys.readouterr()
+
+
+def test_gif_output_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import tinydl.apps.superres as superres
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the model was compiled before the output was checked")
+
+    monkeypatch.setattr(superres, "Upscaler", no_work)
+    gif = make_gif(tmp_path / "anim.gif", 2)
+    for src in (gif, make_clip(tmp_path / "clip.mp4", 1)):
+        out = tmp_path / "out.gif"
+        err = cli_error(capsys, "superres", src, "-o", out)
+        assert err.count("\n") == 1 and "GIF output is not supported" in err, err
+        assert ".avi" in err and no_output_left(out)
+    err = cli_error(capsys, "superres", gif, "-o", tmp_path / "out.png")
+    assert "an animated GIF, read as a video" in err and no_output_left(tmp_path / "out.png")

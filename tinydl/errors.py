@@ -21,7 +21,8 @@ class UnsupportedOpError(InvalidModelError):
 
 
 class InvalidInputError(TinyDLError, ValueError):
-    """Feeds given to a session do not match its inputs (a missing or unknown name)."""
+    """Feeds given to a session do not match its inputs (a missing or unknown name), or an
+    argument of the API is out of its range (a precision, an optimize level, a memory limit)."""
 
 
 class InvalidShapeError(InvalidInputError):

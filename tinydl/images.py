@@ -7,6 +7,9 @@ back. Used by `tinydl run` (an image file as an input), the pipeline's `Inferenc
     x = image_to_tensor(rgb, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))  # (3, H, W)
     back = tensor_to_image(x)                        # (H, W, 3) uint8 again
 
+    fit = resize_policy("multiple 32 min 736").fit(h, w)   # PP-OCR det: short side 736, x32
+    x = image_to_tensor(resize_image(rgb, fit))      # fit.to_source(points) maps back
+
 Conventions: an image is channels-last, (H, W, C) or a batch (N, H, W, C) (a 2-D (H, W) image
 is one channel); uint8 pixels are 0..255, float pixels 0..1. A tensor is channels-first (NCHW:
 (C, H, W) or (N, C, H, W)) or, with layout="NHWC", keeps the image's axes. uint8 pixels become
@@ -20,8 +23,10 @@ Only NumPy is needed; reading files needs Pillow (`pip install 'tinydl[image]'`)
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -185,3 +190,143 @@ def tensor_to_image(
     if dtype.kind != "f":
         raise InvalidInputError(f"an image is uint8 or float, not {dtype}")
     return np.ascontiguousarray(y, dtype=dtype)
+
+
+# -- resize policies -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Where a resize policy puts one image: a `height` x `width` tensor image holding the source
+    scaled to `inner_height` x `inner_width` at (`top`, `left`) (letterbox padding elsewhere)."""
+
+    height: int
+    width: int
+    inner_height: int
+    inner_width: int
+    top: int = 0
+    left: int = 0
+    source_height: int = 0
+    source_width: int = 0
+
+    def to_source(self, points: np.ndarray) -> np.ndarray:
+        """Points (..., 2) as (x, y) in tensor-image pixels, mapped back to source pixels."""
+        p = np.asarray(points, np.float64)
+        sx = self.source_width / self.inner_width
+        sy = self.source_height / self.inner_height
+        return np.stack([(p[..., 0] - self.left) * sx, (p[..., 1] - self.top) * sy], axis=-1)
+
+
+_FIXED = re.compile(r"^(letterbox\s+)?(\d+)x(\d+)$")
+_MULTIPLE = re.compile(r"^multiple\s+(\d+)(?:\s+(min|max)\s+(\d+))?$")
+
+
+@dataclass(frozen=True)
+class ResizePolicy:
+    """How images are sized for a model. Spelled as a string (`resize_policy`):
+
+    "640x480"             every image stretched to 640 wide, 480 high
+    "letterbox 640x640"   scaled to fit, aspect kept, centered, padded with 0
+    "multiple 32"         each side rounded to the nearest multiple of 32
+    "multiple 32 min 736" scaled up so the short side is 736 (when shorter), then rounded to
+                          multiples of 32: PP-OCR's detector (limit_type "min", 736)
+    "multiple 32 max 960" scaled down so the long side is 960 (when longer), then rounded
+    """
+
+    kind: str  # "fixed" | "letterbox" | "multiple"
+    width: int = 0
+    height: int = 0
+    multiple: int = 1
+    limit: str | None = None  # "min" | "max"
+    side: int = 0
+
+    def fit(self, height: int, width: int) -> Fit:
+        """Where an image of this size goes."""
+        if height < 1 or width < 1:
+            raise InvalidInputError(f"cannot resize an empty image ({height}x{width})")
+        src = {"source_height": height, "source_width": width}
+        if self.kind == "fixed":
+            return Fit(self.height, self.width, self.height, self.width, **src)
+        if self.kind == "letterbox":
+            scale = min(self.width / width, self.height / height)
+            ih = min(self.height, max(1, round(height * scale)))
+            iw = min(self.width, max(1, round(width * scale)))
+            top, left = (self.height - ih) // 2, (self.width - iw) // 2
+            return Fit(self.height, self.width, ih, iw, top, left, **src)
+        ratio = 1.0
+        if self.limit == "min" and min(height, width) < self.side:
+            ratio = self.side / min(height, width)
+        elif self.limit == "max" and max(height, width) > self.side:
+            ratio = self.side / max(height, width)
+        # int() then round() as PP-OCR does (Python rounds half to even); never below one step.
+        n = self.multiple
+        h = max(n, int(round(int(height * ratio) / n) * n))
+        w = max(n, int(round(int(width * ratio) / n) * n))
+        return Fit(h, w, h, w, **src)
+
+
+def resize_policy(spec: str | ResizePolicy) -> ResizePolicy:
+    """Parse a resize policy string (see ResizePolicy); an InvalidInputError names the forms."""
+    if isinstance(spec, ResizePolicy):
+        return spec
+    text = " ".join(str(spec).lower().split())
+    if m := _FIXED.match(text):
+        kind = "letterbox" if m.group(1) else "fixed"
+        policy = ResizePolicy(kind, width=int(m.group(2)), height=int(m.group(3)))
+        if policy.width > 0 and policy.height > 0:
+            return policy
+    elif m := _MULTIPLE.match(text):
+        side = int(m.group(3) or 0)
+        policy = ResizePolicy("multiple", multiple=int(m.group(1)), limit=m.group(2), side=side)
+        if policy.multiple > 0 and (policy.limit is None or side > 0):
+            return policy
+    raise InvalidInputError(
+        f"resize policy {spec!r}: expected 'WxH', 'letterbox WxH', 'multiple N', "
+        "'multiple N min S' or 'multiple N max S' (positive numbers)"
+    )
+
+
+def _taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Linear interpolation taps along one axis, half-pixel centers, edges clamped (as OpenCV's
+    INTER_LINEAR and ONNX Resize's half_pixel mode do, without antialiasing)."""
+    x = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    i0 = np.floor(x).astype(np.intp)
+    return i0, np.minimum(i0 + 1, n_in - 1), (x - i0).astype(np.float32)
+
+
+def resize_image(image: np.ndarray, fit: Fit, pad: float = 0) -> np.ndarray:
+    """A channels-last image (H, W[, C]) resized bilinearly to `fit` (letterbox padding filled
+    with `pad`); the dtype is kept (uint8 rounded to nearest)."""
+    image = np.asarray(image)
+    if image.shape[:2] != (fit.source_height, fit.source_width):
+        raise InvalidInputError(
+            f"resize planned for {fit.source_height}x{fit.source_width}, "
+            f"got an image of {image.shape[0]}x{image.shape[1]}"
+        )
+    if image.shape[:2] == (fit.inner_height, fit.inner_width):
+        inner = image
+    else:
+        r0, r1, rw = _taps(image.shape[0], fit.inner_height)
+        c0, c1, cw = _taps(image.shape[1], fit.inner_width)
+        per_pixel = (1,) * (image.ndim - 2)  # weights broadcast over the channels
+        top = np.take(image, r0, axis=0).astype(np.float32)
+        rows = np.take(image, r1, axis=0).astype(np.float32)
+        rows -= top
+        rows *= rw.reshape(-1, 1, *per_pixel)
+        rows += top
+        inner = np.take(rows, c0, axis=1)
+        right = np.take(rows, c1, axis=1)
+        right -= inner
+        right *= cw.reshape(-1, *per_pixel)
+        inner += right
+        if image.dtype == np.uint8:
+            # A blend of uint8 values stays in 0..255: round half up without a clip.
+            inner += 0.5
+            inner = inner.astype(np.uint8)
+        else:
+            inner = inner.astype(image.dtype, copy=False)
+    if (fit.height, fit.width) == inner.shape[:2]:
+        return inner
+    out = np.full((fit.height, fit.width, *image.shape[2:]), pad, image.dtype)
+    out[fit.top : fit.top + fit.inner_height, fit.left : fit.left + fit.inner_width] = inner
+    return out

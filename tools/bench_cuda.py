@@ -280,7 +280,7 @@ def chain_sweep(torch, args) -> None:
 def bench_pose(torch, args, results):
     """BlazePose landmark (MediaPipe's TFLite model) vs PyTorch eager fp16: the model goes to
     PyTorch as tinydl's own ONNX export of it (tinydl.exporters.onnx) through onnx2torch."""
-    import importlib.metadata
+    from fetch_test_models import mediapipe_root
 
     import tinydl as td
     from tinydl.exporters.onnx import to_onnx
@@ -288,10 +288,9 @@ def bench_pose(torch, args, results):
     try:
         from onnx2torch import convert
 
-        path = importlib.metadata.distribution("mediapipe").locate_file(
-            "mediapipe/modules/pose_landmark/pose_landmark_full.tflite"
+        graph = td.load(
+            mediapipe_root() / "mediapipe/modules/pose_landmark/pose_landmark_full.tflite"
         )
-        graph = td.load(path)
     except Exception as exc:  # noqa: BLE001 - any missing piece: say which and go on
         print(f"\nBlazePose landmark skipped: {exc}")
         return

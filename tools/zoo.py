@@ -314,12 +314,21 @@ def _median_time(fn, budget: float = 3.0, most: int = 20) -> float:
     return statistics.median(times)
 
 
-def run_model(name: str, onnx_dir: Path, backends: list[str], precisions: list[str]) -> list[dict]:
+def run_model(
+    name: str,
+    onnx_dir: Path,
+    backends: list[str],
+    precisions: list[str],
+    threads: int | None = None,
+) -> list[dict]:
     import onnxruntime as ort
 
     path = export(name, onnx_dir)
     feeds = dict(np.load(onnx_dir / f"{name}.npz"))
-    ref_sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    ref_sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     ref = ref_sess.run(None, feeds)
     rows = [
         {
@@ -344,7 +353,7 @@ def run_model(name: str, onnx_dir: Path, backends: list[str], precisions: list[s
                 chain = (backend,) if backend == "numpy" else (backend, "numpy")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    sess = td.compile(graph, backends=chain, precision=precision)
+                    sess = td.compile(graph, backends=chain, precision=precision, threads=threads)
                 out = sess.run(feeds)
                 row["relerr"] = _rel_err([out[n] for n in names], ref)
                 matched = _matched([out[n] for n in names], ref)
@@ -397,6 +406,9 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="fp32", help="comma-separated: fp32, fp16")
     p.add_argument("--onnx-dir", type=Path, default=ROOT / ".zoo", help="exported models (cache)")
     p.add_argument("--export-only", action="store_true", help="export the models and stop")
+    p.add_argument(
+        "--threads", type=int, help="CPU threads for onnxruntime and tinydl's CPU backends alike"
+    )
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = p.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
@@ -415,7 +427,9 @@ def main(argv=None) -> int:
             if args.export_only:
                 print(_export_here(name, args.onnx_dir))
                 continue
-            rows += run_model(name, args.onnx_dir, backends, args.precision.split(","))
+            rows += run_model(
+                name, args.onnx_dir, backends, args.precision.split(","), args.threads
+            )
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too
             rows.append(
                 {"model": name, "backend": "export", "error": f"{type(exc).__name__}: {exc}"}

@@ -1175,3 +1175,42 @@ case("Einsum-transpose", "Einsum", {"equation": "ij->ji"}, a=N(3, 4))
 case("Einsum-trace", "Einsum", {"equation": "ii->"}, a=N(4, 4))
 case("Einsum-diagonal-batch", "Einsum", {"equation": "bii->bi"}, a=N(2, 3, 3))
 case("Einsum-sum-axis", "Einsum", {"equation": "ijk->i"}, a=N(3, 4, 5))
+
+
+# -- geometry (tinydl's own ops; onnxruntime judges them through opcheck.ORT_EQUIVALENTS) --------
+
+
+def warp_matrices(seed: int, k: int, h: int, w: int, perspective: bool = False) -> np.ndarray:
+    """k random crop matrices (output pixel -> image pixel): rotated, scaled, shifted, some of
+    each crop outside the h x w image; with `perspective`, a non-zero last row."""
+    rng = np.random.default_rng(seed)
+    angle = rng.uniform(-np.pi, np.pi, k)
+    scale = rng.uniform(0.6, 1.6, (k, 2))
+    m = np.zeros((k, 3, 3))
+    m[:, 0, 0], m[:, 0, 1] = np.cos(angle) * scale[:, 0], -np.sin(angle) * scale[:, 1]
+    m[:, 1, 0], m[:, 1, 1] = np.sin(angle) * scale[:, 0], np.cos(angle) * scale[:, 1]
+    m[:, 0, 2], m[:, 1, 2] = rng.uniform(-2, w + 1, k), rng.uniform(-2, h + 1, k)
+    m[:, 2, 2] = 1
+    if perspective:
+        m[:, 2, :2] = rng.uniform(-0.03, 0.03, (k, 2))
+    return m.astype(np.float32)
+
+
+W = "tinydl.Warp"
+WARP_SIZE = {"output_height": 6, "output_width": 7}
+for border in ("zero", "replicate"):
+    case(
+        f"Warp-affine-{border}",
+        W,
+        {**WARP_SIZE, "border": border},
+        x=U(1, 3, 9, 11, lo=0.5),
+        m=warp_matrices(1, 2, 9, 11),
+    )
+    case(
+        f"Warp-perspective-{border}-NHWC",
+        W,
+        {**WARP_SIZE, "border": border, "layout": "NHWC"},
+        x=U(1, 10, 8, 3, lo=0.5),
+        m=warp_matrices(2, 3, 10, 8, perspective=True),
+    )
+case("Warp-crop-per-image", W, WARP_SIZE, x=U(2, 2, 7, 7, lo=0.5), m=warp_matrices(3, 2, 7, 7))

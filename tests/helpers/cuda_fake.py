@@ -49,6 +49,12 @@ class FakeContext:
         self.cc = (9, 0)
         self._seen: dict[str, bytes] = {}
 
+    def prefetch(self, source: str, label: str = "kernel", entry: str = "k") -> None:
+        """Compiled in `function`, one at a time (the real context batches them on threads)."""
+
+    def flush(self) -> None:
+        pass
+
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         if source not in self._seen:
             self._seen[source] = self._compile(source, self.arch, label)

@@ -7,7 +7,8 @@ partition and plan of a session on one backend.
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.util
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -311,15 +312,30 @@ def ocr_input(gray: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
-def mediapipe_model(name: str) -> Path:
-    """A model file shipped in the mediapipe package (BlazePose); skips the test without it."""
+def _fetch_test_models():
+    """tools/fetch_test_models.py: the one place that knows where MediaPipe's files are cached."""
+    path = Path(__file__).resolve().parents[2] / "tools" / "fetch_test_models.py"
+    spec = importlib.util.spec_from_file_location("fetch_test_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mediapipe_root() -> Path:
+    """The unpacked mediapipe 0.10.14 wheel (its models and its runtime), fetched into the cache
+    on first use; skips the test only when it cannot be fetched (CI fetches it beforehand)."""
     try:
-        path = importlib.metadata.distribution("mediapipe").locate_file(f"mediapipe/modules/{name}")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("pip install --no-deps mediapipe==0.10.14 (it ships the BlazePose models)")
-    if not Path(path).is_file():
-        pytest.skip(f"mediapipe has no {name}")
-    return Path(path)
+        return _fetch_test_models().mediapipe_root()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"python tools/fetch_test_models.py failed here: {exc}")
+
+
+def mediapipe_model(name: str) -> Path:
+    """A model file of the mediapipe 0.10.14 wheel (BlazePose and others), e.g.
+    'pose_detection/pose_detection.tflite'."""
+    path = mediapipe_root() / "mediapipe" / "modules" / name
+    assert path.is_file(), f"mediapipe 0.10.14 has no {name}"
+    return path
 
 
 def reshape_mismatch_graph():

@@ -108,6 +108,46 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     return sess.run(None, dict(feeds))
 
 
+def warp_by_grid_sample(feeds: Mapping[str, np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+    """tinydl.Warp as onnxruntime computes it: the sample points (matrix @ (u, v, 1), divided
+    by W) as a GridSample grid (align_corners: -1 and 1 are the first and last pixel centres),
+    the image repeated for every crop."""
+    x, m = (np.asarray(v) for v in feeds.values())
+    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+    nchw = x if attrs.get("layout", "NCHW") == "NCHW" else x.transpose(0, 3, 1, 2)
+    h, w = nchw.shape[2:]
+    oh, ow = attrs["output_height"], attrs["output_width"]
+    v, u = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    p = np.einsum("kij,jhw->kihw", m.astype(np.float64), np.stack([u, v, np.ones_like(u)]))
+    grid = np.stack([p[:, 0] / p[:, 2] * 2 / (w - 1) - 1, p[:, 1] / p[:, 2] * 2 / (h - 1) - 1], -1)
+    image = np.repeat(nchw, len(m) // len(nchw), axis=0)
+    node = helper.make_node(
+        "GridSample",
+        ["x", "grid"],
+        ["y"],
+        mode="linear",
+        align_corners=1,
+        padding_mode="zeros" if attrs.get("border", "zero") == "zero" else "border",
+    )
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(
+        [node],
+        "warp",
+        [
+            helper.make_tensor_value_info("x", elem, image.shape),
+            helper.make_tensor_value_info("grid", elem, grid.shape),
+        ],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    (y,) = run_onnxruntime(model, {"x": image, "grid": grid.astype(x.dtype)})
+    return [y if attrs.get("layout", "NCHW") == "NCHW" else y.transpose(0, 2, 3, 1)]
+
+
+# tinydl's own ops that onnxruntime computes through ONNX ops: op -> (feeds, attrs) -> outputs.
+ORT_EQUIVALENTS = {"tinydl.Warp": warp_by_grid_sample}
+
+
 def run_tinydl(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
@@ -197,7 +237,8 @@ def check_op(
     rtol: float = 1e-5,
     atol: float = 1e-5,
 ) -> list[np.ndarray]:
-    """Run on onnxruntime and tinydl, compare outputs, and check the op's shape inference.
+    """Run on onnxruntime (for an op of ORT_EQUIVALENTS, the ONNX ops that express it) and
+    tinydl, compare outputs, and check the op's shape inference.
 
     Returns tinydl's outputs.
     """
@@ -205,7 +246,11 @@ def check_op(
         model, feeds = model_or_node_spec, dict(feeds or {})
     else:
         model, feeds = node_model(**model_or_node_spec)
-    want = run_onnxruntime(model, feeds)
+    op = model.graph.node[0].op_type if len(model.graph.node) == 1 else None
+    if op in ORT_EQUIVALENTS:
+        want = ORT_EQUIVALENTS[op](feeds, _attrs(model.graph.node[0]))
+    else:
+        want = run_onnxruntime(model, feeds)
     if len(model.graph.node) == 1:
         for i, (g, w) in enumerate(zip(run_reference(model, feeds), want, strict=True)):
             compare(g, w, rtol, atol, f"reference output {i}")

@@ -391,7 +391,10 @@ def upscale(
         kind, needs = (
             ("an image", "an image suffix (.png, .jpg, ...)")
             if is_image(src)
-            else ("a video", "a video suffix (.mp4, .mov, .mkv)")
+            else (
+                "an animated GIF, read as a video" if src.suffix.lower() == ".gif" else "a video",
+                f"a video suffix ({', '.join(VIDEO_SUFFIXES)})",
+            )
         )
         raise InvalidInputError(f"{dst}: the input is {kind}, so the output needs {needs}")
     if not is_image(src):
@@ -411,12 +414,18 @@ def upscale(
 
 # -- video: an app of the pipeline framework -------------------------------------------------------
 
-# H.264 (libx264, yuv420p) goes into these containers.
-VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv")
+# H.264 (libx264, yuv420p) goes into these containers. Any video FFmpeg reads is an input (an
+# animated .gif included: it is read as a video); GIF is no output (H.264 has no GIF container).
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".avi")
 GPU_BACKENDS = ("cuda", "webgpu")
 
 
 def check_video_output(dst: Path, max_frames: int | None = None) -> None:
+    if dst.suffix.lower() == ".gif":
+        raise InvalidInputError(
+            f"{dst}: GIF output is not supported (the video is written as H.264): "
+            f"choose {', '.join(VIDEO_SUFFIXES)}"
+        )
     if dst.suffix.lower() not in VIDEO_SUFFIXES:
         raise InvalidInputError(
             f"{dst}: unsupported video suffix {dst.suffix!r} (expected {', '.join(VIDEO_SUFFIXES)})"

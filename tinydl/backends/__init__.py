@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
 from tinydl.errors import BackendUnavailableError
 
 # name -> "module:Class"; modules import their heavy libraries lazily.
@@ -78,6 +79,8 @@ class BackendInfo:
     devices: tuple[str, ...]
     reason: str  # why it is unavailable ("" when available)
     memory: str  # where its tensors live ("host" for the cpu)
+    # every device `tinydl.compile(device="NAME:INDEX")` can choose, by index
+    device_names: tuple[str, ...] = ()
 
 
 def list_backends() -> list[BackendInfo]:
@@ -94,6 +97,7 @@ def list_backends() -> list[BackendInfo]:
                     tuple(backend.devices()) if ok else (),
                     "" if ok else backend.unavailable_reason() or "no device",
                     backend.memory,
+                    tuple(backend.device_names()) if ok else (),
                 )
             )
         except Exception as exc:  # noqa: BLE001 - a broken plug-in is reported, not raised
@@ -101,10 +105,89 @@ def list_backends() -> list[BackendInfo]:
     return found
 
 
+def parse_device(device: str | int) -> tuple[str | None, int | None]:
+    """`device` as (backend name, index): "cuda:1" -> ("cuda", 1), "webgpu" -> ("webgpu", None)
+    (its default device), 1 -> (None, 1) (device 1 of the first GPU backend)."""
+    if isinstance(device, bool) or not isinstance(device, int | str):
+        raise ValueError(f"device must be 'NAME:INDEX', 'NAME' or an index, got {device!r}")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device index must be >= 0, got {device}")
+        return None, device
+    name, sep, index = device.strip().partition(":")
+    if name not in KNOWN and name != CPU:
+        raise BackendUnavailableError(
+            f"device {device!r}: unknown backend {name!r} (expected one of "
+            f"{', '.join([CPU, *KNOWN])}); devices here: {devices_here()}"
+        )
+    if not sep:
+        return name, None
+    if not index.isdigit():
+        raise ValueError(f"device {device!r}: expected NAME:INDEX with INDEX 0, 1, ...")
+    return name, int(index)
+
+
+def devices_here() -> str:
+    """Every device of every backend here as NAME:INDEX (what it is), and why a backend has
+    none: what an error about a device that does not exist lists."""
+    found = []
+    for info in list_backends():
+        if info.device_names:
+            found += [f"{info.name}:{i} ({d})" for i, d in enumerate(info.device_names)]
+        else:
+            found.append(f"{info.name}: none ({info.reason or 'no device listed'})")
+    return "; ".join(found)
+
+
+def resolve_device(
+    device: str | int, requested: Sequence[str], default: bool
+) -> tuple[list[str], str, int | None]:
+    """The backends a session with `device` uses, the one `device` is on and its index.
+
+    A device on a backend that `requested` leaves out puts that backend first when the caller
+    chose no backends (`default`), and is an error otherwise; an index picks from the backend's
+    `device_names()`, and one it does not have is BackendUnavailableError listing the devices
+    there are."""
+    name, index = parse_device(device)
+    requested = list(requested)
+    if name is None:
+        gpus = [n for n in expand(requested) if get_backend(n).memory != HOST]
+        if not gpus:
+            raise BackendUnavailableError(
+                f"device={device} is an index into the first GPU backend in backends, but "
+                f"backends={requested} has none: name one (e.g. device='webgpu:{device}'); "
+                f"devices here: {devices_here()}"
+            )
+        name = gpus[0]
+    elif name not in requested and name not in expand(requested):
+        if not default:
+            raise ValueError(
+                f"device {device!r} is on backend '{name}', which backends={requested} leaves "
+                f"out: add it, or leave backends out"
+            )
+        requested = [name, CPU]
+    if index is not None:
+        if index >= len(get_backend(name).device_names()):
+            raise BackendUnavailableError(
+                f"device '{name}:{index}' does not exist; devices here: {devices_here()}"
+            )
+    return requested, name, index
+
+
 def to_device(array, backend: str):
-    """A NumPy array as a tensor of `backend` (e.g. "webgpu", "cuda"), to feed sessions with no
-    upload per run; `to_host` brings any backend's tensor back."""
-    return get_backend(backend).to_device(array)
+    """A NumPy array as a tensor of `backend` (e.g. "webgpu", "cuda", or "webgpu:1" for a
+    device of its own), to feed sessions with no upload per run; `to_host` brings any backend's
+    tensor back."""
+    name, index = parse_device(backend) if ":" in str(backend) else (backend, None)
+    target = get_backend(name)
+    if index is not None:
+        names = target.device_names()
+        if index >= len(names):
+            raise BackendUnavailableError(
+                f"device {backend!r} does not exist; devices here: {devices_here()}"
+            )
+        target = target.on_device(index)
+    return target.to_device(array)
 
 
 def to_host(tensor):
@@ -124,7 +207,10 @@ __all__ = [
     "CPU",
     "BackendInfo",
     "cpu_path",
+    "devices_here",
     "expand",
+    "parse_device",
+    "resolve_device",
     "list_backends",
     "to_device",
     "to_host",

@@ -11,10 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from tinydl.errors import BackendUnavailableError
 from tinydl.ir.graph import Graph, Node
 
 # The memory graph inputs come from and host outputs go to (NumPy arrays).
 HOST = "host"
+# The most CPU threads a run takes by default: NumPy's and onnxruntime's gains flatten out
+# beyond this on the models tinydl runs, and a busy machine loses more to oversubscription.
+MAX_DEFAULT_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class CompileOptions:
     builders read them through `Build.option`, never from the environment. Keys:
     - every backend: "timing" ("ops" or "total": GPU timestamps per op or per run; set by
       `profile=True`).
+    - numpy and onnxruntime: "threads" (int: NumPy's BLAS threads during a run, onnxruntime's
+      intra-op threads; default `default_threads()`; set for both by
+      `tinydl.compile(threads=N)`).
     - webgpu and cuda: "max_plans" (int, default 16: plans, one per set of input shapes, kept
       per compiled partition; the least recently used is freed first, with its buffers and
       per-shape tables).
@@ -58,6 +65,44 @@ class CompileOptions:
 
     precision: str = "fp32"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Thread-count variables a user sets for BLAS/OpenMP libraries; default_threads() honours them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def default_threads() -> int:
+    """CPU threads when none are asked for: the first of THREAD_VARIABLES set to a whole number,
+    else one per physical core this process may run on (hyperthread siblings count once), at
+    most MAX_DEFAULT_THREADS. NumPy's own default, a BLAS thread per logical CPU of the whole
+    machine, ran some models 5-14x slower than one thread on a busy 2-core machine."""
+    for var in THREAD_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as f, open(f"{topology}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))  # no topology (not Linux): a logical CPU counts as a core
+    return max(1, min(len(cores), MAX_DEFAULT_THREADS))
+
+
+def threads_option(options: CompileOptions) -> int:
+    """The "threads" backend option as a count (default_threads() when not set)."""
+    value = options.extra.get("threads")
+    if value is None:
+        return default_threads()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {value!r}")
+    return value
 
 
 # Environment variables that set backend options (for sweeps and comparisons from a shell):
@@ -124,6 +169,18 @@ class Backend(ABC):
     def devices(self) -> list[str]:
         """Human-readable names of the devices this backend would use."""
         return []
+
+    def device_names(self) -> list[str]:
+        """Every device this backend can be put on, by index (`tinydl.compile(device=
+        "NAME:INDEX")`); a backend with no choice of devices lists the one it uses."""
+        return self.devices() if self.available() else []
+
+    def on_device(self, index: int) -> Backend:
+        """This backend on device `index` of `device_names()` (checked by the caller). A backend
+        with no choice of devices has only index 0: itself."""
+        if index != 0:
+            raise BackendUnavailableError(f"backend '{self.name}' has one device, index 0")
+        return self
 
     def to_device(self, array: np.ndarray) -> Any:
         return array

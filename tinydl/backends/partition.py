@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinydl.backends.base import HOST, Backend
-from tinydl.errors import UnsupportedOpError
+from tinydl.backends.planned import frozen
+from tinydl.errors import InvalidInputError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 
 __all__ = ["HOST", "Partition", "Placement", "Transfer", "partition"]
@@ -141,8 +142,11 @@ class Placement:
             ops: dict[str, int] = {}
             for n in step.nodes:
                 ops[n.op] = ops.get(n.op, 0) + 1
-            top = ", ".join(f"{op} {c}" for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
-            lines.append(f"  #{k:<3} {step.backend:8} {len(step.nodes):4} nodes  {top[:60]}")
+            counted = [f"{op} {c}" for op, c in sorted(ops.items(), key=lambda kv: -kv[1])]
+            shown = counted[:6]  # whole entries only: a name is never cut
+            more = f", +{len(counted) - len(shown)} more ops" if len(counted) > len(shown) else ""
+            top = ", ".join(shown) + more
+            lines.append(f"  #{k:<3} {step.backend:8} {len(step.nodes):4} nodes  {top}")
             k += 1
         total = self.bytes_per_run()
         moved = "unknown until run (symbolic dims)" if total is None else f"{total:,} bytes"
@@ -264,7 +268,12 @@ def partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int
     Raises UnsupportedOpError listing every node no backend can run, with each refusal.
     """
     if min_partition_size < 1:
-        raise ValueError(f"min_partition_size must be >= 1, got {min_partition_size}")
+        raise InvalidInputError(f"min_partition_size must be >= 1, got {min_partition_size}")
+    with frozen(graph):  # nothing edits the graph while the backends are asked about it
+        return _partition(graph, backends, min_partition_size)
+
+
+def _partition(graph: Graph, backends: Sequence[Backend], min_partition_size: int) -> Placement:
     units = _Units(graph)
     refusals: dict[str, dict[str, str]] = {}
     for rank, backend in enumerate(backends):

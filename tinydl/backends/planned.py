@@ -15,6 +15,7 @@ filled by `@registry.kernel`, templates rendered by `templates()`), and how a pl
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import threading
 import time
@@ -77,20 +78,58 @@ def constant_inputs(node: Node, graph: Graph, first: int = 1) -> Support:
 
 def shape_derived(name: str, graph: Graph) -> bool:
     """True when value `name` depends only on constants and on the shapes of tensors."""
+    frozen = getattr(_FROZEN, "graphs", {}).get(id(graph))
+    if frozen is not None and frozen[0] is graph:
+        return name in frozen[1]
+    return name in _shape_derived(graph, [name])
+
+
+def _shape_derived(graph: Graph, names: Collection[str]) -> set[str]:
+    """Which of `names` (and of the values they depend on) are shape-derived."""
     producers = graph.producers()
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        v = todo.pop()
-        if v in graph.initializers or v in seen:
-            continue
-        seen.add(v)
-        node = producers.get(v)
-        if node is None:
-            return False  # a graph input
-        if node.op not in ("Shape", "Size", "Constant"):
-            todo += [i for i in node.inputs if i]
-    return True
+    derived: set[str] = set(graph.initializers)
+    done: set[str] = set(graph.initializers)
+    for name in names:
+        todo = [(name, False)]
+        while todo:  # depth-first, a value decided once its inputs are
+            v, ready = todo.pop()
+            if v in done and not ready:
+                continue
+            node = producers.get(v)
+            if node is None or node.op in ("Shape", "Size", "Constant"):
+                done.add(v)
+                if node is not None:
+                    derived.add(v)
+                continue
+            ins = [i for i in node.inputs if i]
+            if not ready:
+                done.add(v)
+                todo.append((v, True))
+                todo += [(i, False) for i in ins if i not in done]
+            elif all(i in derived for i in ins):
+                derived.add(v)
+    return derived
+
+
+# graph id -> (graph, its shape-derived values) while the graph is frozen (see `frozen`)
+_FROZEN = threading.local()
+
+
+@contextlib.contextmanager
+def frozen(graph: Graph):
+    """While `graph` is not edited (the partitioner asking every backend about every node),
+    its shape-derived values are found once, not once per question (which rebuilt the producer
+    map each time: quadratic in the graph's size)."""
+    graphs = _FROZEN.__dict__.setdefault("graphs", {})
+    if id(graph) in graphs:
+        yield
+        return
+    outputs = [o for n in graph.nodes for o in n.outputs if o]
+    graphs[id(graph)] = (graph, _shape_derived(graph, outputs))
+    try:
+        yield
+    finally:
+        del graphs[id(graph)]
 
 
 def templates(package: str) -> Callable[..., str]:
@@ -228,6 +267,7 @@ class Plan:
         self.steps: list = []
         for node in self.nodes:
             self.registry[node.op].build(self.build_class(self, node))
+        self.finish()
         self._allocate()
         self.init = {
             "plan_s": time.perf_counter() - t0,
@@ -235,6 +275,9 @@ class Plan:
         }
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def finish(self) -> None:
+        """Called once every node is built: complete work the builders started."""
+
     def rewrite(self, body: Graph, keep: set[str], shape_of, types) -> list[Node]:
         """The plan-time rewrites (backends/fusion.py) this backend applies to the nodes."""
         return list(body.nodes)
@@ -360,6 +403,9 @@ class PlannedKernel(Kernel):
             self._plan(static)
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def finish(self) -> None:
+        """Called once every node is built: complete work the builders started."""
+
     def input_info(self, shape: tuple[int, ...], dtype: str) -> Info:
         """The Info of a graph input fed with this shape and dtype."""
         raise NotImplementedError

@@ -2,7 +2,9 @@
 tinydl.load, tinydl.compile, Session.run/profile, Backend.to_device/to_host).
 
 A backend other than cpu runs with cpu as its fallback (`backends=(name, "cpu")`); the nodes
-that fell back are counted in the target's info. GPU-resident time is the sum of the per-op
+that fell back are counted in the target's info, and the target's device lists the devices of
+the backends that ran nodes (for cpu: onnxruntime, numpy or both). `--threads` sets tinydl's
+CPU threads as it sets the peers'. GPU-resident time is the sum of the per-op
 device timestamps that `Session.profile()` reports with `profile=True`, inputs and outputs
 staying on the device; a backend that reports none gets "n/a".
 """
@@ -29,13 +31,13 @@ class TinydlTarget(Target):
         self._backend = None
 
     def device_init(self) -> None:
-        from tinydl.backends import get_backend
+        from tinydl.backends import expand, get_backend
 
         backend = get_backend(self.backend_name)
         if not backend.available():
             raise Skip(backend.unavailable_reason() or "no usable device")
         self._backend = backend
-        self.device = "; ".join(backend.devices())
+        self.device = _devices(expand([self.backend_name]))
 
     def load(self) -> None:
         import tinydl
@@ -48,10 +50,16 @@ class TinydlTarget(Target):
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             session = tinydl.compile(
-                self.graph, backends=self.backends, precision=self.config.precision, profile=profile
+                self.graph,
+                backends=self.backends,
+                precision=self.config.precision,
+                profile=profile,
+                threads=self.config.threads,
             )
         counts = session.placement.counts()
         self.info["placement"] = counts
+        # The devices of the backends that ran nodes ("cpu": onnxruntime, numpy or both).
+        self.device = _devices([name for name in session.backends if counts.get(name)])
         self.info["fallback_nodes"] = len(session.placement.fallbacks())
         return session
 
@@ -105,6 +113,12 @@ class TinydlTarget(Target):
         else:
             self.info["pinned"] = "n/a: the backend has no pinned/mapped host buffers"
         return modes
+
+
+def _devices(names: list[str]) -> str:
+    from tinydl.backends import get_backend
+
+    return "; ".join(d for name in names for d in get_backend(name).devices())
 
 
 def tinydl_targets(backends: list[str], model: Model, config: Config) -> list[Target]:

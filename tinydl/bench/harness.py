@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from tinydl.bench.inputs import default_dims
 from tinydl.errors import InvalidInputError
 
 SCHEMA = "tinydl-bench/1"
@@ -45,9 +46,6 @@ PHASES = (
     "first_run_warm",
 )
 FRAMES = {"720p": (720, 1280), "1080p": (1080, 1920), "4k": (2160, 3840)}
-# Symbolic dims get these sizes when no --input-shape names them: batch 1, 640x360 images
-# (ESPCN x3 then makes 1080p, the thesis's case).
-DEFAULT_HW = (360, 640)
 
 
 @dataclass
@@ -445,11 +443,12 @@ def _transfers(modes: dict[str, TransferMode], model: Model, cfg: Config) -> lis
 def make_feeds(graph, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
     """Seeded inputs: floats uniform in [0, 1) (image-like), integers in [0, 10)."""
     rng = np.random.default_rng(seed)
+    layout = graph.metadata.get("input_layout", "NCHW")
     feeds = {}
     for v in graph.inputs:
         dims = shapes.get(v.name)
         if dims is None:
-            dims = _default_dims(v)
+            dims = default_dims(v, layout)
         dtype = np.dtype(v.dtype or "float32")
         if dtype.kind == "f":
             feeds[v.name] = rng.random(dims, dtype=np.float32).astype(dtype)
@@ -458,27 +457,6 @@ def make_feeds(graph, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str
         else:
             feeds[v.name] = rng.integers(0, 10, size=dims).astype(dtype)
     return feeds
-
-
-def _default_dims(v) -> tuple[int, ...]:
-    if v.shape is None:
-        raise InvalidInputError(
-            f"input '{v.name}' has an unknown shape: pass --input-shape {v.name}=DIMS"
-        )
-    dims = list(v.shape)
-    for axis, d in enumerate(dims):
-        if isinstance(d, int):
-            continue
-        if axis == 0:
-            dims[axis] = 1
-        elif len(dims) == 4 and axis >= 2:
-            dims[axis] = DEFAULT_HW[axis - 2]
-        else:
-            raise InvalidInputError(
-                f"input '{v.name}' is {v.describe()}: dim {axis} is not fixed; pass "
-                f"--input-shape {v.name}=DIMS"
-            )
-    return tuple(dims)
 
 
 def prepare_model(

@@ -9,8 +9,8 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
-# Environment variables that set the thread pools of NumPy's BLAS and the peers' OpenMP.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+from tinydl.backends.base import THREAD_VARIABLES
+
 PACKAGES = (
     "tinydl",
     "numpy",

@@ -360,7 +360,7 @@ def write(
                 log("note: no charts: matplotlib is not installed (pip install 'tinydl[bench]')")
         md = out / "bench.md"
         md.write_text(markdown(report, [p.name for p in made]), encoding="utf-8")
-        written["markdown"] = md
+        written["markdown"] = [md]
         written["charts"] = made
         path = out / "bench.json"
         path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

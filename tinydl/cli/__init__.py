@@ -3,15 +3,19 @@
     tinydl info
     tinydl convert model.onnx -o model.tdl
     tinydl inspect model.onnx --backends webgpu,cpu
-    tinydl bench model.onnx --peers onnxruntime,ncnn --json bench.json
-    tinydl run model.onnx --input image.png --output-dir out/ --time
+    tinydl bench model.onnx --peers onnxruntime,ncnn -o bench.json
+    tinydl run model.onnx --input image.png --out-dir out/ --time
     tinydl superres clip.mp4 -o clip_x3.mp4 --scale 3
+    tinydl pose photo.jpg --json pose.json -o drawn.png
+    tinydl ocr scan.png --json lines.json -o scan_ocr.png
     tinydl pipeline run examples/apps/superres4.yaml --trace trace.json
 
 Every subcommand imports what it needs when it runs, so `tinydl --help` loads neither NumPy nor
 onnx. A user error (a bad file, an unknown backend, a wrong input shape) prints `error: ...` and
 exits with status 2 (`tinydl --debug ...` shows its traceback too); a traceback without
 --debug means a bug in tinydl.
+
+In every command `-o` names a file and `--out-dir` a folder.
 
 One module per command (`info.py`, `convert.py`, ...) holds its `cmd_NAME` function and
 `add_parser(subparsers)`, which adds its subparser; `common.py` holds what several share.
@@ -29,7 +33,7 @@ from tinydl.errors import TinyDLError
 
 EXIT_USAGE = 2
 # The command modules (tinydl.cli.NAME), in the order `tinydl --help` lists them.
-COMMANDS = ("info", "convert", "inspect", "bench", "run", "superres", "pipeline")
+COMMANDS = ("info", "convert", "inspect", "bench", "run", "superres", "pose", "ocr", "pipeline")
 
 
 def build_parser() -> argparse.ArgumentParser:

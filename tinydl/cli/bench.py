@@ -6,11 +6,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from tinydl.cli.common import _count, _Formatter, _names, _parse_dims, _positive, _tolerance
+from tinydl.cli.common import (
+    _count,
+    _Formatter,
+    _names,
+    _parse_dims,
+    _positive,
+    _tolerance,
+    add_deprecated,
+    output_file,
+)
 from tinydl.errors import InvalidInputError
 
 
 def add_parser(subparsers) -> None:
+    from tinydl.bench.inputs import DEFAULT_INPUT_RULE
+
     p = subparsers.add_parser(
         "bench",
         help="latency, transfers and init cost on tinydl's backends and peer runtimes",
@@ -21,9 +32,10 @@ def add_parser(subparsers) -> None:
         "and outputs on the host; GPU-resident time from device timestamps where there are "
         "any), host<->device transfers (720p/1080p RGBA32F frames and the model's own tensors), "
         "and init cost (device init, model load, compile cold and warm, first run, peak RSS). "
-        "Writes a table here, and bench.json, bench.md and PNG charts to --out. Peers that "
-        "cannot run are listed as skipped with the reason. Exits 1 when a target's output is "
-        "wrong or it failed.",
+        "Prints a table; writes nothing unless asked: bench.json, bench.md and PNG charts into "
+        "--out-dir, the JSON report to -o. Peers that cannot run are listed as skipped with the "
+        "reason. Exits 1 when a target's output is wrong or it failed.\n"
+        "Default input (random, seeded): " + DEFAULT_INPUT_RULE + ".",
         epilog="examples:\n  tinydl bench espcn_x3 --input-shape 1,1,64,96\n"
         "  tinydl bench model.onnx --backends cpu,webgpu --peers onnxruntime,ncnn\n"
         "  tinydl bench model.onnx --peers torch --torch-compile --json results.json",
@@ -49,8 +61,7 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         metavar="[NAME=]DIMS",
-        help="input size, e.g. 1,1,360,640 (default: the model's fixed dims; batch "
-        "1 and 360x640 for symbolic ones) (repeatable)",
+        help="input size, e.g. 1,1,360,640 (default: see the rule above) (repeatable)",
     )
     p.add_argument(
         "--warmup",
@@ -85,7 +96,8 @@ def add_parser(subparsers) -> None:
         "--threads",
         type=_positive,
         metavar="N",
-        help="CPU threads for the peers (default: every core)",
+        help="CPU threads for tinydl's CPU backends and the peers (default: tinydl one per "
+        "physical core, at most 8; peers every core)",
     )
     p.add_argument(
         "--torch-compile", action="store_true", help="also measure torch.compile (slow to compile)"
@@ -99,11 +111,17 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
     p.add_argument(
         "-o",
-        "--out",
-        metavar="DIR",
-        help="folder for bench.json, bench.md and the charts (default: bench_MODEL)",
+        "--output",
+        metavar="FILE.json",
+        help="write the JSON report to FILE.json (default: none)",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the JSON report to PATH")
+    p.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write bench.json, bench.md and the charts into DIR (default: none)",
+    )
+    add_deprecated(p, "--out", "out_dir", "--out-dir")
+    add_deprecated(p, "--json", "output", "-o")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.set_defaults(func=cmd_bench)
 
@@ -135,17 +153,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     backends = None if args.backends is None else _names(args.backends)
     peers = None if args.peers is None else [p for p in _names(args.peers) if p != "none"]
+    output, out_dir = output_file(args.output, (".json",), args.out_dir)
+    args.output, args.out_dir = output, out_dir
     result = run_bench(
         args.model, backends, peers, shapes, config, log=print, command=_bench_command(args)
     )
     print()
     print(report.text(result))
-    out = Path(args.out or f"bench_{Path(args.model).stem}")
     written = report.write(
-        result, out, Path(args.json) if args.json else None, draw=not args.no_charts
+        result,
+        Path(out_dir) if out_dir else None,
+        Path(output) if output else None,
+        draw=not args.no_charts,
     )
-    files = [*written.get("json", []), written["markdown"], *written.get("charts", [])]
-    print(f"\nwrote {', '.join(map(str, files))}")
+    files = [*written.get("json", []), *written.get("markdown", []), *written.get("charts", [])]
+    if files:
+        print(f"\nwrote {', '.join(map(str, files))}")
     bad = [t["name"] for t in result["targets"] if t["status"] in ("mismatch", "error")]
     if bad:
         print(f"error: {', '.join(bad)}: wrong output or failure (see the table)", file=sys.stderr)
@@ -177,12 +200,13 @@ def _bench_command(args: argparse.Namespace) -> str:
         "threads",
         "tolerance",
         "seed",
-        "out",
-        "json",
+        "out_dir",
     ):
         value = getattr(args, key)
         if value != getattr(defaults, key):
             parts += [f"--{key.replace('_', '-')}", str(value)]
+    if args.output:
+        parts += ["-o", args.output]
     for flag in ("torch_compile", "no_charts"):
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')}")

@@ -31,6 +31,45 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _Deprecated(argparse.Action):
+    """An option's old spelling, kept for one release: stores into the new option's dest and
+    prints a warning naming the new spelling."""
+
+    def __init__(self, option_strings, dest, instead: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.instead = instead
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecated(f"{option_string} is deprecated", f"{self.instead} {values}")
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated(p: argparse.ArgumentParser, old: str, dest: str, instead: str) -> None:
+    """Accept `old` (hidden from --help) as a deprecated spelling of the option `instead`
+    (e.g. "--out-dir")."""
+    p.add_argument(old, dest=dest, action=_Deprecated, instead=instead, help=argparse.SUPPRESS)
+
+
+def deprecated(what: str, instead: str) -> None:
+    print(f"warning: {what} and goes away in the next release: use {instead}", file=sys.stderr)
+
+
+def output_file(path: str | None, suffixes: tuple[str, ...], out_dir: str | None):
+    """-o as a file and --out-dir as a folder. A -o path without one of the file `suffixes`
+    is the old spelling of a folder (a deprecation warning, kept for one release).
+    Returns (file or None, folder or None)."""
+    from pathlib import Path
+
+    if path is None or Path(path).suffix.lower() in suffixes:
+        return path, out_dir
+    if out_dir is not None:
+        raise InvalidInputError(
+            f"-o {path}: expected a {' or '.join(suffixes)} file (--out-dir names the folder)"
+        )
+    deprecated(f"-o {path} for a folder is deprecated", f"--out-dir {path}")
+    return None, path
+
+
 def _compile(
     graph,
     backends: str,
@@ -54,6 +93,40 @@ def _compile(
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
     return session
+
+
+def console():
+    """A rich console for the commands' tables and long lines: sized to the terminal ($COLUMNS,
+    else 80 when not a terminal), wrapping between words; text is printed as given (no markup,
+    so "float32[N,3]" stays as it is)."""
+    from rich.console import Console
+
+    return Console(highlight=False, markup=False, emoji=False)
+
+
+def table(*columns: str, title: str | None = None):
+    """A rich table with `columns` (header cells); rows are added with `row(table, ...)`."""
+    from rich import box
+    from rich.table import Column, Table
+
+    # fold: a word longer than its column is broken rather than cut short with an ellipsis
+    return Table(
+        *(Column(c, overflow="fold") for c in columns),
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+        title_style="",
+    )
+
+
+def row(t, *cells) -> None:
+    """Add a row of plain-text cells (never read as markup)."""
+    from rich.text import Text
+
+    t.add_row(*(Text(str(c)) for c in cells))
 
 
 def _count(text: str, least: int = 0) -> int:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from tinydl.cli.common import _Formatter
+from tinydl.cli.common import _Formatter, console, row, table
 
 
 def add_parser(subparsers) -> None:
@@ -56,6 +56,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             entry["available"] = bool(backend.available())
             if entry["available"]:
                 entry["devices"] = list(backend.devices())
+                entry["device_names"] = list(backend.device_names())
             else:
                 entry["reason"] = backend.unavailable_reason() or "no usable device"
         except Exception as exc:
@@ -72,17 +73,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"tinydl {report['tinydl']}")
-    print(f"Python {report['python']} on {report['platform']}")
-    print(f"NumPy  {report['numpy']}")
+    out = console()
+    out.print(f"tinydl {report['tinydl']}")
+    out.print(f"Python {report['python']} on {report['platform']}")
+    out.print(f"NumPy  {report['numpy']}")
     optional = ", ".join(f"{p} {v or '(not installed)'}" for p, v in report["packages"].items())
-    print(f"optional packages: {optional}")
-    print("backends:")
-    width = max(map(len, backends), default=0)
+    out.print(f"optional packages: {optional}")
+    t = table("backend", "status", "devices (NAME:INDEX for device=), or why not")
     for name, entry in backends.items():
         if entry["available"]:
-            devices = "; ".join(entry["devices"]) or "(no device listed)"
-            print(f"  {name:{width}}  available    {devices}")
+            lines = ["; ".join(entry["devices"]) or "(no device listed)"]
+            if len(entry.get("device_names", ())) > 1:
+                lines += [f"{name}:{i} {d}" for i, d in enumerate(entry["device_names"])]
+            row(t, name, "available", "\n".join(lines))
         else:
-            print(f"  {name:{width}}  unavailable  {entry['reason']}")
+            row(t, name, "unavailable", entry["reason"])
+    out.print(t)
     return 0

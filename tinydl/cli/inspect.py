@@ -6,7 +6,15 @@ import argparse
 import json
 from typing import Any
 
-from tinydl.cli.common import MODEL_HELP, _compile, _Formatter, add_backend_options
+from tinydl.cli.common import (
+    MODEL_HELP,
+    _compile,
+    _Formatter,
+    add_backend_options,
+    console,
+    row,
+    table,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -85,44 +93,79 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
         return 0
 
-    print(f"model:    {report['model']} (graph '{graph.name}')")
+    out = console()
+    say = out.print
+    say(f"model:    {report['model']} (graph '{graph.name}')")
     source = [report["source_format"]]
     if report["opset"] is not None:
         source.append(f"opset {report['opset']}")
     if report["producer"]:
         source.append(f"producer {report['producer']}")
-    print(f"source:   {', '.join(source)}")
-    for title, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):
-        print(f"{title}:")
-        width = max((len(v.name) for v in values), default=0)
-        for v in values:
-            print(f"  {v.name:{width}}  {v.describe()}")
-    print(f"ops ({len(graph.nodes)} nodes):")
-    width = max(map(len, report["op_counts"]), default=0)
+    say(f"source:   {', '.join(source)}")
+    values = table("", "name", "type")
+    for title, found in (("input", graph.inputs), ("output", graph.outputs)):
+        for v in found:
+            row(values, title, v.name, v.describe())
+    say(values)
+    ops = table("op", "count", title=f"ops ({len(graph.nodes)} nodes)")
     for op_name, count in report["op_counts"].items():
-        print(f"  {op_name:{width}}  {count}")
-    print(f"parameters: {report['parameters']:,} ({_human_bytes(report['weight_bytes'])})")
+        row(ops, op_name, count)
+    say(ops)
+    say(f"parameters: {report['parameters']:,} ({_human_bytes(report['weight_bytes'])})")
     rewrites = ", ".join(f"{name} {n}" for name, n in optimized.rewrites.items()) or "none"
-    print(
+    say(
         f"optimized ({optimized.level}): {optimized.nodes_before} -> {optimized.nodes_after} "
         f"nodes (rewrites: {rewrites})"
     )
     counts = ", ".join(f"{b} {n}" for b, n in placement.counts().items())
-    print(
+    say(
         f"placement ({','.join(placement.backends)}): {counts} nodes "
         f"in {len(placement.partitions)} partition(s)"
     )
     if fallbacks:
-        ops = sorted({placement.ops[n] for n in fallbacks})
+        ops_list = sorted({placement.ops[n] for n in fallbacks})
         hint = "" if args.verbose else "; --verbose for the reasons"
-        print(
-            f"  {len(fallbacks)} node(s) fall back from {placement.backends[0]} "
-            f"(ops: {', '.join(ops)}){hint}"
+        say(
+            f"{len(fallbacks)} node(s) fall back from {placement.backends[0]} "
+            f"(ops: {', '.join(ops_list)}){hint}"
         )
-    print(placement.summary())
+    say(_plan_table(placement))
     if args.verbose:
-        print(placement.table())
+        say(_nodes_table(placement))
     return 0
+
+
+def _plan_table(placement):
+    """The partitions and transfers in run order; each partition's ops, most frequent first."""
+    from tinydl.backends.partition import Transfer
+
+    t = table("#", "backend", "nodes", "ops", title="partitions and transfers, in run order")
+    k = 0
+    for step in placement.plan:
+        if isinstance(step, Transfer):
+            row(t, "", "transfer", "", str(step))
+            continue
+        ops: dict[str, int] = {}
+        for n in step.nodes:
+            ops[n.op] = ops.get(n.op, 0) + 1
+        top = ", ".join(f"{op} {c}" for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
+        row(t, k, step.backend, len(step.nodes), top)
+        k += 1
+    total = placement.bytes_per_run()
+    moved = "unknown until run (symbolic dims)" if total is None else f"{total:,} bytes"
+    t.caption = f"moved per run: {moved} in {len(placement.transfers)} transfer(s)"
+    t.caption_justify = "left"
+    return t
+
+
+def _nodes_table(placement):
+    """Every node: its partition, backend and the refusals of preferred backends."""
+    part_of = {n.name: k for k, p in enumerate(placement.partitions) for n in p.nodes}
+    t = table("node", "op", "part", "backend", "refused by")
+    for name, backend in placement.nodes.items():
+        why = "; ".join(f"{b}: {r}" for b, r in placement.refusals.get(name, {}).items())
+        row(t, name, placement.ops[name], part_of[name], backend, why)
+    return t
 
 
 def _value_report(v) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,34 @@ from tinydl.cli.common import (
     _parse_dims,
     _positive,
     add_backend_options,
+    add_deprecated,
+    output_file,
 )
 from tinydl.errors import InvalidInputError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+OUTPUT_SUFFIXES = (".npy", ".json")
+
+
+def _size(text: str) -> tuple[int, int]:
+    """WxH as (width, height)."""
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 1 or int(h) < 1:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 224x224, got {text!r}")
+    return int(w), int(h)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    """Comma-separated finite numbers."""
+    import math
+
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected numbers such as 0.5,0.5,0.5, got {text!r}")
+    return values
 
 
 def add_parser(subparsers) -> None:
@@ -29,11 +54,17 @@ def add_parser(subparsers) -> None:
         help="run a model on .npy / image inputs, print and save outputs",
         formatter_class=_Formatter,
         description="Run a model once and print each output's dtype, shape and min/max/mean. "
-        "Inputs come from .npy files or images (PNG/JPEG/...: converted to float32 NCHW in "
-        "[0,1], RGB or gray by the input's channels, resized to its fixed H,W, batch dim added). "
-        "Without --input, fully-known inputs are filled with seeded random data.",
+        "Inputs come from .npy files or images (PNG/JPEG/...: RGB, or gray or RGBA by the "
+        "input's channels; resized to --resize, else to the input's fixed H,W; scaled to "
+        "[0,1], then (x - mean) / std per channel with --mean/--std; channels first for an "
+        "NCHW input; batch dim added). Without --input, fully-known inputs are filled with "
+        "seeded random data. -o FILE saves the outputs: FILE.npy holds the one output of a "
+        "single-output model, FILE.json every output as {name: {dtype, shape, data}}; "
+        "--out-dir DIR saves each output as DIR/NAME.npy.",
         epilog="examples:\n  tinydl run model.onnx\n"
-        "  tinydl run model.onnx --input image=cat.png --output-dir out/\n"
+        "  tinydl run model.onnx --input image=cat.png --out-dir out/\n"
+        "  tinydl run resnet.onnx -i cat.png --resize 224x224 --mean 0.485,0.456,0.406 \\\n"
+        "      --std 0.229,0.224,0.225 -o logits.npy\n"
         "  tinydl run model.onnx --shape x=1,3,224,224 --time --repeat 50",
     )
     p.add_argument("model", help=MODEL_HELP)
@@ -54,7 +85,35 @@ def add_parser(subparsers) -> None:
         help="shape for a random input with symbolic dims, or the size an image is "
         "resized to, e.g. x=1,3,224,224 (repeatable)",
     )
-    p.add_argument("-o", "--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
+    p.add_argument(
+        "--resize",
+        metavar="WxH",
+        type=_size,
+        help="resize image inputs to W x H pixels (default: the input's fixed size)",
+    )
+    p.add_argument(
+        "--mean",
+        metavar="A,B,C",
+        type=_floats,
+        help="subtract from image inputs (in [0,1]) per channel, in the order fed (default: 0)",
+    )
+    p.add_argument(
+        "--std",
+        metavar="A,B,C",
+        type=_floats,
+        help="divide image inputs by, per channel, after --mean (default: 1)",
+    )
+    p.add_argument(
+        "--bgr", action="store_true", help="feed image inputs as BGR (default: RGB), e.g. OpenCV's"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="save the outputs to FILE.npy (a single-output model) or FILE.json (every output)",
+    )
+    p.add_argument("--out-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
+    add_deprecated(p, "--output-dir", "out_dir", "--out-dir")
     add_backend_options(p)
     p.add_argument(
         "--precision",
@@ -91,14 +150,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     import tinydl
 
+    output, out_dir = output_file(args.output, OUTPUT_SUFFIXES, args.out_dir)
     graph = tinydl.load(args.model)
     specs = {v.name: v for v in graph.inputs}
     files = dict(_assign(args.input, specs, "--input", "FILE"))
     shape_args = _assign(args.shape, specs, "--shape", "DIMS")
     shapes = {name: _parse_dims(name, text) for name, text in shape_args}
-    if args.output_dir is not None and Path(args.output_dir).exists():
-        if not Path(args.output_dir).is_dir():
-            raise InvalidInputError(f"--output-dir {args.output_dir}: is a file, expected a folder")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise InvalidInputError(f"--out-dir {out_dir}: is a file, expected a folder")
+    if output is not None:
+        if not Path(output).parent.is_dir():
+            raise InvalidInputError(f"-o {output}: folder {Path(output).parent} does not exist")
+        if Path(output).suffix.lower() == ".npy" and len(graph.outputs) != 1:
+            raise InvalidInputError(
+                f"-o {output}: a .npy file holds one array, but the model has "
+                f"{len(graph.outputs)} outputs: use -o FILE.json or --out-dir DIR"
+            )
+    if args.std and 0 in args.std:
+        raise InvalidInputError(f"--std {','.join(map(str, args.std))}: a zero would divide by 0")
+    images = [n for n in files if Path(files[n]).suffix.lower() in IMAGE_SUFFIXES]
+    prep = Preprocess(args.resize, args.mean, args.std, args.bgr)
+    if prep.given() and not images:
+        raise InvalidInputError(
+            f"{prep.given()}: for image inputs only, and no --input is an image"
+        )
     session = _compile(
         graph, args.backends, strict=args.strict, precision=args.precision, optimize=args.optimize
     )
@@ -109,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, spec in specs.items():
         if name in files:
             layout = graph.metadata.get("input_layout", "NCHW")
-            feeds[name] = _read_input(name, Path(files[name]), spec, shapes.get(name), layout)
+            feeds[name] = _read_input(name, Path(files[name]), spec, shapes.get(name), layout, prep)
         elif not files or name in shapes:
             feeds[name] = _random_input(spec, shapes.get(name), rng)
             generated.append(f"{name} {feeds[name].dtype}[{','.join(map(str, feeds[name].shape))}]")
@@ -123,9 +198,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     outputs = session.run(feeds)
     _print_outputs(outputs)
-    if args.output_dir is not None:
-        saved = _save_outputs(outputs, Path(args.output_dir))
-        print(f"saved {len(saved)} output(s) to {args.output_dir}: {', '.join(saved)}")
+    if output is not None:
+        _write_outputs(outputs, Path(output))
+        print(f"saved {len(outputs)} output(s) to {output}")
+    if out_dir is not None:
+        saved = _save_outputs(outputs, Path(out_dir))
+        print(f"saved {len(saved)} output(s) to {out_dir}: {', '.join(saved)}")
     if args.time:
         _time_runs(session, feeds, args.warmup, args.repeat)
     return 0
@@ -152,14 +230,36 @@ def _assign(items: list[str], specs: dict, flag: str, what: str) -> list[tuple[s
     return list(seen.items())
 
 
-def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None, layout: str = "NCHW"):
+@dataclass(frozen=True)
+class Preprocess:
+    """What --resize, --mean, --std and --bgr ask of image inputs."""
+
+    size: tuple[int, int] | None = None  # (width, height)
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    bgr: bool = False
+
+    def given(self) -> str:
+        """The options given, as the user spelled them ("" when none)."""
+        flags = zip(("--resize", "--mean", "--std", "--bgr"), vars(self).values(), strict=True)
+        return ", ".join(flag for flag, value in flags if value)
+
+
+def _read_input(
+    name: str,
+    path: Path,
+    spec,
+    shape: tuple[int, ...] | None,
+    layout: str = "NCHW",
+    prep: Preprocess | None = None,
+):
     import numpy as np
 
     if not path.is_file():
         raise InvalidInputError(f"input '{name}': {path}: no such file")
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:
-        return _read_image(name, path, spec, shape, layout)
+        return _read_image(name, path, spec, shape, layout, prep or Preprocess())
     if suffix != ".npy":
         raise InvalidInputError(
             f"input '{name}': {path}: unsupported file type '{suffix}' "
@@ -184,8 +284,17 @@ def _read_input(name: str, path: Path, spec, shape: tuple[int, ...] | None, layo
     return array
 
 
-def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layout: str = "NCHW"):
-    """An image as a 4-D float input in [0, 1] (or uint8), NCHW or NHWC as the model takes it."""
+def _read_image(
+    name: str,
+    path: Path,
+    spec,
+    shape: tuple[int, ...] | None,
+    layout: str = "NCHW",
+    prep: Preprocess | None = None,
+):
+    """An image as a 4-D float input in [0, 1] (or uint8), NCHW or NHWC as the model takes it,
+    after `prep` (resize, BGR order, (x - mean) / std)."""
+    prep = prep or Preprocess()
     from tinydl.images import image_to_tensor, read_image
 
     dims = shape if shape is not None else spec.shape
@@ -209,8 +318,24 @@ def _read_image(name: str, path: Path, spec, shape: tuple[int, ...] | None, layo
     size = None
     if dims is not None and isinstance(dims[h_axis], int) and isinstance(dims[w_axis], int):
         size = (dims[w_axis], dims[h_axis])
+    if prep.size is not None:
+        if size is not None and size != prep.size:
+            raise InvalidInputError(
+                f"input '{name}' is {spec.describe()}: it takes {size[0]}x{size[1]} images, "
+                f"not --resize {prep.size[0]}x{prep.size[1]}"
+            )
+        size = prep.size
+    if prep.bgr and channels == 1:
+        raise InvalidInputError(f"input '{name}' takes gray images: --bgr needs 3 or 4 channels")
+    if dtype == "uint8" and (prep.mean or prep.std):
+        raise InvalidInputError(
+            f"input '{name}' is {spec.describe()}: uint8 pixels are fed as they are, "
+            "without --mean/--std"
+        )
     pixels = read_image(path, channels, size)
-    return image_to_tensor(pixels[None], layout=layout, dtype=dtype)
+    if prep.bgr:
+        pixels = pixels[..., [2, 1, 0, 3][:channels]]
+    return image_to_tensor(pixels[None], layout=layout, mean=prep.mean, std=prep.std, dtype=dtype)
 
 
 def _random_input(spec, shape: tuple[int, ...] | None, rng):
@@ -245,6 +370,24 @@ def _print_outputs(outputs: dict) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _write_outputs(outputs: dict, path: Path) -> None:
+    """-o FILE: .npy for the one output of a model, .json for every output."""
+    import json
+
+    import numpy as np
+
+    if path.suffix.lower() == ".npy":
+        (value,) = outputs.values()
+        np.save(path, np.asarray(value))
+        return
+    doc = {}
+    for name, value in outputs.items():
+        array = np.asarray(value)
+        doc[name] = {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
+    # NaN and Infinity are written as JavaScript spells them (Python's json and JS read them).
+    path.write_text(json.dumps(doc) + "\n", encoding="utf-8")
 
 
 def _save_outputs(outputs: dict, folder: Path) -> list[str]:

@@ -16,8 +16,9 @@ def add_parser(subparsers) -> None:
         "superres",
         help="upscale an image or video x2/x3 with ESPCN (--demo: a bundled clip)",
         formatter_class=_Formatter,
-        description="Super-resolve an image (PNG, JPEG, ...) or a video (anything FFmpeg reads; "
-        "written as H.264 MP4 with the audio passed through) with the shipped ESPCN x2 or x3 "
+        description="Super-resolve an image (PNG, JPEG, ...) or a video (anything FFmpeg reads, "
+        "an animated GIF included; written as H.264 in .mp4, .m4v, .mov, .mkv or .avi with the "
+        "audio passed through; a .gif output is refused) with the shipped ESPCN x2 or x3 "
         "model. The whole frame path (RGB->YCbCr, ESPCN on luma, bicubic chroma, back to RGB "
         "u8) is one graph on the chosen backend; decoding, inference and encoding overlap. "
         "The output appears only when complete (written as OUTPUT.partial, then renamed).",
@@ -30,7 +31,7 @@ def add_parser(subparsers) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="output file (default: INPUT_x{scale} with the same suffix)",
+        help="output file (default: INPUT_x{scale} with the same suffix; .mp4 for a .gif)",
     )
     p.add_argument(
         "--scale", type=int, choices=(2, 3), default=3, help="upscaling factor (default: 3)"
@@ -93,10 +94,10 @@ def cmd_superres(args: argparse.Namespace) -> int:
         raise InvalidInputError("give an INPUT image or video (or --demo)")
     else:
         src = Path(args.input)
+        # a GIF is read as a video, and written as one in MP4
+        suffix = ".mp4" if src.suffix.lower() == ".gif" else src.suffix
         out = (
-            Path(args.output)
-            if args.output
-            else src.with_name(f"{src.stem}_x{args.scale}{src.suffix}")
+            Path(args.output) if args.output else src.with_name(f"{src.stem}_x{args.scale}{suffix}")
         )
     if args.frames is not None:
         options["max_frames"] = args.frames

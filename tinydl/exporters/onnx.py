@@ -154,9 +154,15 @@ def to_onnx(graph: Graph, opset: int | None = None, check: bool = True):
     return model
 
 
-def _graph_proto(graph: Graph, opset: int, captured: list[str] | None = None):
+def _graph_proto(
+    graph: Graph,
+    opset: int,
+    captured: list[str] | None = None,
+    given: list[Value | None] | None = None,
+):
     """The GraphProto of `graph`; for an If branch, `captured` names the outer values its inputs
-    are bound to, which an ONNX subgraph reads from the enclosing graph instead."""
+    are bound to, which an ONNX subgraph reads from the enclosing graph instead; for a Loop body,
+    `given` types the inputs the body leaves untyped."""
     from onnx import helper, numpy_helper
 
     graph = _resize_without_axes(graph, opset)
@@ -179,14 +185,35 @@ def _graph_proto(graph: Graph, opset: int, captured: list[str] | None = None):
             since, default = _NEWER.get((node.op, key), (0, None))
             if value is None or (since > opset and value == default):
                 continue
-            if isinstance(value, Graph):
+            if isinstance(value, Graph) and node.op == "If":
                 value = _graph_proto(value, opset, node.inputs[1:])
+            elif isinstance(value, Graph):
+                # a Loop's or Scan's body declares its inputs: the values it carries are typed
+                # like the node's inputs where it says nothing
+                outer = [graph.value(i) if i else None for i in node.inputs]
+                if node.op == "Loop":
+                    outer[:2] = [None, None]
+                else:
+                    scanned = node.attrs["num_scan_inputs"]
+                    outer[len(outer) - scanned :] = [None] * scanned
+                value = _graph_proto(value, opset, given=outer)
             elif isinstance(value, np.ndarray):  # make_node would write an array as a list
                 value = numpy_helper.from_array(value)
             attrs[key] = list(value) if isinstance(value, tuple) else value
         if node.op == "If":
             inputs = inputs[:1]  # the branches read the rest from this graph
         nodes.append(helper.make_node(node.op, inputs, node.outputs, node.name, **attrs))
+    inputs = _typed(graph.inputs, given)
+    outputs = list(graph.outputs)
+    if given is not None:
+        # A body output that is one of its inputs goes through an Identity (onnxruntime's Scan
+        # reads such a pass-through state wrong) and is typed as that input.
+        passed = {v.name: v for v in inputs}
+        for k, v in enumerate(outputs):
+            if v.name in passed:
+                typed = passed[v.name]
+                outputs[k] = Value(f"{v.name}/next", typed.dtype, typed.shape)
+                nodes.append(helper.make_node("Identity", [v.name], [outputs[k].name]))
     inits = [
         # (ascontiguousarray would make a scalar 1-D: Gather by it would keep the axis)
         numpy_helper.from_array(np.asarray(arr, order="C"), name)
@@ -195,10 +222,19 @@ def _graph_proto(graph: Graph, opset: int, captured: list[str] | None = None):
     return helper.make_graph(
         nodes,
         graph.name or "tinydl",
-        [] if captured is not None else [_value_info(v) for v in graph.inputs],
-        [_value_info(v) for v in graph.outputs],
+        [] if captured is not None else [_value_info(v) for v in inputs],
+        [_value_info(v) for v in outputs],
         inits,
     )
+
+
+def _typed(values: list[Value], given: list[Value | None] | None) -> list[Value]:
+    if given is None:
+        return values
+    return [
+        Value(v.name, g.dtype, g.shape) if v.dtype is None and g is not None else v
+        for v, g in zip(values, given, strict=True)
+    ]
 
 
 def save(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> Path:

@@ -9,26 +9,46 @@ initializers. External data is read only from files inside the model's folder.
 An If whose condition folds to a constant at import (an initializer, a Constant, or shape
 arithmetic on inputs of static shape) is replaced by the nodes of the branch it takes. Any other
 If keeps both branches, converted the same way, as graph attributes; the outer values a branch
-reads become its inputs and the If's inputs after the condition. Loop and Scan are refused.
+reads become its inputs and the If's inputs after the condition. A Loop's body is converted the
+same way; each outer value it reads becomes one more loop-carried value, which the body passes
+through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop); a Scan's
+become state values after its own.
+
+A node of an ONNX op tinydl does not implement is evaluated at import by onnx's reference
+evaluator and replaced by its results, when every input is a constant (an initializer, or what
+shape inference folds), the op is deterministic, and each result holds at most FOLD_LIMIT
+elements; any other such node is refused by name.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tinydl.errors import InvalidModelError, UnsupportedOpError
-from tinydl.ir.dtypes import ONNX_CODES, dtype_name
+from tinydl.ir.dtypes import ONNX_CODES, ONNX_NAMES, dtype_name
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
 MIN_OPSET, MAX_OPSET = 11, 23
-# Ops whose body is a graph run at run time.
-_LOOPS = ("Loop", "Scan")
+# The most elements a result of an op tinydl lacks may hold to be folded into a constant at import.
+FOLD_LIMIT = 1 << 16
+# ONNX ops whose results are random: never folded.
+_RANDOM = frozenset(
+    {
+        "Bernoulli",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
 
 
 def load(path: str | os.PathLike) -> Graph:
@@ -92,6 +112,8 @@ class _Converter:
         self.scopes: list[dict[str, str]] = []  # value renames of the If branches being inlined
         # (nodes, initializers, inputs) of the graphs enclosing the If branch being converted
         self.outer: list[tuple[list[Node], dict[str, np.ndarray], list[Value]]] = []
+        # ops tinydl lacks that could not be folded at import -> why (or "")
+        self.unknown: dict[str, str] = {}
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -110,6 +132,13 @@ class _Converter:
         self.inputs = [self._value(v) for v in g.input if v.name not in self.initializers]
         for i, n in enumerate(g.node):
             self._node(n, i)
+        if self.unknown:
+            raise UnsupportedOpError(
+                f"{self.where}: ops not supported by tinydl: "
+                + ", ".join(
+                    f"{op} ({why})" if why else op for op, why in sorted(self.unknown.items())
+                )
+            )
         inputs = self.inputs
         outputs = [self._value(v) for v in g.output]
         meta: dict[str, Any] = {
@@ -140,20 +169,12 @@ class _Converter:
         return version
 
     def _check_ops(self, g) -> None:
-        """Refuse a graph (the model's, or a branch about to be inlined) with ops tinydl lacks."""
-        from tinydl.ops import REGISTRY
-
+        """Refuse a graph (the model's, a branch or a body) with ops of other domains. ONNX ops
+        tinydl lacks are judged node by node: folded when their inputs are constants."""
         bad = set()
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
                 bad.add(f"{n.domain}.{n.op_type}")
-            elif n.op_type in _LOOPS:
-                raise UnsupportedOpError(
-                    f"{self.where}: {n.op_type} '{n.name}': its body is a graph run a variable "
-                    "number of times; Loop and Scan are not supported"
-                )
-            elif n.op_type not in REGISTRY and n.op_type != "If":
-                bad.add(n.op_type)
         if bad:
             raise UnsupportedOpError(
                 f"{self.where}: ops not supported by tinydl: {', '.join(sorted(bad))}"
@@ -257,11 +278,15 @@ class _Converter:
         del t.external_data[:]
 
     # -- nodes -------------------------------------------------------------------------------
-    def _attrs(self, n) -> dict[str, Any]:
+    def _attrs(self, n, skip: Collection[str] = ()) -> dict[str, Any]:
+        """The node's attributes as plain values; those named in `skip` (graphs converted
+        apart) are left out."""
         from onnx import AttributeProto
 
         out: dict[str, Any] = {}
         for a in n.attribute:
+            if a.name in skip:
+                continue
             kind = a.type
             if kind == AttributeProto.FLOAT:
                 out[a.name] = float(a.f)
@@ -307,6 +332,17 @@ class _Converter:
     def _node(self, n, index: int) -> None:
         if n.op_type == "If":
             self._if(n, n.name or f"If_{index}")
+            return
+        if n.op_type == "Loop":
+            self._loop(n, n.name or f"Loop_{index}")
+            return
+        if n.op_type == "Scan":
+            self._scan(n, n.name or f"Scan_{index}")
+            return
+        from tinydl.ops import REGISTRY
+
+        if n.op_type not in REGISTRY:
+            self._fold_unknown(n)
             return
         op, attrs = n.op_type, self._attrs(n)
         name = n.name or f"{op}_{index}"
@@ -362,6 +398,42 @@ class _Converter:
         if op in ("LSTM", "GRU", "RNN") and outputs and not outputs[0]:
             outputs[0] = self._fresh(f"{name}_Y")  # the IR's first output always has a name
         self.nodes.append(Node(op, inputs, outputs, attrs, name))
+
+    def _fold_unknown(self, n) -> None:
+        """Evaluate a node of an op tinydl lacks with onnx's reference and keep its results as
+        constants; note the op as unsupported (with why, when its inputs were constants) when
+        it cannot be."""
+        op = n.op_type
+        if self.unknown.get(op, None) == "":
+            return  # already refused for a run-time input: the model fails at the end
+        values = [self._folded(i) if i else None for i in n.input]
+        if any(v is None for v, i in zip(values, n.input, strict=True) if i):
+            self.unknown[op] = ""
+            return
+        if op in _RANDOM:
+            self.unknown.setdefault(op, "not folded at import: its results are random")
+            return
+        try:
+            results = _reference_run(n, values, self.opset)
+        except Exception as exc:  # noqa: BLE001 - onnx's reference raises whatever its ops do
+            self.unknown.setdefault(op, f"not folded at import: onnx's reference failed: {exc}")
+            return
+        for out, value in zip(n.output, results, strict=False):
+            if not out:
+                continue
+            if not isinstance(value, np.ndarray) or value.dtype.name not in ONNX_NAMES:
+                self.unknown.setdefault(op, "not folded at import: a result is no numeric tensor")
+                return
+            if value.size > FOLD_LIMIT:
+                self.unknown.setdefault(
+                    op,
+                    f"not folded at import: a result of {value.size} elements, over the "
+                    f"{FOLD_LIMIT} limit",
+                )
+                return
+        for out, value in zip(n.output, results, strict=False):
+            if out:
+                self.initializers[out] = np.asarray(value, order="C")
 
     def _split_form(self, name, inputs: list[str], outputs: list[str], attrs) -> list[str]:
         """Split's `split` attribute (opset < 13) becomes its second input; with neither sizes
@@ -457,11 +529,14 @@ class _Converter:
         inputs = [self._resolve(n.input[0]), *captured]
         self.nodes.append(Node("If", inputs, list(n.output), attrs, name))
 
-    def _branch(self, g, name: str) -> tuple[list[Node], dict[str, np.ndarray], list[Value]]:
-        """A branch's nodes and initializers, converted as the main graph's are, and its
-        outputs; the values it reads from enclosing graphs keep their (resolved) names."""
+    def _branch(
+        self, g, name: str, inputs: list[Value] = ()
+    ) -> tuple[list[Node], dict[str, np.ndarray], list[Value]]:
+        """A branch's (or body's, whose `inputs` are given) nodes and initializers, converted
+        as the main graph's are, and its outputs; the values it reads from enclosing graphs
+        keep their (resolved) names."""
         self.outer.append((self.nodes, self.initializers, self.inputs))
-        self.nodes, self.initializers, self.inputs = [], {}, []
+        self.nodes, self.initializers, self.inputs = [], {}, list(inputs)
         try:
             for t in g.initializer:
                 self.initializers[t.name] = self._tensor(t)
@@ -479,6 +554,81 @@ class _Converter:
             return self.nodes, self.initializers, outputs
         finally:
             self.nodes, self.initializers, self.inputs = self.outer.pop()
+
+    # -- Loop ----------------------------------------------------------------------------------
+    def _loop(self, n, name: str) -> None:
+        """A Loop with its body converted; the outer values the body reads become loop-carried
+        values after the Loop's own (their final values are outputs nobody reads)."""
+        carried = len(n.input) - 2
+        body = self._body_of(n, name)
+        if carried < 0 or len(body.input) != carried + 2 or len(body.output) < carried + 1:
+            raise self.fail(
+                f"Loop '{name}': {len(n.input)} inputs (trip count, condition, {carried} "
+                f"loop-carried values) need a body of {carried + 2} inputs and at least "
+                f"{carried + 1} outputs, got {len(body.input)} and {len(body.output)}"
+            )
+        self._lifted(n, name, body, len(n.input), carried + 2, carried + 1, carried)
+
+    def _scan(self, n, name: str) -> None:
+        """A Scan with its body converted; the outer values the body reads become state values
+        after the Scan's own, before the scanned inputs."""
+        scanned = self._attrs(n, skip={"body"}).get("num_scan_inputs")
+        body = self._body_of(n, name)
+        if not isinstance(scanned, int) or not 1 <= scanned <= len(n.input):
+            raise self.fail(
+                f"Scan '{name}': num_scan_inputs must be 1..{len(n.input)}, got {scanned!r}"
+            )
+        state = len(n.input) - scanned
+        if len(body.input) != len(n.input) or len(body.output) < state:
+            raise self.fail(
+                f"Scan '{name}': {len(n.input)} inputs ({state} state values) need a body of "
+                f"{len(n.input)} inputs and at least {state} outputs, got {len(body.input)} and "
+                f"{len(body.output)}"
+            )
+        self._lifted(n, name, body, state, state, state, state)
+
+    def _body_of(self, n, name: str):
+        body = next((a.g for a in n.attribute if a.name == "body"), None)
+        if body is None:
+            raise self.fail(f"{n.op_type} '{name}': no body")
+        return body
+
+    def _lifted(self, n, name: str, body, at_input, at_body_input, at_body_output, at_output):
+        """Append node `n` (Loop or Scan) with its body converted as a closed graph: each outer
+        value the body reads is inserted as a value the body passes through unchanged, at
+        these positions of the node's inputs, the body's inputs and outputs, and the node's
+        outputs (its final values are outputs nobody reads)."""
+        self._check_ops(body)
+        own = [self._value(v) if v.type.WhichOneof("value") else Value(v.name) for v in body.input]
+        nodes, inits, outputs = self._branch(body, f"{name}/body", own)
+        inner = inits.keys() | {o for bn in nodes for o in bn.outputs} | {v.name for v in own}
+        reads = [i for bn in nodes for i in bn.inputs] + [v.name for v in outputs]
+        captured = list(dict.fromkeys(i for i in reads if i and i not in inner))
+        # (named as the outer values, as an If's branch inputs are: nested Ifs read them so)
+        passed = [self._outer_value(c) for c in captured]
+        graph = Graph(
+            [*own[:at_body_input], *passed, *own[at_body_input:]],
+            [*outputs[:at_body_output], *passed, *outputs[at_body_output:]],
+            nodes,
+            inits,
+            name="body",
+        )
+        # one output per body output, but the condition a Loop's body gives first
+        results = list(n.output)
+        results += [""] * (len(body.output) - (n.op_type == "Loop") - len(n.output))
+        results = [r or self._fresh(f"{name}/unused") for r in results]
+        finals = [self._fresh(f"{name}/{c}_final") for c in captured]
+        inputs = [self._resolve(i) if i else "" for i in n.input]
+        attrs = {**self._attrs(n, skip={"body"}), "body": graph}
+        self.nodes.append(
+            Node(
+                n.op_type,
+                [*inputs[:at_input], *captured, *inputs[at_input:]],
+                [*results[:at_output], *finals, *results[at_output:]],
+                attrs,
+                name,
+            )
+        )
 
     def _outer_value(self, name: str) -> Value:
         """A captured value, typed as far as the enclosing graphs declare it."""
@@ -582,6 +732,25 @@ class _Converter:
             Node("Shape", [inputs[0]], [shape], {}, f"{name}_shape"),
             Node("Reshape", [normed, shape], outputs, {}, f"{name}_reshape"),
         ]
+
+
+def _reference_run(n, values: list[np.ndarray | None], opset: int) -> list:
+    """Node `n` run alone by onnx.reference.ReferenceEvaluator on constant inputs."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{k}" if i else "" for k, i in enumerate(n.input)]
+    node = helper.make_node(n.op_type, names, [f"out{k}" for k in range(len(n.output))])
+    node.attribute.extend(n.attribute)
+    inits = [
+        numpy_helper.from_array(np.asarray(v), name)
+        for name, v in zip(names, values, strict=True)
+        if name
+    ]
+    outputs = [helper.make_value_info(f"out{k}", helper.TypeProto()) for k in range(len(n.output))]
+    graph = helper.make_graph([node], "fold", [], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return list(ReferenceEvaluator(model).run(None, {}))
 
 
 def _names(g) -> set[str]:

@@ -10,6 +10,7 @@ from tinydl.ops import (  # noqa: F401  (imported for their registrations)
     detection,
     elementwise,
     fused,
+    geometry,
     indexing,
     logic,
     matmul,

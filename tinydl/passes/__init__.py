@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from tinydl.errors import InvalidInputError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import validate
 from tinydl.passes import (
@@ -81,14 +82,16 @@ class PassManager:
     def __init__(self, level: str | Sequence[str] = "all", accepts: Accepts | None = None):
         if isinstance(level, str):
             if level not in LEVELS:
-                raise ValueError(
+                raise InvalidInputError(
                     f"optimize level must be one of {', '.join(LEVELS)}, got {level!r}"
                 )
             names, label = LEVELS[level], level
         else:
             unknown = [n for n in level if n not in PASSES]
             if unknown:
-                raise ValueError(f"unknown pass(es) {unknown}: expected names from {list(PASSES)}")
+                raise InvalidInputError(
+                    f"unknown pass(es) {unknown}: expected names from {list(PASSES)}"
+                )
             names, label = tuple(level), ",".join(level)
         self.passes = [(name, PASSES[name]) for name in names]
         self.accepts = accepts

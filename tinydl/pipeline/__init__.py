@@ -13,11 +13,13 @@
 
 See docs/pipeline.md. Modules: packet (Packet and payload types), component (Component,
 Context, ComponentRunner), app (App), queues, runtime (thread executor), process (process
-executor), accounting, profiler, config (YAML and Markdown apps), components/ (the library).
+executor), accounting, profiler, config (YAML and Markdown apps), profile / deploy / simulate
+(the deployer: measure, plan, predict), components/ (the library).
 """
 
 from tinydl.pipeline.app import App
 from tinydl.pipeline.component import Component, ComponentRunner, Context
+from tinydl.pipeline.deploy import Deployment, deploy
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import (
     Batch,
@@ -25,11 +27,13 @@ from tinydl.pipeline.packet import (
     Frame,
     Landmarks,
     Packet,
+    Quads,
     Rects,
     T,
     Tensor,
     Text,
 )
+from tinydl.pipeline.profile import Profile, profile
 from tinydl.pipeline.profiler import RunReport
 
 __all__ = [
@@ -38,14 +42,19 @@ __all__ = [
     "Component",
     "ComponentRunner",
     "Context",
+    "Deployment",
     "DeviceTensor",
     "Frame",
     "Landmarks",
     "Packet",
     "PipelineError",
+    "Profile",
+    "Quads",
     "Rects",
     "RunReport",
     "T",
     "Tensor",
     "Text",
+    "deploy",
+    "profile",
 ]

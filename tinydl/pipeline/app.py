@@ -51,11 +51,11 @@ class ComponentSpec:
     executor: str | None = None  # None: the app's default
     timeout: float | None = None  # seconds per call (open/process/close) before a restart
     max_restarts: int = 3
+    # Per instance (cycled): {"cpus": [cores] | None, "gpu": "cuda:1" | None, "env": {...}},
+    # from `cpus=`/`gpus=` or a deployment plan; None: wherever the OS puts it.
+    placement: list[dict[str, Any]] | None = None
     flow_limit: int | None = None  # a source's frames in flight per stream (None: the app's)
     flow_policy: str | None = None  # None: the app's
-    cpus: float | None = None  # per instance, for executors that reserve resources (ray)
-    gpus: float | None = None
-    placement: list[str] | None = None  # a box per instance ("cpu:3", "gpu:0"); see place()
 
 
 @dataclass
@@ -111,9 +111,11 @@ class App:
         self.flow_policy = flow_policy
         # ray.init's arguments for the ray executor (e.g. {"address": "auto"} for a cluster).
         self.ray = dict(ray or {})
-        self.placement_strategy = "PACK"  # of the placement group built from spec.placement
+        # Ray's strategy for the placement group built from the components' placement.
+        self.placement_strategy = "PACK"
         self.components: dict[str, ComponentSpec] = {}
         self.edges: list[EdgeSpec] = []
+        self.source: tuple[str, dict[str, Any]] | None = None  # (file, variables) when loaded
 
     # -- building ----------------------------------------------------------------------------
     def add(
@@ -125,14 +127,15 @@ class App:
         timeout: float | None = None,
         instances: int = 1,
         max_restarts: int = 3,
+        cpus: list[int] | None = None,
+        gpus: list[str] | None = None,
         flow_limit: int | None = None,
         flow_policy: str | None = None,
-        cpus: float | None = None,
-        gpus: float | None = None,
     ) -> str:
-        """Add a component instance under a unique name; returns the name. `flow_limit` and
-        `flow_policy` (sources only) override the app's; `cpus` and `gpus` are what each
-        instance reserves where the executor reserves resources (a Ray actor's)."""
+        """Add a component instance under a unique name; returns the name. `cpus` / `gpus`
+        place its instances by hand (instance i on cpus[i % len], gpus[i % len]); under the
+        Ray executor they become its placement group's bundles. `flow_limit` and
+        `flow_policy` (sources only) override the app's."""
         if not isinstance(component, Component):
             raise PipelineError(
                 f"add({name!r}): expected a Component instance, got {type(component).__name__}"
@@ -150,9 +153,6 @@ class App:
         _check_flow_limit(name, flow_limit, flow_policy or "wait")
         if (flow_limit is not None or flow_policy is not None) and component.inputs:
             raise PipelineError(f"{name}: flow_limit and flow_policy apply to sources only")
-        for what, amount in (("cpus", cpus), ("gpus", gpus)):
-            if amount is not None and (not isinstance(amount, int | float) or amount < 0):
-                raise PipelineError(f"{name}: {what} must be a number >= 0, got {amount!r}")
         self.components[name] = ComponentSpec(
             name,
             component,
@@ -160,12 +160,14 @@ class App:
             executor,
             timeout,
             max_restarts,
-            flow_limit,
-            flow_policy,
-            cpus,
-            gpus,
+            flow_limit=flow_limit,
+            flow_policy=flow_policy,
         )
         self.expand(name, instances)
+        if cpus or gpus:
+            from tinydl.pipeline.deploy import manual_placement
+
+            self.components[name].placement = manual_placement(name, instances, cpus, gpus)
         return name
 
     def expand(self, name: str, n: int) -> None:
@@ -173,8 +175,6 @@ class App:
         spec = self._spec(name)
         if not isinstance(n, int) or n < 1:
             raise PipelineError(f"expand({name!r}, {n!r}): n must be a positive integer")
-        if n != spec.instances:
-            spec.placement = None  # a box per instance: no longer matches
         spec.instances = n
 
     def connect(
@@ -403,11 +403,6 @@ class App:
             limit, flow_policy = self.flow_limit_of(spec)
             if limit:
                 extra += f", flow limit {limit} ({flow_policy})"
-            for what, amount in (("cpus", spec.cpus), ("gpus", spec.gpus)):
-                if amount is not None:
-                    extra += f", {what} {amount:g}"
-            if spec.placement:
-                extra += f", on {','.join(spec.placement)}"
             ins = ", ".join(f"{p}: {type_name(t)}" for p, t in comp.inputs.items())
             outs = ", ".join(f"{p}: {type_name(resolved[(name, p)])}" for p in comp.outputs)
             rows.append(
@@ -446,19 +441,29 @@ class App:
     # -- running -----------------------------------------------------------------------------
     def start(self, trace: bool = False):
         """Check, build and start the app; returns the running Runtime (wait/stop/report)."""
+        from tinydl.pipeline.process import refuse_start_while_importing_main
         from tinydl.pipeline.runtime import Runtime
 
+        refuse_start_while_importing_main()
         self.check()
         rt = Runtime(self, Trace() if trace else None)
         rt.start()
         return rt
 
     def run(
-        self, timeout: float | None = None, trace: str | None = None, grace: float = 5.0
+        self,
+        timeout: float | None = None,
+        trace: str | None = None,
+        grace: float = 5.0,
+        deployment: Any = None,
     ) -> RunReport:
         """Run to the end (every source done and every queue drained), or stop after `timeout`
         seconds. `trace` writes a Chrome/Perfetto trace JSON there. Never hangs past
-        timeout + grace: components still stuck then are left behind and reported."""
+        timeout + grace: components still stuck then are left behind and reported.
+        `deployment` (a plan from `tinydl.pipeline.deploy`) is applied first; the report then
+        carries it as `report.deployment`."""
+        if deployment is not None:
+            deployment.apply(self)
         rt = self.start(trace=trace is not None)
         try:
             if not rt.wait(timeout):
@@ -467,6 +472,7 @@ class App:
             rt.stop("interrupted")
         hung = rt.join(grace)
         report = rt.report(hung)
+        report.deployment = deployment
         if trace is not None:
             rt.trace.write(trace)
         return report

@@ -55,6 +55,7 @@ class Context:
         # Why the app was stopped early (a timeout, an interrupt, an error with stop_on_error),
         # set before `close`; None when it ran to the end. A sink writing a file discards it.
         self.stop_reason: str | None = None
+        self.gpu: str | None = None  # the GPU a deployment gave this instance ("cuda:1")
         self.pool: Any = None  # a frame pool (shm.Pool) where outputs may cross processes
 
     def empty(self, shape: Any, dtype: Any = np.uint8) -> np.ndarray:

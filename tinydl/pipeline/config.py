@@ -13,7 +13,7 @@ YAML:
     components:
       src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
       small: {type: Resize, options: {width: 32}, executor: process, timeout: 5}
-      # cpus/gpus: what each instance reserves (Ray actors)
+      # cpus: [0, 1], gpus: [cuda:0]: cores and GPUs per instance (Ray: placement bundles)
       out: {type: Collect}
     connections:
       - src -> small                               # one-to-one (ports may be left out)
@@ -26,6 +26,11 @@ Markdown: the H1 is the app's name; "## Settings" and "## Variables" are lists o
 and optionally instances, executor, timeout, flow_limit, flow_policy, cpus, gpus;
 "## Connections" is a list of edges as above.
 Other sections and text are documentation. `${here}` is the file's folder.
+
+A component type is a class name (the library's, or any imported Component subclass) or an
+import path, `module:Class`; a module in a `.py` file next to the app file is found without
+PYTHONPATH (the folder joins `sys.path` at its end, so installed packages win, and worker
+processes inherit it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +73,18 @@ _COMPONENT_KEYS = {
 # -- component types by name ------------------------------------------------------------------
 
 
-def component_class(name: str) -> type[Component]:
+def component_class(name: str, folder: str | Path | None = None) -> type[Component]:
     """A component class by its registered name ('Resize': the library's, or any imported
-    Component subclass) or import path ('pkg.mod:Class')."""
+    Component subclass) or import path ('pkg.mod:Class'), its module looked for in `folder` (the
+    app file's) too."""
     import tinydl.pipeline.components  # noqa: F401  (registers the library)
 
     if name in Component.registry:
         return Component.registry[name]
     module, _, attr = name.replace(":", ".").rpartition(".")
     if module:
+        if folder is not None and str(folder) not in sys.path:
+            sys.path.append(str(folder))
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
@@ -90,9 +99,11 @@ def component_class(name: str) -> type[Component]:
     )
 
 
-def build_component(type_: str, options: dict[str, Any] | None = None) -> Component:
+def build_component(
+    type_: str, options: dict[str, Any] | None = None, folder: str | Path | None = None
+) -> Component:
     """Instantiate a component from its type name and options, naming a bad option clearly."""
-    cls = component_class(type_)
+    cls = component_class(type_, folder)
     options = dict(options or {})
     params = inspect.signature(cls).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -139,7 +150,9 @@ def load_app(path: str | Path, variables: dict[str, Any] | None = None) -> App:
         raise PipelineError(
             f"{path}: no variable {', '.join(unknown)} in this app; it has {sorted(known)}"
         )
-    return build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
+    app = build_app(spec, {"here": str(path.resolve().parent), **(variables or {})}, path)
+    app.source = (str(path), dict(variables or {}))  # what a profile's cache key hashes
+    return app
 
 
 def _substitute(value: Any, variables: dict[str, Any], where: str) -> Any:
@@ -166,7 +179,8 @@ def _substitute(value: Any, variables: dict[str, Any], where: str) -> Any:
 def build_app(
     spec: dict[str, Any], variables: dict[str, Any] | None = None, source: Any = "app"
 ) -> App:
-    """An App from a spec (the parsed YAML, or what parse_markdown gives)."""
+    """An App from a spec (the parsed YAML, or what parse_markdown gives); `source` is the app
+    file's Path when there is one (its folder holds modules of components)."""
     unknown = set(spec) - {
         "app",
         "executor",
@@ -202,6 +216,7 @@ def build_app(
         }
     if not components:
         raise PipelineError(f"{source}: no components")
+    folder = source.resolve().parent if isinstance(source, Path) else None
     for name, c in components.items():
         where = f"{source}: component {name!r}"
         if not isinstance(c, dict) or "type" not in c:
@@ -212,7 +227,7 @@ def build_app(
                 f"{where}: unknown key(s) {sorted(bad)}; expected {sorted(_COMPONENT_KEYS)}"
             )
         try:
-            component = build_component(str(c["type"]), c.get("options") or {})
+            component = build_component(str(c["type"]), c.get("options") or {}, folder)
             app.add(
                 str(name),
                 component,

@@ -6,8 +6,8 @@ nanoseconds of the monotonic clock, which all processes of one host share). `(fl
 request_id)` is the frame's key: the framework's accounting follows every frame by it.
 
 Payloads are plain objects; the library's are `Frame`, `Tensor`, `DeviceTensor`, `Batch`,
-`Rects`, `Landmarks` and `Text`, and any other class is a user type. Payloads are treated as
-immutable once sent: a fan-out hands the same object to every consumer.
+`Rects`, `Quads`, `Landmarks` and `Text`, and any other class is a user type. Payloads are
+treated as immutable once sent: a fan-out hands the same object to every consumer.
 """
 
 from __future__ import annotations
@@ -113,6 +113,19 @@ class Rects:
     boxes: np.ndarray
     scores: np.ndarray | None = None
     labels: list[str] | None = None
+
+
+@dataclass
+class Quads:
+    """Quadrilaterals (rotated boxes, text lines) as an (N, 4, 2) array of (x, y) pixels, corners
+    clockwise from the top-left, with optional scores and labels (a text line's text)."""
+
+    points: np.ndarray
+    scores: np.ndarray | None = None
+    labels: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.points)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import traceback
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -29,16 +30,41 @@ import numpy as np
 
 from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context
-from tinydl.pipeline.runtime import CallTimeout, Node, Restart
+from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
 from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
 
-OPEN_TIMEOUT_S = 120.0  # spawn + imports + open, when the component sets no timeout
+START_TIMEOUT_S = 120.0  # spawn, imports and unpickling the component: not the component's time
+OPEN_TIMEOUT_S = 120.0  # open, when the component sets no timeout
+UNGUARDED_EXIT = 78  # a worker found an app started while it imported the main script
 MIN_ARENA = 1 << 20
 ALIGN = 64
 
 
 class WorkerDied(Restart):
     """The worker process ended (crashed, killed, os._exit) while it owed an answer."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+def refuse_start_while_importing_main() -> None:
+    """Called when an app starts. A spawned worker imports the main script again before it runs
+    anything; an app started at the script's top level would start once more in every worker
+    (each spawning workers of its own), so the worker ends with UNGUARDED_EXIT, which the app
+    explains."""
+    if getattr(mp.current_process(), "_inheriting", False):  # multiprocessing's own test
+        raise SystemExit(UNGUARDED_EXIT)
+
+
+def _unguarded_main() -> str:
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+    return (
+        f"a worker process imports {script} again when it starts (the 'spawn' start method), "
+        "and that script starts this app at import level, so the worker would run the app "
+        'too: put the code that builds and runs the app under `if __name__ == "__main__":`'
+    )
 
 
 class RemoteError(Exception):
@@ -157,10 +183,22 @@ def _loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any
 
 
 def _worker_main(
-    conn, component: Component, name: str, instance: int, instances: int, app_id: str, flow_id: int
+    conn,
+    component: Component,
+    name: str,
+    instance: int,
+    instances: int,
+    app_id: str,
+    flow_id: int,
+    place: dict | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app decides when to stop
+    place = place or {}
+    os.environ.update(place.get("env") or {})  # a deployment's GPU, before any context exists
+    pin_cpus(place.get("cpus"))
+    conn.send_bytes(pickle.dumps(("started",), protocol=5))
     ctx = Context(name, instance, instances, app_id)
+    ctx.gpu = place.get("gpu")
     ctx.flow_id = flow_id
     attached: dict[str, SharedMemory] = {}
     arena = Arena(segment_prefix(os.getppid()))
@@ -243,7 +281,7 @@ class ProcessNode(Node):
     def _start_worker(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
+        proc = ctx.Process(
             target=_worker_main,
             name=f"tinydl:{self.name}",
             daemon=True,
@@ -255,11 +293,24 @@ class ProcessNode(Node):
                 self.ctx.instances,
                 self.ctx.app_id,
                 self.ctx.flow_id,
+                self.place,
             ),
         )
-        self.proc.start()
-        child.close()
-        self.conn = parent
+        try:
+            proc.start()
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self.proc, self.conn = proc, parent
+        try:
+            self._receive(START_TIMEOUT_S, "start")
+        except WorkerDied as exc:
+            if exc.code == UNGUARDED_EXIT:
+                raise PipelineError(_unguarded_main()) from None
+            raise
+        # The component's timeout counts from here: a slow spawn on a busy machine is no hang.
         msg = self._receive(self.timeout or OPEN_TIMEOUT_S, "open")
         if msg[0] != "ready":
             self._kill()
@@ -283,7 +334,7 @@ class ProcessNode(Node):
             proc.join(1.0)
             code = proc.exitcode
             self._kill()
-            raise WorkerDied(f"worker died during {what} (exit code {code})") from None
+            raise WorkerDied(f"worker died during {what} (exit code {code})", code) from None
         self._kill()
         raise CallTimeout(f"no answer in {timeout:g} s during {what}")
 
@@ -297,7 +348,7 @@ class ProcessNode(Node):
             self.proc.join(1.0)
             code = self.proc.exitcode
             self._kill()
-            raise WorkerDied(f"worker gone before {what} (exit code {code})") from None
+            raise WorkerDied(f"worker gone before {what} (exit code {code})", code) from None
         msg = self._receive(self.timeout, what)
         if msg[0] == "error":
             raise RemoteError(msg[1], msg[2], msg[3])

@@ -240,6 +240,9 @@ class RunReport:
     # The first error's exception (a component's own, or the framework's RemoteError/timeout
     # for a worker), for callers that re-raise it; not part of the printed report.
     exception: BaseException | None = field(default=None, repr=False, compare=False)
+    # Frames out through one branch of a fan-out though a copy errored in another, by error.
+    branch_errors: dict[str, int] = field(default_factory=dict)
+    deployment: Any = field(default=None, repr=False, compare=False)  # the plan it ran under
 
     @property
     def balanced(self) -> bool:
@@ -257,6 +260,10 @@ class RunReport:
         ]
         lines += [f"  dropped {n:>6}  {r}" for r, n in sorted(self.dropped.items())]
         lines += [f"  errored {n:>6}  {r}" for r, n in sorted(self.errored.items())]
+        lines += [
+            f"  out     {n:>6}  but errored in another branch: {r}"
+            for r, n in sorted(self.branch_errors.items())
+        ]
         return "\n".join(lines)
 
     def table(self) -> str:

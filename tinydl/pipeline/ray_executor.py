@@ -8,10 +8,10 @@ and read-only, by the receiver on the same node (payloads are immutable once sen
 - Ray is started by the first app that needs it: `ray.init(**App(ray={...}))`, e.g.
   `ray={"address": "auto"}` to join a cluster started with `ray start --head` (or set
   RAY_ADDRESS); an app run after `ray.init(...)` uses that connection as it is.
-- Resources: `add(..., cpus=1, gpus=0.5)` become the actor's `num_cpus`/`num_gpus`.
-- Placement: `place(app, {name: ["cpu:0", "gpu:1", ...]})` binds each instance to a box (a
-  CPU core or a GPU, as the deployer plans them); the boxes become the bundles of one placement
-  group, and the instances in a box share it.
+- Placement: the placement of each instance (a deployment plan's, or `add(..., cpus=[0, 1],
+  gpus=["cuda:0"])`) becomes a box — its GPU, else its set of cores — and the boxes the bundles
+  of one placement group (`App.placement_strategy`: Ray's PACK, SPREAD, STRICT_PACK or
+  STRICT_SPREAD); the instances in a box share it. Unplaced actors take Ray's defaults.
 - A component's clock (`ctx.now_ns`) is set to the driver's monotonic clock at open, so ticks
   and packet timestamps mean the same on every node.
 - An actor whose process dies (crashed, killed, its node lost) is noticed by Ray at once: the
@@ -56,62 +56,46 @@ def connect(options: dict[str, Any] | None) -> None:
 # -- placement -------------------------------------------------------------------------------
 
 
-def place(app, placement: dict[str, list[str]], strategy: str = "PACK") -> None:
-    """Bind instances to boxes: `placement[name][i]` is the box of instance i of component
-    `name`, "cpu:K" (a CPU core) or "gpu:K" / "cuda:K" (a GPU). Under the Ray executor each
-    distinct box is one bundle of a placement group ({"CPU": 1} or {"GPU": 1}) placed with
-    `strategy` (Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD), and the k instances in a box
-    each ask 1/k of it. This is how the deployer's `placement` per instance reaches Ray."""
-    if strategy not in STRATEGIES:
-        raise PipelineError(f"placement strategy must be one of {STRATEGIES}, got {strategy!r}")
-    for name, boxes in placement.items():
-        spec = app._spec(name)
-        if len(boxes) != spec.instances:
-            raise PipelineError(
-                f"place: {name} has {spec.instances} instance(s), got {len(boxes)} box(es)"
-            )
-        for box in boxes:
-            _box_resource(box)
-        spec.placement = list(boxes)
-    app.placement_strategy = strategy
-
-
-def _box_resource(box: str) -> str:
-    kind, _, index = str(box).partition(":")
-    if kind not in ("cpu", "gpu", "cuda") or not index.isdigit():
-        raise PipelineError(f"place: a box is 'cpu:K', 'gpu:K' or 'cuda:K', got {box!r}")
-    return "CPU" if kind == "cpu" else "GPU"
-
-
-def _box_key(box: str) -> str:
-    kind, _, index = box.partition(":")
-    return f"{'cpu' if kind == 'cpu' else 'gpu'}:{index}"
+def _box(place: dict[str, Any]) -> tuple[str, Any] | None:
+    """The box an instance is placed in: its GPU, else its set of CPU cores, else none."""
+    if place.get("gpu"):
+        return ("GPU", place["gpu"])
+    if place.get("cpus"):
+        return ("CPU", tuple(place["cpus"]))
+    return None
 
 
 class Placement:
-    """One placement group for every box of an app's placed components."""
+    """One placement group for the boxes of the app's placed Ray components: the placement a
+    deployment plan (or `add(..., cpus=[...], gpus=[...])`) gives each instance. Each distinct
+    GPU is a bundle {"GPU": 1}, each distinct set of cores a bundle {"CPU": cores}; the k
+    instances in one box each reserve 1/k of it."""
 
     def __init__(self, specs: list, strategy: str):
         ray = _ray()
         from ray.util import placement_group
 
-        boxes: dict[str, list[tuple[str, int]]] = {}
+        if strategy not in STRATEGIES:
+            raise PipelineError(f"placement strategy must be one of {STRATEGIES}, got {strategy!r}")
+        boxes: dict[tuple[str, Any], list[tuple[str, int]]] = {}
         for spec in specs:
-            for i, box in enumerate(spec.placement or ()):
-                boxes.setdefault(_box_key(box), []).append((spec.name, i))
+            for i in range(spec.instances if spec.placement else 0):
+                box = _box(spec.placement[i % len(spec.placement)])
+                if box is not None:
+                    boxes.setdefault(box, []).append((spec.name, i))
         self.bundle: dict[tuple[str, int], tuple[int, str, float]] = {}
         bundles = []
-        for index, (box, members) in enumerate(boxes.items()):
-            resource = _box_resource(box)
-            bundles.append({resource: 1.0})
+        for index, ((resource, what), members) in enumerate(boxes.items()):
+            amount = 1.0 if resource == "GPU" else float(len(what))
+            bundles.append({resource: amount})
             for member in members:
-                self.bundle[member] = (index, resource, 1.0 / len(members))
-        need = {r: sum(1 for b in bundles if r in b) for r in ("CPU", "GPU")}
+                self.bundle[member] = (index, resource, amount / len(members))
+        need = {r: sum(b.get(r, 0) for b in bundles) for r in ("CPU", "GPU")}
         have = ray.cluster_resources()
         short = [r for r, n in need.items() if n > have.get(r, 0)]
         if short:
             raise PipelineError(
-                f"cannot place the app's boxes ({need['CPU']} CPU, {need['GPU']} GPU): the "
+                f"cannot place the app's boxes ({need['CPU']:g} CPU, {need['GPU']:g} GPU): the "
                 f"cluster has {have.get('CPU', 0):g} CPU, {have.get('GPU', 0):g} GPU"
             )
         self.group = placement_group(bundles, strategy=strategy) if bundles else None
@@ -121,7 +105,7 @@ class Placement:
             except ray.exceptions.GetTimeoutError:
                 self.remove()
                 raise PipelineError(
-                    f"cannot place the app's boxes ({need['CPU']} CPU, {need['GPU']} GPU, "
+                    f"cannot place the app's boxes ({need['CPU']:g} CPU, {need['GPU']:g} GPU, "
                     f"{strategy}) in {PLACEMENT_TIMEOUT_S:g} s; the cluster's nodes: "
                     f"{[n['Resources'] for n in ray.nodes() if n['Alive']]}"
                 ) from None
@@ -162,9 +146,9 @@ class _Actor:
     def clock(self) -> int:
         return time.monotonic_ns()
 
-    def open(self, flow_id: int, offset_ns: int) -> tuple:
+    def open(self, flow_id: int, offset_ns: int, gpu: str | None) -> tuple:
         ctx = self.ctx = Context(*self.args, clock=lambda: time.monotonic_ns() + offset_ns)
-        ctx.flow_id = flow_id
+        ctx.flow_id, ctx.gpu = flow_id, gpu
         try:
             self.component.open(ctx)
         except BaseException as exc:
@@ -232,10 +216,6 @@ class RayNode(ProcessNode):
     def _start_worker(self) -> None:
         spec = self.spec
         options: dict[str, Any] = {"max_restarts": 0, "name": None}
-        if spec.cpus is not None:
-            options["num_cpus"] = spec.cpus
-        if spec.gpus is not None:
-            options["num_gpus"] = spec.gpus
         if self.rt.placement is not None:
             options.update(self.rt.placement.options(spec.name, self.ctx.instance))
         ctx = self.ctx
@@ -248,7 +228,9 @@ class RayNode(ProcessNode):
         theirs = self._get(self.actor.clock.remote(), OPEN_TIMEOUT_S, "open")
         offset = (t0 + time.monotonic_ns()) // 2 - theirs  # their clock to ours, +- half a trip
         msg = self._get(
-            self.actor.open.remote(ctx.flow_id, offset), self.timeout or OPEN_TIMEOUT_S, "open"
+            self.actor.open.remote(ctx.flow_id, offset, ctx.gpu),
+            self.timeout or OPEN_TIMEOUT_S,
+            "open",
         )
         if msg[0] != "ready":
             self._kill()

@@ -23,6 +23,7 @@ import functools
 import heapq
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -43,6 +44,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("tinydl.pipeline")
 
 MAX_ERROR_MESSAGES = 50
+
+
+def pin_cpus(cpus: list[int] | None, tid: int = 0) -> None:
+    """Pin a thread (or, tid 0, this process) to cores; Linux only, elsewhere a no-op. Pinned
+    threads still share the GIL: only work that releases it (NumPy, I/O, sleeping, GPU waits)
+    runs on several cores at once."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError as exc:  # a core this process may not use: run unpinned, say so
+            log.warning("cannot pin to cores %s: %s", cpus, exc)
 
 
 class Restart(Exception):
@@ -251,6 +263,9 @@ class Node:
             and spec.timeout is None
         )
         self.ema_ns: float | None = None  # recent time per call
+        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
+        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
+        self.ctx.gpu = self.place.get("gpu")
         self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
         self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
 
@@ -271,6 +286,8 @@ class Node:
         self.thread.start()
 
     def _main(self) -> None:
+        if self.executor != "ray":  # a Ray actor's cores are its node's, not the driver's
+            pin_cpus(self.place.get("cpus"), threading.get_native_id())
         if self.rt.trace is not None:
             self.track = self.rt.trace.track(
                 f"{self.name} ({self.executor})", tid=threading.get_native_id()
@@ -303,7 +320,10 @@ class Node:
                         self.stats.close_ns = time.perf_counter_ns() - t0
                 self._deliver(output_packets(self.component, self.name, out, None), [], [])
             except Exception as exc:
-                self.rt.error(f"{self.name}: close raised {type(exc).__name__}: {exc}", exc=exc)
+                what = f"{self.name}: close raised {getattr(exc, 'type_name', type(exc).__name__)}"
+                if self.sink:  # what it took is lost with it (a file never completed)
+                    self.ledger.revoke(self.name, what)
+                self.rt.error(f"{what}: {exc}", exc=exc)
         self._end_held(
             ERROR if self.failed else CONSUMED,
             f"{self.name}: {self.failed}" if self.failed else self.consumed,
@@ -579,11 +599,11 @@ class Node:
         for packet in leaving:
             pkeys = packet.keys()
             ledger.add(pkeys)
-            ledger.end(pkeys, OUT)
+            ledger.end(pkeys, OUT, self.name)
         if self.component.holds_inputs:
             self.held += Counter()  # forget the zero counts
         elif spare:
-            ledger.end(spare, OUT if self.sink else CONSUMED, self.consumed)
+            ledger.end(spare, *((OUT, self.name) if self.sink else (CONSUMED, self.consumed)))
         if self.seq is not None and packets:
             self._done([p.key for p in packets])
 
@@ -824,4 +844,5 @@ class Runtime:
             self.stop_reason,
             led.peak_in_flight,
             self.exception,
+            branch_errors=dict(led.branch_errors),
         )

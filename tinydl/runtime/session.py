@@ -65,7 +65,7 @@ class Session:
     def __init__(
         self,
         graph: Graph,
-        backends: Sequence[str] = ("cpu",),
+        backends: Sequence[str] | str | None = None,
         precision: str = "fp32",
         strict: bool = False,
         profile: bool = False,
@@ -73,15 +73,27 @@ class Session:
         min_partition_size: int = 1,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         memory_limit: int | None = None,
+        device: str | int | None = None,
+        threads: int | None = None,
     ):
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+            raise InvalidInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
+        chose = backends is not None
+        if backends is None:
+            backends = ("cpu",)
         if isinstance(backends, str):
             backends = tuple(b.strip() for b in backends.split(",") if b.strip())
         if not backends:
             raise BackendUnavailableError("no backend requested: pass backends=('cpu',) or others")
-        from tinydl.backends import CPU, expand
+        from tinydl.backends import CPU, expand, resolve_device
 
+        on, index = None, None
+        if device is not None:
+            backends, on, index = resolve_device(device, backends, default=not chose)
         self.requested = list(backends)
         # Backends that stand for one requested name ("cpu": onnxruntime, then numpy): a node
         # that goes from the first to another of them is no fallback.
@@ -90,6 +102,8 @@ class Session:
         chosen = []
         for name in backends:
             backend = get_backend(name)
+            if index is not None and name == on:
+                backend = backend.on_device(index)
             if not backend.available():
                 why = backend.unavailable_reason() or "no device"
                 raise BackendUnavailableError(f"backend '{name}' is not available: {why}")
@@ -114,14 +128,18 @@ class Session:
         given = dict(backend_options or {})
         unknown = set(given) - set(self._backends)
         if unknown:
-            raise ValueError(
+            raise InvalidInputError(
                 f"backend_options names {sorted(unknown)}, not among the backends {self.backends}"
             )
+        # threads=N drives every backend that computes on the host (NumPy's BLAS threads,
+        # onnxruntime's intra-op threads); a backend's own "threads" option wins.
+        host_threads = {"threads": threads} if threads is not None else {}
         options = {
             name: CompileOptions(
                 precision=precision,
                 extra={
                     **environment_options(name),
+                    **(host_threads if self._backends[name].memory == HOST else {}),
                     **given.get(name, {}),
                     **({"timing": "ops"} if profile else {}),
                 },
@@ -489,7 +507,7 @@ class Session:
 
 def compile(
     model: Graph | str | os.PathLike,
-    backends: Sequence[str] | str = ("cpu",),
+    backends: Sequence[str] | str | None = None,
     precision: str = "fp32",
     strict: bool = False,
     profile: bool = False,
@@ -497,8 +515,11 @@ def compile(
     min_partition_size: int = 1,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
     memory_limit: int | None = None,
+    device: str | int | None = None,
+    threads: int | None = None,
 ) -> Session:
-    """Compile a model (a Graph or a path) for backends in priority order.
+    """Compile a model (a Graph or a path) for backends in priority order (default: ("cpu",),
+    the fastest CPU path here).
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
     optimize: the graph optimizer's level, "all" (default), "basic" or "none" (tinydl.passes).
@@ -508,6 +529,14 @@ def compile(
     memory_limit: the most bytes one tensor of the model may take (default: $TINYDL_MEMORY_LIMIT,
     e.g. "8G", else half the machine's memory); a model or input that would need more is
     refused with BufferSizeError before anything is allocated.
+    device: the GPU to run on, as "NAME:INDEX" ("cuda:1", "webgpu:0": an index into
+    `tinydl.list_backends()`'s device_names for that backend) or an index into the first GPU
+    backend of `backends`; without backends, device="cuda:1" means backends=("cuda", "cpu").
+    Default: each backend's own choice (TINYDL_CUDA_DEVICE, TINYDL_WEBGPU_ADAPTER). A device
+    that does not exist is BackendUnavailableError listing the devices there are.
+    threads: CPU threads of the host backends (NumPy's BLAS threads during a run, onnxruntime's
+    intra-op threads); default: $OMP_NUM_THREADS (or OPENBLAS_/MKL_NUM_THREADS) when set, else
+    one per physical core this process may use, at most 8 (tinydl.backends.base.default_threads).
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
@@ -523,6 +552,8 @@ def compile(
         min_partition_size=min_partition_size,
         backend_options=backend_options,
         memory_limit=memory_limit,
+        device=device,
+        threads=threads,
     )
 
 
@@ -554,7 +585,7 @@ def memory_limit_bytes(given: int | None = None) -> int:
     suffix), else half the machine's physical memory."""
     if given is not None:
         if int(given) <= 0:
-            raise ValueError(f"memory_limit must be a positive number of bytes, got {given}")
+            raise InvalidInputError(f"memory_limit must be a positive number of bytes, got {given}")
         return int(given)
     raw = os.environ.get(MEMORY_ENV, "").strip()
     if raw:
@@ -565,7 +596,9 @@ def memory_limit_bytes(given: int | None = None) -> int:
         except ValueError:
             value = 0
         if value <= 0:
-            raise ValueError(f"{MEMORY_ENV}={raw!r}: expected a size such as 8G or 2000000000")
+            raise InvalidInputError(
+                f"{MEMORY_ENV}={raw!r}: expected a size such as 8G or 2000000000"
+            )
         return int(value)
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2

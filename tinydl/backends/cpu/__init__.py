@@ -1,22 +1,70 @@
 """The numpy backend: NumPy only. It runs every op in tinydl.ops with that op's reference code,
 so it is both the reference other backends are tested against and the last fallback. ort.py
-beside it is the fast CPU path (onnxruntime); backends=("cpu",) means both, fast path first."""
+beside it is the fast CPU path (onnxruntime); backends=("cpu",) means both, fast path first.
+
+Option "threads": NumPy's BLAS threads while this backend runs (default: `default_threads()`),
+set through threadpoolctl for the run only, so the process's own setting is left alone."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
+import threading
 
 import numpy as np
 
-from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
+from tinydl.backends.base import (
+    HOST,
+    Backend,
+    CompileOptions,
+    Kernel,
+    Support,
+    default_threads,
+    threads_option,
+)
 from tinydl.errors import OpError, TinyDLError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import schema_of
 
 
+class _BlasThreads:
+    """Limits NumPy's BLAS threads while runs are in flight. Runs from several threads share
+    one limit (the first's); the last to finish restores the process's own setting, so
+    concurrent runs never leave a limit behind."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._controller = None
+        self._active = 0
+        self._limiter = None
+
+    @contextlib.contextmanager
+    def limit(self, threads: int):
+        with self._lock:
+            if self._active == 0:
+                if self._controller is None:
+                    from threadpoolctl import ThreadpoolController
+
+                    self._controller = ThreadpoolController()
+                self._limiter = self._controller.limit(limits=threads, user_api="blas")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0:
+                    self._limiter.restore_original_limits()
+                    self._limiter = None
+
+
+BLAS = _BlasThreads()
+
+
 class CPUKernel(Kernel):
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, threads: int | None = None):
         self.graph = graph
+        self.threads = threads or default_threads()
         self.steps = [(node, schema_of(node.op)) for node in graph.nodes]
         last_use: dict[str, int] = {}
         for i, node in enumerate(graph.nodes):
@@ -30,6 +78,10 @@ class CPUKernel(Kernel):
         ]
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with BLAS.limit(self.threads):
+            return self._run(inputs)
+
+    def _run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = dict(self.graph.initializers)
         env.update(inputs)
         for (node, schema), dead in zip(self.steps, self.release, strict=True):
@@ -73,4 +125,4 @@ class CPUBackend(Backend):
         return Support(True)
 
     def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel:
-        return CPUKernel(subgraph)
+        return CPUKernel(subgraph, threads_option(options))

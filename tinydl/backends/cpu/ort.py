@@ -7,9 +7,10 @@ the NumPy one costs nothing. tinydl's own fused ops (tinydl.FusedConv) have no O
 a session with this backend first keeps Conv + activation apart (the optimizer asks each
 backend before it fuses) and onnxruntime fuses them its own way.
 
-Options (backend_options={"onnxruntime": {...}}): "threads" (intra-op threads; default: the
-machine's cores, as onnxruntime chooses), "optimization" ("all" (default), "extended", "basic",
-"none": onnxruntime's graph optimization level).
+Options (backend_options={"onnxruntime": {...}}): "threads" (intra-op threads; default:
+`default_threads()`, as for the NumPy backend; `tinydl.compile(threads=N)` sets both),
+"optimization" ("all" (default), "extended", "basic", "none": onnxruntime's graph
+optimization level).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support
+from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support, threads_option
 from tinydl.errors import BackendUnavailableError, OpError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import schema_of
@@ -45,8 +46,7 @@ class OrtKernel(Kernel):
                 level, f"ORT_ENABLE_{level.upper()}"
             ),
         )
-        if extra.get("threads"):
-            so.intra_op_num_threads = int(extra["threads"])
+        so.intra_op_num_threads = threads_option(options)
         so.log_severity_level = 4  # failures come back as exceptions; nothing on stderr
         self.graph = graph
         self.input_names = [v.name for v in graph.inputs]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends.base import Backend, CompileOptions, Kernel, Support
+from tinydl.backends.cuda.context import empty_pinned
 from tinydl.errors import BackendUnavailableError
 from tinydl.ir.graph import Graph, Node
 
@@ -22,18 +23,24 @@ _KDLCUDA = (2, 13)  # DLPack device types: CUDA, CUDA managed
 
 
 class CUDABackend(Backend):
-    name = "cuda"
-    memory = "cuda"
+    """`CUDABackend()` runs on device $TINYDL_CUDA_DEVICE (default 0); `on_device(i)` gives the
+    backend on device i, with a memory of its own ("cuda:i"). Device tensors fed to a session
+    must be on its device."""
 
-    def __init__(self):
+    name = "cuda"
+
+    def __init__(self, device: int | None = None):
         self._reason: str | None = None
         self._ndarray: type | None = None  # cupy.ndarray, once the device is known to work
+        self.index = device
+        self.memory = "cuda" if device is None else f"cuda:{device}"
+        self._on: dict[int, CUDABackend] = {}
 
     # -- device --------------------------------------------------------------------------------
     def _context(self):
         from tinydl.backends.cuda.context import get_context
 
-        return get_context()
+        return get_context(self.index)
 
     def available(self) -> bool:
         if self._reason is None:
@@ -65,6 +72,25 @@ class CUDABackend(Backend):
             f"{ctx.name} (compute capability {ctx.cc[0]}.{ctx.cc[1]}, {ctx.sm_count} SMs, "
             f"NVRTC {ctx.nvrtc_version[0]}.{ctx.nvrtc_version[1]} -> {ctx.arch})"
         ]
+
+    def device_names(self) -> list[str]:
+        if importlib.util.find_spec("cupy") is None:
+            return []
+        try:
+            import cupy
+
+            runtime = cupy.cuda.runtime
+            names = [
+                runtime.getDeviceProperties(i)["name"] for i in range(runtime.getDeviceCount())
+            ]
+        except Exception:  # noqa: BLE001 - no driver, no device: none to list
+            return []
+        return [n.decode() if isinstance(n, bytes) else n for n in names]
+
+    def on_device(self, index: int) -> CUDABackend:
+        if index not in self._on:
+            self._on[index] = CUDABackend(index)
+        return self._on[index]
 
     # -- placement -----------------------------------------------------------------------------
     def supports(self, node: Node, graph: Graph) -> Support:
@@ -108,9 +134,7 @@ class CUDABackend(Backend):
         tensor = self.adopt(tensor)
         ctx = self._context()
         with ctx.device:
-            import cupyx
-
-            out = cupyx.empty_pinned(tensor.shape, tensor.dtype)
+            out = empty_pinned(ctx.cp, tensor.shape, tensor.dtype)
             tensor.get(out=out)
         return out
 

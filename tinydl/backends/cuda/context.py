@@ -5,14 +5,19 @@ CuPy is imported here and nowhere else at module level, so `import tinydl` never
 Kernels are compiled by NVRTC straight to a cubin for the device's architecture and cached on
 disk under a hash of (source, options, architecture, NVRTC version); a second process loads
 the cubin instead of compiling. The cache lives in $TINYDL_CACHE_DIR/cuda (default
-~/.cache/tinydl/cuda).
+~/.cache/tinydl/cuda). A plan asks for all its kernels first (`prefetch`) and NVRTC compiles
+the missing ones on a pool of threads (NVRTC releases the GIL), so a cold start costs about
+the slowest kernel per core rather than the sum of all of them; modules are loaded on the
+calling thread, where the device is current.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -26,6 +31,11 @@ DEVICE_ENV = "TINYDL_CUDA_DEVICE"
 OPTIONS = ("-std=c++17",)
 # Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
 MAX_MODULES = 2048
+# Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
+COMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
+# Kernels a program gets at least before another thread starts one: NVRTC's threads contend,
+# so a program of one small kernel on each of 16 threads is slower than a few programs.
+MIN_PER_PROGRAM = 8
 
 
 class CompileError(RuntimeError):
@@ -107,6 +117,11 @@ class Context:
         # Loaded modules by source hash, least recently used first (plans hold their own).
         self._modules: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._pending: dict[str, concurrent.futures.Future] = {}
+        self._queued: dict[str, tuple[str, str, str, str]] = {}
+        # Source key -> (cubin key, entry suffix) for kernels compiled or found on disk.
+        self._where: dict[str, tuple[str, str]] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
     def _arch(self) -> str:
@@ -120,37 +135,141 @@ class Context:
         return f"sm_{max(usable) if usable else want}"
 
     # -- compilation ---------------------------------------------------------------------------
-    def module(self, source: str, label: str = "kernel"):
-        """A loaded module for CUDA C `source` (compiled once per source, architecture and
-        NVRTC version, then read from the disk cache)."""
-        key = hashlib.sha256(
+    def _key(self, source: str) -> str:
+        return hashlib.sha256(
             "\0".join([source, *OPTIONS, self.arch, repr(self.nvrtc_version)]).encode()
         ).hexdigest()[:32]
+
+    def _cached(self, key: str) -> tuple[str, str] | None:
+        """Where the disk cache holds `key`'s kernel: (cubin key, entry suffix), or None."""
+        root = cache_dir()
+        if (root / f"{key}.cubin").exists():
+            return key, ""
+        ref = root / f"{key}.ref"
+        if ref.exists():
+            cubin, suffix = ref.read_text().split("\n")[:2]
+            if (root / f"{cubin}.cubin").exists():
+                return cubin, suffix
+        return None
+
+    def _compile(self, items: list[tuple[str, str, str, str]]) -> dict[str, tuple[str, str]]:
+        """Compile (key, source, label, entry) items as one NVRTC program, each source in a
+        namespace of its own and its entry renamed, and cache the cubin with a reference per
+        item. One program of n kernels costs far less than n programs (NVRTC's fixed cost per
+        program dominates small kernels). A program that fails is compiled item by item, so
+        the error names its kernel."""
+        t0 = time.perf_counter()
+        if len(items) == 1:
+            key, source, label, _ = items[0]
+            _atomic_write(cache_dir() / f"{key}.cubin", compile_cubin(source, self.arch, label))
+            where = {key: (key, "")}
+        else:
+            parts = [_namespaced(i, source, entry) for i, (_, source, _, entry) in enumerate(items)]
+            program = "".join(parts)
+            try:
+                cubin = compile_cubin(program, self.arch, f"{len(items)} kernels")
+            except CompileError:
+                where = {}
+                for item in items:
+                    where.update(self._compile([item]))
+                return where
+            chunk = self._key(program)
+            _atomic_write(cache_dir() / f"{chunk}.cubin", cubin)
+            where = {}
+            for i, (key, *_) in enumerate(items):
+                _write_ref(cache_dir() / f"{key}.ref", f"{chunk}\n_{i}\n")
+                where[key] = (chunk, f"_{i}")
         with self._lock:
-            mod = self._modules.get(key)
-            if mod is not None:
-                self._modules.move_to_end(key)
-                return mod
-            path = cache_dir() / f"{key}.cubin"
-            if path.exists():
-                self.stats["cache_hits"] += 1
+            self.stats["compile_s"] += time.perf_counter() - t0
+            self.stats["compiled"] += len(items)
+        return where
+
+    def prefetch(self, source: str, label: str = "kernel", entry: str = "k") -> None:
+        """Queue `source` for compilation unless it is loaded or on its way; `flush` compiles
+        the queue, `function` waits for it."""
+        key = self._key(source)
+        with self._lock:
+            if key in self._where or key in self._pending:
+                return
+            self._queued[key] = (key, source, label, entry)
+
+    def flush(self) -> None:
+        """Compile the queued kernels the disk cache lacks, spread over the compile threads."""
+        with self._lock:
+            queued, self._queued = list(self._queued.values()), {}
+        todo = []
+        for item in queued:
+            where = self._cached(item[0])
+            if where is None:
+                todo.append(item)
             else:
-                t0 = time.perf_counter()
-                cubin = compile_cubin(source, self.arch, label)
-                self.stats["compile_s"] += time.perf_counter() - t0
-                self.stats["compiled"] += 1
-                _atomic_write(path, cubin)
-            t0 = time.perf_counter()
-            with self.device:
-                mod = self.cp.RawModule(path=str(path))
+                with self._lock:
+                    self.stats["cache_hits"] += 1
+                    self._where[item[0]] = where
+        if not todo:
+            return
+        chunks = max(1, min(COMPILE_THREADS, len(todo) // MIN_PER_PROGRAM))
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
+                )
+            # Longest sources first, each to the lightest program: programs finish together.
+            groups: list[list] = [[] for _ in range(chunks)]
+            loads = [0] * chunks
+            for item in sorted(todo, key=lambda item: -len(item[1])):
+                c = loads.index(min(loads))
+                groups[c].append(item)
+                loads[c] += len(item[1])
+            for group in groups:
+                future = self._pool.submit(self._compile, group)
+                for key, *_ in group:
+                    self._pending[key] = future
+
+    def _locate(self, source: str, label: str, entry: str) -> tuple[str, str]:
+        """(cubin key, entry suffix) of `source`, compiling it now if nobody has."""
+        key = self._key(source)
+        with self._lock:
+            where = self._where.get(key)
+            pending = self._pending.get(key)
+        if where is not None:
+            return where
+        if pending is not None:
+            try:
+                found = pending.result()
+            finally:
+                with self._lock:
+                    for k in [k for k, f in self._pending.items() if f is pending]:
+                        self._pending.pop(k)
+            with self._lock:
+                self._where.update(found)
+            return found[key]
+        where = self._cached(key) or self._compile([(key, source, label, entry)])[key]
+        with self._lock:
+            self._where[key] = where
+        return where
+
+    def _load(self, cubin_key: str):
+        with self._lock:
+            mod = self._modules.get(cubin_key)
+            if mod is not None:
+                self._modules.move_to_end(cubin_key)
+                return mod
+        t0 = time.perf_counter()
+        with self.device:
+            mod = self.cp.RawModule(path=str(cache_dir() / f"{cubin_key}.cubin"))
+        with self._lock:
             self.stats["load_s"] += time.perf_counter() - t0
-            self._modules[key] = mod
+            self._modules[cubin_key] = mod
             while len(self._modules) > MAX_MODULES:
                 self._modules.popitem(last=False)
-            return mod
+        return mod
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
-        fn = self.module(source, label).get_function(name)
+        """Function `name` of CUDA C `source`, compiled once per source, architecture and
+        NVRTC version (then read from the disk cache)."""
+        cubin, suffix = self._locate(source, label, name)
+        fn = self._load(cubin).get_function(name + suffix)
         if smem > 48 << 10:
             if smem > self.smem_optin:
                 raise CompileError(
@@ -163,6 +282,36 @@ class Context:
     def sync(self) -> None:
         with self.device:
             self.cp.cuda.get_current_stream().synchronize()
+
+
+def _write_ref(path: Path, text: str) -> None:
+    """A small file written whole or not at all (a per-thread temporary name, then a rename:
+    cheaper than mkstemp for the hundreds a big model writes)."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _namespaced(i: int, source: str, entry: str) -> str:
+    """`source` as part `i` of a program of many: in namespace p{i}, its entry `entry` renamed
+    `entry_{i}` (an extern "C" name is global), its macros undefined after it."""
+    declared = rf"(__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?){re.escape(entry)}\s*\("
+    renamed, n = re.subn(declared, rf"\g<1>{entry}_{i}(", source, count=1)
+    if n != 1:
+        raise CompileError(f"kernel entry {entry!r} not found in its source")
+    macros = re.findall(r"^\s*#\s*define\s+(\w+)", source, re.M)
+    return f"namespace p{i} {{\n{renamed}\n}}\n" + "".join(f"#undef {m}\n" for m in macros)
+
+
+def empty_pinned(cp, shape, dtype):
+    """A NumPy array in page-locked memory, as cupyx.empty_pinned makes it (importing cupyx
+    imports SciPy: a third of a second on the first read-back)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    mem = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.ndarray(tuple(shape), dtype, mem)
 
 
 def compile_cubin(source: str, arch: str, label: str = "kernel") -> bytes:
@@ -197,21 +346,22 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-_context: Context | None = None
+_contexts: dict[int, Context] = {}
 _context_lock = threading.Lock()
 
 
-def get_context() -> Context:
-    """The process's CUDA context (device $TINYDL_CUDA_DEVICE, default 0), made on first use."""
-    global _context
+def get_context(index: int | None = None) -> Context:
+    """The process's CUDA context on device `index` (None: $TINYDL_CUDA_DEVICE, default 0),
+    made on first use."""
+    if index is None:
+        raw = os.environ.get(DEVICE_ENV, "0")
+        try:
+            index = int(raw)
+        except ValueError:
+            raise BackendUnavailableError(
+                f"{DEVICE_ENV}={raw!r}: expected a device index (0, 1, ...)"
+            ) from None
     with _context_lock:
-        if _context is None:
-            raw = os.environ.get(DEVICE_ENV, "0")
-            try:
-                index = int(raw)
-            except ValueError:
-                raise BackendUnavailableError(
-                    f"{DEVICE_ENV}={raw!r}: expected a device index (0, 1, ...)"
-                ) from None
-            _context = Context(index)
-        return _context
+        if index not in _contexts:
+            _contexts[index] = Context(index)
+        return _contexts[index]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
+from tinydl.backends.cuda.context import empty_pinned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
 from tinydl.backends.fusion import fuse, fuse_attention, fuse_residuals
@@ -44,6 +45,16 @@ class Info(planned.Info):
     @property
     def nbytes(self) -> int:
         return self.size * np.dtype(self.stype).itemsize
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """A kernel function not yet looked up: its module may still be compiling."""
+
+    source: str
+    entry: str
+    label: str
+    smem: int
 
 
 @dataclass
@@ -69,12 +80,14 @@ class Build(planned.Build):
         label: str = "",
         **params,
     ) -> None:
-        """Render `template` with `params`, compile it (cached) and append a launch of its
-        function `entry` on `grid` x `threads`; `args` are value names, uploaded constants or
-        scalars."""
+        """Render `template` with `params`, start compiling it (cached) and append a launch of
+        its function `entry` on `grid` x `threads`; `args` are value names, uploaded constants
+        or scalars. The function is looked up once every kernel of the plan is compiling
+        (`Plan.finish`)."""
         label = label or self.label
         source = render(template, label=label, **params)
-        fn = self.ctx.function(source, entry, label, smem)
+        self.ctx.prefetch(source, label, entry)
+        fn = _Deferred(source, entry, label, smem)
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple | list) else (grid,)))
         threads = tuple(
             int(t) for t in (threads if isinstance(threads, tuple | list) else (threads,))
@@ -150,6 +163,14 @@ class Plan(planned.Plan):
 
     def const_info(self, value) -> Info:
         return Info(tuple(value.shape), value.dtype.name, value.dtype.name)
+
+    def finish(self) -> None:
+        """Compile the plan's kernels together on the NVRTC threads and load their functions."""
+        self.ctx.flush()
+        for step in self.steps:
+            if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
+                d = step.fn
+                step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
 
     def arrange(self, keep, types) -> None:
         from tinydl.backends.cuda.kernels.chain import fuse_chains
@@ -317,9 +338,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def to_host(self, arr, stream) -> np.ndarray:
         """Copy a device array to a NumPy array in pinned memory (waits for the copy)."""
-        import cupyx
-
-        out = cupyx.empty_pinned(arr.shape, arr.dtype)
+        out = empty_pinned(self.ctx.cp, arr.shape, arr.dtype)
         arr.get(stream=stream, out=out)
         return out
 

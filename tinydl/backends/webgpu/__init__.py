@@ -23,17 +23,23 @@ BYTE_OPS = ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
 class WebGPUBackend(Backend):
-    name = "webgpu"
-    memory = "webgpu"
+    """`WebGPUBackend()` runs on the default adapter (TINYDL_WEBGPU_ADAPTER, else the
+    high-performance one); `on_device(i)` gives the backend on adapter i of `device_names()`,
+    with a memory of its own ("webgpu:i": its tensors live on that device only)."""
 
-    def __init__(self):
+    name = "webgpu"
+
+    def __init__(self, adapter: int | None = None):
         self._reason: str | None = None
+        self.adapter = adapter
+        self.memory = "webgpu" if adapter is None else f"webgpu:{adapter}"
+        self._on: dict[int, WebGPUBackend] = {}
 
     # -- device --------------------------------------------------------------------------------
     def _context(self):
         from tinydl.backends.webgpu.context import get_context
 
-        return get_context()
+        return get_context(self.adapter)
 
     def available(self) -> bool:
         if self._reason is None:
@@ -60,6 +66,21 @@ class WebGPUBackend(Backend):
         ctx = self._context()
         feats = ", ".join(sorted(ctx.features)) or "no optional features"
         return [f"{ctx.name}; {feats}"]
+
+    def device_names(self) -> list[str]:
+        from tinydl.backends.webgpu.context import adapter_names
+
+        if importlib.util.find_spec("wgpu") is None:
+            return []
+        try:
+            return adapter_names()
+        except Exception:  # noqa: BLE001 - a broken driver lists no adapter
+            return []
+
+    def on_device(self, index: int) -> WebGPUBackend:
+        if index not in self._on:
+            self._on[index] = WebGPUBackend(index)
+        return self._on[index]
 
     # -- placement -----------------------------------------------------------------------------
     def supports(self, node: Node, graph: Graph) -> Support:
@@ -114,7 +135,8 @@ class WebGPUBackend(Backend):
     def is_device_tensor(self, tensor: Any) -> bool:
         from tinydl.backends.webgpu.tensor import GPUTensor
 
-        return isinstance(tensor, GPUTensor)
+        # A tensor of another adapter's device is not this one's (it is read back, then uploaded).
+        return isinstance(tensor, GPUTensor) and tensor.storage.ctx.index == self.adapter
 
     def sync(self) -> None:
         """Wait for all submitted GPU work (for timing a device-resident loop)."""

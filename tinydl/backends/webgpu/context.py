@@ -1,7 +1,9 @@
 """The WebGPU context: adapter, device and queue, limits, the pipeline cache and the buffer pool.
 
-One Context per process (`get_context()`); a lost device marks it dead, and the next
-`get_context()` builds a fresh one, so a session compiled again after DeviceLostError works.
+One Context per process and adapter (`get_context()` for the default adapter,
+`get_context(index)` for adapter `index` of `adapter_names()`); a lost device marks it dead,
+and the next `get_context()` builds a fresh one, so a session compiled again after
+DeviceLostError works.
 """
 
 from __future__ import annotations
@@ -62,9 +64,22 @@ def import_wgpu():
     return wgpu
 
 
-def _choose_adapter(wgpu):
-    """TINYDL_WEBGPU_ADAPTER picks by name substring or power preference; otherwise
-    high-performance, then a retry with low-power."""
+def adapter_names() -> list[str]:
+    """Every adapter wgpu finds, in its order: what `webgpu:INDEX` counts."""
+    return [a.summary for a in import_wgpu().gpu.enumerate_adapters_sync()]
+
+
+def _choose_adapter(wgpu, index: int | None = None):
+    """Adapter `index` of the enumeration when given; else TINYDL_WEBGPU_ADAPTER picks by name
+    substring or power preference; otherwise high-performance, then a retry with low-power."""
+    if index is not None:
+        adapters = wgpu.gpu.enumerate_adapters_sync()
+        if not 0 <= index < len(adapters):
+            raise BackendUnavailableError(
+                f"no WebGPU adapter {index}: found {len(adapters)} "
+                f"({'; '.join(a.summary for a in adapters) or 'none'})"
+            )
+        return adapters[index]
     wanted = os.environ.get(ADAPTER_ENV, "").strip()
     if wanted and wanted not in ("high-performance", "low-power"):
         adapters = wgpu.gpu.enumerate_adapters_sync()
@@ -89,11 +104,13 @@ def _choose_adapter(wgpu):
 class Context:
     """A WebGPU device with what every kernel shares."""
 
-    def __init__(self):
+    def __init__(self, index: int | None = None):
         wgpu = import_wgpu()
         t0 = time.perf_counter()
         self.wgpu = wgpu
-        self.adapter = _choose_adapter(wgpu)
+        # The adapter's index in adapter_names(), or None for the default choice.
+        self.index = index
+        self.adapter = _choose_adapter(wgpu, index)
         self.features = {f for f in OPTIONAL_FEATURES if f in self.adapter.features}
         limits = {k: self.adapter.limits[k] for k in RAISED_LIMITS if k in self.adapter.limits}
         self.device = self.adapter.request_device_sync(
@@ -328,20 +345,21 @@ def _padded_bytes(array: np.ndarray):
     return raw
 
 
-_context: Context | None = None
+_contexts: dict[int | None, Context] = {}
 _context_lock = threading.Lock()
 
 
-def get_context() -> Context:
-    """The process's WebGPU context; a new one after the device was lost."""
-    global _context
+def get_context(index: int | None = None) -> Context:
+    """The process's WebGPU context on adapter `index` (None: the default adapter); a new one
+    after the device was lost."""
     with _context_lock:
-        if _context is None or _context.lost:
-            _context = Context()
-        return _context
+        ctx = _contexts.get(index)
+        if ctx is None or ctx.lost:
+            ctx = _contexts[index] = Context(index)
+        return ctx
 
 
 def _forget(ctx: Context) -> None:
-    global _context
-    if _context is ctx:
-        _context = None
+    with _context_lock:
+        if _contexts.get(ctx.index) is ctx:
+            del _contexts[ctx.index]

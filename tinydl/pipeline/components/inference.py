@@ -5,28 +5,39 @@ Inputs:  in (Tensor, DeviceTensor or Frame, or a Batch of one of them: the items
 Outputs: out (Tensor, DeviceTensor or Frame per `output_as`; a Batch in gives a Batch out, item
          by item with the items' ids; a DeviceTensor names the backend whose partition makes the
          output, Session.output_backends: with backends "cuda,cpu", "cpu" for a cpu node's)
-Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models, an
-         ir.Graph, or a Session already compiled — used as it is, by every instance), backends
-         (priority list, "cpu" default; e.g. "cuda,cpu"), precision ("fp32" | "fp16"), strict
-         (bool: no fallback), input / output (names; default the model's only input and its
-         first output), channels (list of frame channels fed to the model, default all),
-         output_as ("tensor" | "device" | "frame"), keep_channels (bool, with output_as
-         "frame": channels not fed to the model are resized to the output's size and kept, so a
+Options: model (a .onnx/.tdl path, "tinydl:NAME" for a model shipped in tinydl/models,
+         "ppocr:det|cls|rec" for PP-OCRv4 as rapidocr-onnxruntime ships it, an ir.Graph, or a
+         Session already compiled — used as it is, by every instance, and then backends,
+         precision and strict are not used), backends (priority list or a comma-separated
+         string, "cpu" default: the fastest CPU path, "numpy" the reference; e.g. "cuda,cpu"),
+         precision ("fp32" | "fp16"), strict (bool: no fallback), input / output (names;
+         default the model's only input and its first output), channels (list of frame
+         channels fed to the model, default all), output_as ("tensor" | "device" | "frame"),
+         keep_channels (bool, with output_as "frame", channels and normalize: the channels not
+         fed to the model are resized to the output's size and kept, so a
          luma-only super-resolution model gives a color frame), layout ("NCHW" | "NHWC": how
          a frame is laid out for the model), normalize (bool, True: uint8 pixels fed as x/255
          and answered back from 0..1; False: the pixels as they are, for a model that takes and
-         gives uint8 frames), mean / std (per channel, with normalize: (x/255 - mean) / std)
+         gives uint8 frames), mean / std (per channel, with normalize: (x/255 - mean) / std),
+         resize (a frame's size for the model, tinydl.images.resize_policy: "640x480",
+         "letterbox 640x640", "multiple 32", "multiple 32 min 736" as PP-OCR's detector;
+         bilinear; default: as the frame comes), color ("rgb" | "bgr": the channel order the
+         model takes, frames converted from their own format; default: as they come)
 
 Frames are fed through tinydl.images.image_to_tensor: by default NCHW float32, uint8 pixels
 divided by 255. A frame out is the reverse (tinydl.images.tensor_to_image): HWC, clipped to
 [0, 1], and back to uint8 if the input frame was. An item whose rank is one less than the model
 input's gets a batch axis of 1, removed again on the way out. A DeviceTensor that carries a
 frame (ToDevice of a Frame) keeps it through output_as="device", so ToHost(frames=True) can
-give the frame back.
+give the frame back. An empty Batch (a frame with nothing to run on) gives an empty Batch and
+runs nothing.
 
 Example (ESPCN x2 on the Y channel of YCbCr frames, four streams batched together):
-    app.add("sr", Inference(model="espcn_x2.tdl", channels=[0], output_as="frame",
+    app.add("sr", Inference(model="tinydl:espcn_x2", channels=[0], output_as="frame",
                             keep_channels=True))
+Example (PP-OCR's text detector: BGR, short side 736, sides multiples of 32, mean/std 0.5):
+    app.add("det", Inference(model="ch_PP-OCRv4_det_infer.onnx", resize="multiple 32 min 736",
+                             color="bgr", mean=0.5, std=0.5))
 Example (a frame graph that takes and gives uint8 (N, H, W, 3), as tinydl superres runs it):
     app.add("sr", Inference(model=session, layout="NHWC", normalize=False, output_as="frame"))
 """
@@ -40,27 +51,62 @@ from typing import Any
 import numpy as np
 
 from tinydl.errors import InvalidModelError
-from tinydl.images import LAYOUTS, image_to_tensor, tensor_to_image
+from tinydl.images import LAYOUTS, image_to_tensor, resize_image, resize_policy, tensor_to_image
 from tinydl.pipeline.component import Component
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, DeviceTensor, Frame, Tensor, union
 
-from ._image import resize
+from ._image import convert, resize
 
 _ITEM = (Tensor, DeviceTensor, Frame)
 _OUT = {"tensor": Tensor, "device": DeviceTensor, "frame": Frame}
 
 
+# PP-OCR's models as the rapidocr-onnxruntime package ships them ("ppocr:det" etc.).
+PPOCR_MODELS = {
+    "det": "ch_PP-OCRv4_det_infer.onnx",
+    "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+    "rec": "ch_PP-OCRv4_rec_infer.onnx",
+}
+
+
 def resolve_model(model: Any) -> Any:
-    """A path, "tinydl:NAME" (tinydl/models/NAME.tdl), or a Graph as is."""
-    if not isinstance(model, str | Path) or not str(model).startswith("tinydl:"):
+    """A path, "tinydl:NAME" (tinydl/models/NAME.tdl), "ppocr:det|cls|rec" (PP-OCRv4 from the
+    rapidocr-onnxruntime package), or a Graph as is."""
+    if not isinstance(model, str | Path):
+        return model
+    text = str(model)
+    if text.startswith("ppocr:"):
+        name = PPOCR_MODELS.get(text[len("ppocr:") :])
+        if name is None:
+            raise PipelineError(f"{text}: expected one of {[f'ppocr:{k}' for k in PPOCR_MODELS]}")
+        try:
+            import rapidocr_onnxruntime
+        except ImportError:
+            raise PipelineError(
+                f"{text}: the PP-OCR models come with rapidocr-onnxruntime: "
+                "pip install 'tinydl[ocr]'"
+            ) from None
+        return Path(rapidocr_onnxruntime.__file__).parent / "models" / name
+    if not text.startswith("tinydl:"):
         return model
     from tinydl.runtime.loader import shipped_path
 
     try:
-        return shipped_path(str(model))
+        return shipped_path(text)
     except InvalidModelError as exc:
         raise PipelineError(str(exc)) from None
+
+
+def open_session(model: Any, backends: Any, precision: str, strict: bool) -> Any:
+    """A Session for a model option: a compiled Session as it is, else the model compiled."""
+    import tinydl
+
+    if isinstance(model, tinydl.Session):
+        return model
+    return tinydl.compile(
+        resolve_model(model), backends=backends, precision=precision, strict=strict
+    )
 
 
 class Inference(Component):
@@ -84,6 +130,8 @@ class Inference(Component):
         normalize: bool = True,
         mean: float | list[float] | None = None,
         std: float | list[float] | None = None,
+        resize: str | None = None,
+        color: str | None = None,
     ):
         if output_as not in _OUT:
             raise PipelineError(f"Inference: output_as must be one of {list(_OUT)}")
@@ -98,7 +146,11 @@ class Inference(Component):
         self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
         self.input, self.output, self.channels = input, output, channels
         self.output_as, self.keep_channels = output_as, keep_channels
+        if color not in (None, "rgb", "bgr"):
+            raise PipelineError(f"Inference: color must be 'rgb' or 'bgr', got {color!r}")
         self.layout, self.normalize, self.mean, self.std = layout, normalize, mean, std
+        self.resize = None if resize is None else resize_policy(resize)
+        self.color = color
         if output_as == "frame":
             self.inputs = {"in": union(Frame, Batch[Frame])}
 
@@ -109,17 +161,7 @@ class Inference(Component):
         return {"out": Batch[out] if batched else out if single else union(out, Batch[out])}
 
     def open(self, ctx):
-        import tinydl
-
-        if isinstance(self.model, tinydl.Session):
-            self.session = self.model
-        else:
-            self.session = tinydl.compile(
-                resolve_model(self.model),
-                backends=self.backends,
-                precision=self.precision,
-                strict=self.strict,
-            )
+        self.session = open_session(self.model, self.backends, self.precision, self.strict)
         names = [v.name for v in self.session.inputs]
         if self.input is None and len(names) != 1:
             raise PipelineError(f"Inference: the model has inputs {names}; choose one with input=")
@@ -137,7 +179,12 @@ class Inference(Component):
         if isinstance(item, DeviceTensor):
             return item.data, False
         if isinstance(item, Frame):
-            image = item.image if item.image.ndim == 3 else item.image[..., None]
+            image = item.image
+            if self.color is not None:
+                image = convert(image, item.format, self.color)
+            if self.resize is not None:
+                image = resize_image(image, self.resize.fit(*image.shape[:2]))
+            image = image if image.ndim == 3 else image[..., None]
             if self.channels is not None:
                 image = image[..., self.channels]
             if self.normalize:
@@ -167,7 +214,7 @@ class Inference(Component):
             y = out if self.layout == "NHWC" else np.moveaxis(out, 0, -1)
             if source.image.ndim == 2 and y.shape[-1] == 1:
                 y = y[..., 0]
-            return replace(source, image=y)
+            return replace(source, image=y, format=self.color or source.format)
         y = tensor_to_image(out, self.layout, self.mean, self.std, dtype=np.float32)
         if self.keep_channels:
             h, w = y.shape[:2]
@@ -179,11 +226,13 @@ class Inference(Component):
             y = tensor_to_image(y, "NHWC")
         if source.image.ndim == 2 and y.shape[-1] == 1:
             y = y[..., 0]
-        return replace(source, image=y)
+        return replace(source, image=y, format=self.color or source.format)
 
     def process(self, ctx, inputs):
         payload = inputs["in"].payload
         items = payload.payloads() if isinstance(payload, Batch) else [payload]
+        if not items:
+            return {"out": Batch([])}
         fed = [self._feed(item) for item in items]
         x = fed[0][0] if len(fed) == 1 else np.concatenate([f[0] for f in fed])
         kind = "device" if self.output_as == "device" else [self.output]

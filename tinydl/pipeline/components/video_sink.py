@@ -265,30 +265,30 @@ class VideoSink(Component):
             return None
         keep = ctx.stop_reason is None and not self.failed
         try:
-            if keep:
-                for p in self.stream.encode():
-                    self.container.mux(p)
-                if not self.shortest:
-                    self._audio_until(float("inf"))
-                elif self.last_time is not None:  # cut where the last frame ends
-                    self._audio_until(self.last_time + float(1 / self.rate))
-                if self.audio_in is not None and not self.copy_audio:
-                    self.container.mux(self.aout.encode(None))
-        except BaseException as exc:
-            keep = False
-            if isinstance(exc, self.av.FFmpegError):
-                raise PipelineError(f"{self.file}: encoding failed: {exc}") from None
-            raise
-        finally:
             try:
-                self.container.close()
-            except self.av.FFmpegError:
-                keep = False
-            if self.audio_in is not None:
-                self.audio_in.close()
-            self.container = None
+                if keep:
+                    self._flush()
+            finally:
+                self.container.close()  # writes the trailer: it may fail too (a full disk)
+                if self.audio_in is not None:
+                    self.audio_in.close()
             if keep:
                 os.replace(self.tmp, self.file)
-            else:
-                self.tmp.unlink(missing_ok=True)
+        except self.av.FFmpegError as exc:
+            raise PipelineError(f"{self.file}: encoding failed: {exc}") from None
+        except OSError as exc:
+            raise PipelineError(f"{self.file}: cannot write it: {exc}") from None
+        finally:
+            self.container = None
+            self.tmp.unlink(missing_ok=True)  # still there only when not renamed
         return None
+
+    def _flush(self) -> None:
+        for p in self.stream.encode():
+            self.container.mux(p)
+        if not self.shortest:
+            self._audio_until(float("inf"))
+        elif self.last_time is not None:  # cut where the last frame ends
+            self._audio_until(self.last_time + float(1 / self.rate))
+        if self.audio_in is not None and not self.copy_audio:
+            self.container.mux(self.aout.encode(None))

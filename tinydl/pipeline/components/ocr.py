@@ -1,0 +1,386 @@
+"""OCR: text lines cut out of frames by their boxes, turned upright and read (PP-OCR).
+
+CropBoxes
+  Inputs:  image (Frame, or a Batch of them), boxes (Quads from TextBoxes, or a Batch of them)
+           — joined by (flow_id, request_id)
+  Outputs: out (TextCrops: each box cut out and straightened at its own size; a Batch in
+           gives a Batch out; no boxes gives no crops)
+  Options: height (None: crops at their own size; N: resized to N pixels high, the width from
+           the aspect ratio — less to carry, but the models resize them again)
+
+TextDirection
+  Inputs:  in (TextCrops, or a Batch of them: the crops of every item are run together)
+  Outputs: out (the same, crops classified upside down turned by 180 degrees)
+  Options: model ("ppocr:cls"), backends ("cpu"), precision, strict, batch_size (6 crops per
+           model call), thresh (0.9: turned only above it), height (48) and width (192): the
+           model's input size, color ("bgr": the channel order the model takes)
+
+TextRecognize
+  Inputs:  in (TextCrops, or a Batch of them: the crops of every item are run together)
+  Outputs: out (Quads: one per line read, its box, its text as label, the mean probability of
+           its characters as score; a Batch in gives a Batch out, item for item; a frame with
+           no text gives zero quads)
+  Options: model ("ppocr:rec"), backends ("cpu"), precision, strict, batch_size (6 crops per
+           model call), min_score (0.5: lines read with less are dropped), height (48: the
+           model's input height), width (320: the narrowest input), characters (the
+           dictionary: a file with one character a line; default: the model's "character"
+           metadata, as PP-OCR's ONNX models carry it), color ("bgr")
+
+LinesJson
+  Inputs:  in (Quads with labels: the lines of one frame, as TextRecognize gives them)
+  Outputs: none (a sink)
+  Options: path (a JSON file written at close, None: none), names (one name per request id,
+           e.g. the image files ImageSource reads; default: the frame number)
+  Keeps `results` in (flow_id, request_id) order: {"image": name, "flow": flow_id, "frame":
+  request_id, "lines": [{"box": [[x, y] x 4], "text": str, "score": float}]}. Runs on the
+  thread executor only (its results live in the app's process).
+
+These are RapidOCR 1.4.4's steps with its defaults. A box is cut out with a perspective warp
+(bicubic, edges replicated) at its own size, turned by 90 degrees when it is at least 1.5
+times higher than wide: `crop_quad` does it, the one function to swap for a device warp. Each
+model resizes a crop once (bilinear) to its input height: the classifier squeezes it to at most
+`width` and zero-pads it; the recognizer sorts the crops by aspect ratio, runs `batch_size` at
+a time, each batch padded to its widest crop (which is squeezed by up to a pixel, as PP-OCR
+does), and decodes greedily (CTC: repeats merged, blanks dropped). Cropping to the model height
+first and resizing again changes the recognized text of about one line in ten (spaces, mostly),
+hence crops at their own size by default.
+Crops travel with their frame, so batching crops across frames is `Batch` before TextDirection
+and `Unbatch` after TextRecognize: every frame gets its own lines back, in order. Needs OpenCV
+(the `ocr` extra).
+
+Example (after TextBoxes; four frames' crops recognized together):
+    app.add("crops", CropBoxes())
+    app.add("frames", Batch(max_size=4, max_wait=0))
+    app.add("upright", TextDirection())
+    app.add("read", TextRecognize())
+    app.add("lines", Unbatch())
+    app.connect("src", "crops.image")
+    app.connect("boxes", "crops.boxes")
+    app.connect("crops", "frames")
+    app.connect("frames", "upright")
+    app.connect("upright", "read")
+    app.connect("read", "lines")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinydl.pipeline.component import Component
+from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.packet import Batch, Frame, Quads, union
+
+from ._image import convert
+from .inference import open_session
+from .text_boxes import ocr_modules
+
+
+@dataclass
+class TextCrops:
+    """The text lines of one frame cut out: `crops[i]` (h_i, w_i[, C]) uint8 in `format`, from
+    `quads.points[i]`."""
+
+    crops: list[np.ndarray]
+    quads: Quads
+    format: str = "rgb"
+
+    def __len__(self) -> int:
+        return len(self.crops)
+
+    @property
+    def ratios(self) -> np.ndarray:
+        """Each crop's width / height."""
+        return np.array([c.shape[1] / c.shape[0] for c in self.crops], np.float64)
+
+
+def fit_height(cv2, crop: np.ndarray, height: int, max_width: int | None = None) -> np.ndarray:
+    """A crop resized (bilinear) to `height`, its width from its aspect ratio (rounded up),
+    squeezed to at most `max_width`."""
+    width = math.ceil(height * crop.shape[1] / crop.shape[0])
+    width = width if max_width is None else min(width, max_width)
+    return crop if crop.shape[:2] == (height, width) else cv2.resize(crop, (width, height))
+
+
+def crop_quad(image: np.ndarray, quad: np.ndarray, height: int | None = None) -> np.ndarray:
+    """The quadrilateral `quad` (4, 2) of an image straightened (as PP-OCR's
+    get_rotate_crop_image), at its own size or resized to `height`."""
+    cv2, _ = ocr_modules()
+    p = np.asarray(quad, np.float32)
+    w = max(1, int(max(np.linalg.norm(p[0] - p[1]), np.linalg.norm(p[2] - p[3]))))
+    h = max(1, int(max(np.linalg.norm(p[0] - p[3]), np.linalg.norm(p[1] - p[2]))))
+    target = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+    warp = cv2.getPerspectiveTransform(p, target)
+    cut = cv2.warpPerspective(
+        image, warp, (w, h), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC
+    )
+    if cut.shape[0] / cut.shape[1] >= 1.5:  # a vertical line is read turned to horizontal
+        cut = np.rot90(cut)
+    return cut if height is None else fit_height(cv2, cut, height)
+
+
+def _pairs(a: Any, b: Any, fn, what: str) -> Any:
+    """fn(a, b) for single payloads, or item by item for two batches of the same size."""
+    if isinstance(a, Batch) != isinstance(b, Batch) or (isinstance(a, Batch) and len(a) != len(b)):
+        raise PipelineError(f"{what}: both inputs must be single or same-size batches")
+    if isinstance(a, Batch):
+        return Batch(
+            [
+                p.derive(fn(x, y))
+                for p, x, y in zip(a.items, a.payloads(), b.payloads(), strict=True)
+            ]
+        )
+    return fn(a, b)
+
+
+class CropBoxes(Component):
+    """Each box of a frame cut out and straightened, at the recognizer's height."""
+
+    inputs = {"image": union(Frame, Batch[Frame]), "boxes": union(Quads, Batch[Quads])}
+    outputs = {"out": union(TextCrops, Batch[TextCrops])}
+
+    def __init__(self, height: int | None = None):
+        if height is not None and height < 1:
+            raise PipelineError(f"CropBoxes: height must be positive, got {height}")
+        self.height = height
+
+    def output_types(self, input_types):
+        batched = isinstance(input_types["boxes"], type) and issubclass(input_types["boxes"], Batch)
+        return {"out": Batch[TextCrops] if batched else TextCrops}
+
+    def open(self, ctx):
+        ocr_modules()
+
+    def crops(self, frame: Frame, quads: Quads) -> TextCrops:
+        if not isinstance(frame, Frame) or not isinstance(quads, Quads):
+            raise PipelineError(
+                f"CropBoxes: expected a Frame and Quads, got {type(frame).__name__} and "
+                f"{type(quads).__name__}"
+            )
+        cuts = [crop_quad(frame.image, q, self.height) for q in np.asarray(quads.points)]
+        return TextCrops(cuts, quads, frame.format)
+
+    def process(self, ctx, inputs):
+        image, boxes = inputs["image"].payload, inputs["boxes"].payload
+        return {"out": _pairs(image, boxes, self.crops, "CropBoxes")}
+
+
+class _CropModel(Component):
+    """A model run over the crops of one or several frames, `batch_size` crops at a time."""
+
+    inputs = {"in": union(TextCrops, Batch[TextCrops])}
+
+    def __init__(
+        self,
+        model: Any,
+        backends: str | list[str] = "cpu",
+        precision: str = "fp32",
+        strict: bool = False,
+        batch_size: int = 6,
+        height: int = 48,
+        width: int = 0,
+        color: str = "bgr",
+    ):
+        if batch_size < 1:
+            raise PipelineError(f"{type(self).__name__}: batch_size must be >= 1")
+        if color not in ("rgb", "bgr"):
+            raise PipelineError(f"{type(self).__name__}: color is 'rgb' or 'bgr', got {color!r}")
+        self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
+        self.batch_size, self.height, self.width, self.color = batch_size, height, width, color
+
+    def output_types(self, input_types):
+        batched = isinstance(input_types["in"], type) and issubclass(input_types["in"], Batch)
+        out = self.outputs["out"][0]
+        return {"out": Batch[out] if batched else out}
+
+    def open(self, ctx):
+        self.cv2, _ = ocr_modules()
+        self.session = open_session(self.model, self.backends, self.precision, self.strict)
+        self.input = self.session.inputs[0].name
+        self.output = self.session.outputs[0].name
+
+    def run(self, crops: list[np.ndarray], fmt: list[str], width: int) -> np.ndarray:
+        """The model's output for crops resized to its height, at most `width` wide, in a
+        zero-padded (N, 3, height, width) batch, normalized as PP-OCR does: (x/255 - 0.5) / 0.5."""
+        x = np.zeros((len(crops), 3, self.height, width), np.float32)
+        for i, (crop, f) in enumerate(zip(crops, fmt, strict=True)):
+            crop = fit_height(self.cv2, crop, self.height, width)
+            pixels = convert(crop, f, self.color).astype(np.float32)
+            x[i, :, :, : crop.shape[1]] = (pixels.transpose(2, 0, 1) / 255 - 0.5) / 0.5
+        return self.session.run({self.input: x}, outputs=[self.output])[self.output]
+
+    def process(self, ctx, inputs):
+        payload = inputs["in"].payload
+        items = payload.payloads() if isinstance(payload, Batch) else [payload]
+        for item in items:
+            if not isinstance(item, TextCrops):
+                raise PipelineError(f"{type(self).__name__}: expected TextCrops, got {item!r}")
+        # Every crop of every item, sorted by aspect ratio so a model call pads little.
+        flat = [(k, i) for k, item in enumerate(items) for i in range(len(item))]
+        ratios = np.concatenate([item.ratios for item in items] + [np.zeros(0)])
+        order = [flat[j] for j in np.argsort(ratios)]
+        answers = self.answer(items, order)
+        if isinstance(payload, Batch):
+            return {
+                "out": Batch([p.derive(a) for p, a in zip(payload.items, answers, strict=True)])
+            }
+        return {"out": answers[0]}
+
+
+class TextDirection(_CropModel):
+    """Crops read upside down (PP-OCR's 0/180 classifier) turned the right way up."""
+
+    outputs = {"out": union(TextCrops, Batch[TextCrops])}
+
+    def __init__(self, model: Any = "ppocr:cls", thresh: float = 0.9, width: int = 192, **kw):
+        super().__init__(model, width=width, **kw)
+        self.thresh = thresh
+
+    def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[TextCrops]:
+        crops = [list(item.crops) for item in items]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            probs = self.run(
+                [crops[k][i] for k, i in chunk], [items[k].format for k, _ in chunk], self.width
+            )
+            for (k, i), p in zip(chunk, probs, strict=True):
+                if np.argmax(p) == 1 and p[1] > self.thresh:
+                    crops[k][i] = np.ascontiguousarray(crops[k][i][::-1, ::-1])
+        return [replace(item, crops=c) for item, c in zip(items, crops, strict=True)]
+
+
+def read_characters(source: Any) -> list[str]:
+    """A CTC dictionary: the lines of a file, or a model's "character" metadata text."""
+    text = Path(source).read_text(encoding="utf-8") if isinstance(source, Path) else source
+    return text.splitlines()
+
+
+def ctc_greedy(probs: np.ndarray, characters: list[str]) -> list[tuple[str, float]]:
+    """Greedy CTC decoding of (N, T, C) probabilities; class 0 is the blank, class i > 0 is
+    characters[i - 1], the class after the last character a space (PP-OCR's convention).
+    Each text comes with the mean probability of its characters (0 for an empty text)."""
+    table = np.array(["", *characters, " "], dtype=object)
+    if probs.shape[-1] != len(table):
+        raise PipelineError(
+            f"TextRecognize: the model scores {probs.shape[-1]} classes, the dictionary has "
+            f"{len(table)} (blank + {len(characters)} characters + space)"
+        )
+    best = probs.argmax(axis=-1)
+    prob = probs.max(axis=-1).astype(np.float64)
+    keep = best != 0
+    keep[:, 1:] &= best[:, 1:] != best[:, :-1]
+    count = keep.sum(axis=1)
+    mean = np.where(count > 0, (prob * keep).sum(axis=1) / np.maximum(count, 1), 0.0)
+    return [("".join(table[b[k]]), float(m)) for b, k, m in zip(best, keep, mean, strict=True)]
+
+
+class TextRecognize(_CropModel):
+    """The text of each crop (PP-OCR's CTC recognizer), as the frame's lines."""
+
+    outputs = {"out": union(Quads, Batch[Quads])}
+
+    def __init__(
+        self,
+        model: Any = "ppocr:rec",
+        min_score: float = 0.5,
+        width: int = 320,
+        characters: str | None = None,
+        **kw,
+    ):
+        super().__init__(model, width=width, **kw)
+        self.min_score, self.characters = min_score, characters
+
+    def open(self, ctx):
+        super().open(ctx)
+        if self.characters is not None:
+            self.table = read_characters(Path(self.characters))
+            return
+        meta = self.session.graph.metadata.get("onnx_metadata", {})
+        if "character" not in meta:
+            raise PipelineError(
+                "TextRecognize: the model carries no 'character' metadata; give characters="
+            )
+        self.table = read_characters(meta["character"])
+
+    def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[Quads]:
+        read: dict[tuple[int, int], tuple[str, float]] = {}
+        ratios = [item.ratios for item in items]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            # PP-OCR's batch width: the widest crop's at the model's height, at least `width`.
+            widest = max(self.width / self.height, *(ratios[k][i] for k, i in chunk))
+            probs = self.run(
+                [items[k].crops[i] for k, i in chunk],
+                [items[k].format for k, _ in chunk],
+                int(self.height * widest),
+            )
+            read.update(zip(chunk, ctc_greedy(probs, self.table), strict=True))
+        lines = []
+        for k, item in enumerate(items):
+            texts = [read[(k, i)] for i in range(len(item))]
+            keep = [i for i, (_, score) in enumerate(texts) if score >= self.min_score]
+            lines.append(
+                Quads(
+                    np.asarray(item.quads.points, np.float32).reshape(-1, 4, 2)[keep],
+                    np.array([texts[i][1] for i in keep], np.float32),
+                    [texts[i][0] for i in keep],
+                )
+            )
+        return lines
+
+
+def lines_json(quads: Quads) -> list[dict]:
+    """A frame's lines as JSON-ready dicts: box corners (x, y) in pixels, text, score."""
+    points = np.asarray(quads.points, np.float64).reshape(-1, 4, 2)
+    scores = [] if quads.scores is None else np.asarray(quads.scores, np.float64)
+    return [
+        {"box": box.tolist(), "text": text, "score": round(float(score), 6)}
+        for box, text, score in zip(points, quads.labels or [], scores, strict=True)
+    ]
+
+
+class LinesJson(Component):
+    """Every frame's lines, in frame order, kept and (with `path`) written as JSON at close."""
+
+    inputs = {"in": Quads}
+    outputs: dict = {}
+    executors = ("thread",)
+
+    def __init__(self, path: str | None = None, names: list[str] | None = None):
+        self.path, self.names = path, names
+        self.lock = threading.Lock()
+        self.found: dict[tuple[int, int], list[dict]] = {}
+
+    def process(self, ctx, inputs):
+        packet = inputs["in"]
+        if not isinstance(packet.payload, Quads):
+            raise PipelineError(f"LinesJson: expected Quads, got {type(packet.payload).__name__}")
+        with self.lock:
+            self.found[packet.key] = lines_json(packet.payload)
+        return None
+
+    @property
+    def results(self) -> list[dict]:
+        with self.lock:
+            found = sorted(self.found.items())
+        names = self.names or []
+        return [
+            {
+                "image": names[r % len(names)] if names else r,
+                "flow": f,
+                "frame": r,
+                "lines": lines,
+            }
+            for (f, r), lines in found
+        ]
+
+    def close(self, ctx):
+        if self.path is not None:
+            Path(self.path).write_text(json.dumps(self.results, ensure_ascii=False, indent=1))
+        return None

@@ -1,0 +1,165 @@
+"""Cold start: how long a new process takes from `import tinydl` to its first result.
+
+    python tools/bench_coldstart.py --backends cuda,webgpu
+    python tools/bench_coldstart.py --models resnet18,densenet121 --backends cuda --json cold.json
+
+Each measurement is a fresh Python process. "cold" gives it an empty tinydl cache folder
+(`TINYDL_CACHE_DIR`: compiled CUDA kernels, webgpu pipeline cache), "warm" runs it again on the
+cache the cold run left, as a second start of the same app does. Reported per model, backend
+and start: import, load, compile, first run (with its host read-back) and the total, in seconds,
+with the kernels compiled and the compile threads' summed time on cuda.
+
+Models are ONNX files in `--onnx-dir`; a missing one is built with seeded random weights and
+exported by tools/zoo.py (needs PyTorch with torchvision/timm), so the figures are reproducible
+on any machine with the same GPU. `tinydl:NAME` runs a shipped model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The issue's set: classifiers from small to deep, plus our own ESPCN.
+MODELS = "tinydl:espcn_x3,resnet18,mobilenet_v3_small,efficientnet_b0,ghostnet_100,densenet121"
+EXTRA = {  # built by tools/zoo.py's helpers, beside the zoo's own models
+    "mobilenet_v3_small": ("torchvision", "mobilenet_v3_small"),
+    "densenet121": ("torchvision", "densenet121"),
+    "resnet50": ("timm", "resnet50"),
+    "ghostnet_100": ("timm", "ghostnet_100"),
+}
+
+CHILD = r"""
+import cProfile, json, os, sys, time
+prof = cProfile.Profile() if os.environ.get("COLDSTART_PROFILE") else None
+if prof:
+    prof.enable()
+t0 = time.perf_counter()
+import numpy as np
+import tinydl as td
+t1 = time.perf_counter()
+path, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if backend == "cuda":
+    from tinydl.backends.cuda import context
+    if threads:
+        context.COMPILE_THREADS = threads
+    if os.environ.get("COLDSTART_PER_PROGRAM"):
+        context.MIN_PER_PROGRAM = int(os.environ["COLDSTART_PER_PROGRAM"])
+    context.get_context()
+elif backend == "webgpu":
+    from tinydl.backends.webgpu.context import get_context
+    get_context()
+t15 = time.perf_counter()
+model = td.load(path)
+t2 = time.perf_counter()
+sess = td.compile(model, backends=(backend,), strict=True)
+t3 = time.perf_counter()
+rng = np.random.default_rng(0)
+feeds = {}
+for v in model.inputs:
+    shape = [d if isinstance(d, int) else (1 if i == 0 else 224) for i, d in enumerate(v.shape)]
+    if path.endswith("espcn_x3.tdl"):
+        shape = [1, 1, 360, 640]
+    feeds[v.name] = rng.standard_normal(shape).astype(v.dtype)
+sess.run(feeds)
+t4 = time.perf_counter()
+if prof:
+    prof.disable()
+    prof.dump_stats(os.environ["COLDSTART_PROFILE"])
+stats = {}
+if backend == "cuda":
+    from tinydl.backends.cuda.context import get_context
+    stats = dict(get_context().stats)
+print(json.dumps({"import": t1 - t0, "device": t15 - t1, "load": t2 - t15,
+                  "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats}))
+"""
+
+
+def model_path(name: str, onnx_dir: Path) -> str:
+    if name.startswith("tinydl:"):
+        from tinydl.runtime.loader import shipped_path
+
+        return str(shipped_path(name))
+    path = onnx_dir / f"{name}.onnx"
+    if path.exists():
+        return str(path)
+    sys.path.insert(0, str(ROOT / "tools"))
+    import zoo
+
+    if name not in EXTRA:
+        return str(zoo.export(name, onnx_dir))
+    kind, arch = EXTRA[name]
+    zoo.MODELS[name] = (zoo._torchvision if kind == "torchvision" else zoo._timm)(arch, 224)
+    return str(zoo._export_here(name, onnx_dir))
+
+
+def start(path: str, backend: str, cache: str, threads: int, profile: str = "") -> dict:
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
+    if profile:
+        env["COLDSTART_PROFILE"] = profile
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, path, backend, str(threads)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--models", default=MODELS, help="comma-separated (default: %(default)s)")
+    ap.add_argument("--backends", default="cuda", help="comma-separated (default: cuda)")
+    ap.add_argument("--onnx-dir", type=Path, default=Path(".zoo"), help="exported models")
+    ap.add_argument(
+        "--compile-threads", type=int, default=0, help="cuda: NVRTC threads (default: per core)"
+    )
+    ap.add_argument("--profile-dir", type=Path, help="cProfile each start into this folder")
+    ap.add_argument("--json", type=Path, help="write the rows here too")
+    args = ap.parse_args(argv)
+    args.onnx_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(
+        "| model | backend | start | import s | device s | load s | compile s | first run s | "
+        "total s | kernels compiled | NVRTC thread s |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name in args.models.split(","):
+        path = model_path(name, args.onnx_dir)
+        for backend in args.backends.split(","):
+            with tempfile.TemporaryDirectory() as cache:
+                for label in ("cold", "warm"):
+                    prof = ""
+                    if args.profile_dir:
+                        args.profile_dir.mkdir(parents=True, exist_ok=True)
+                        stem = f"{name.replace(':', '_')}-{backend}-{label}.prof"
+                        prof = str(args.profile_dir.resolve() / stem)
+                    r = start(path, backend, cache, args.compile_threads, prof)
+                    rows.append({"model": name, "backend": backend, "start": label, **r})
+                    if "error" in r:
+                        print(f"| {name} | {backend} | {label} | error: {r['error']} |")
+                        continue
+                    st = r["stats"]
+                    cuda = f"{st['compiled']} | {st['compile_s']:.1f}" if st else " | "
+                    print(
+                        f"| {name} | {backend} | {label} | {r['import']:.2f} | {r['device']:.2f} | "
+                        f"{r['load']:.2f} | "
+                        f"{r['compile']:.2f} | {r['first_run']:.2f} | {r['total']:.2f} | {cuda} |",
+                        flush=True,
+                    )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
