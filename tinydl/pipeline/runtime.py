@@ -248,7 +248,11 @@ class Node:
             type(component).wait_for_resource is not Component.wait_for_resource
             or type(component).release_resource is not Component.release_resource
         )
-        # A light component whose thread is asleep may be called on its sender's thread.
+        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
+        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
+        self.ctx.gpu = self.place.get("gpu")
+        # A light component whose thread is asleep may be called on its sender's thread, unless
+        # it is pinned to cores (the sender's thread may run anywhere).
         self.inline = (
             self.executor == "thread"
             and rt.inline_ns > 0
@@ -256,11 +260,9 @@ class Node:
             and not self.inbox.join
             and not component.holds_inputs
             and spec.timeout is None
+            and not self.place.get("cpus")
         )
         self.ema_ns: float | None = None  # recent time per call
-        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
-        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
-        self.ctx.gpu = self.place.get("gpu")
 
     def light(self) -> bool:
         """Cheaper to call than a thread is to wake (its recent calls took < inline_below_us)."""
