@@ -353,13 +353,13 @@ def test_apply_sets_instances_batches_affinity_and_collect(batched_profile):
     first = min(core)
     Where.seen = []
     pinned = App("pinned")
-    pinned.add("cam", SyntheticSource(count=3))
+    pinned.add("cam", SyntheticSource(count=30))  # light: would run inline were it not pinned
     pinned.add("w", Where(), cpus=[first], gpus=["cuda:0"])
     pinned.add("out", Collect())
     pinned.connect("cam", "w")
     pinned.connect("w", "out")
     assert pinned.run(timeout=30, grace=5).balanced
-    assert Where.seen == [([first], "cuda:0")] * 3
+    assert Where.seen == [([first], "cuda:0")] * 30
     assert os.sched_getaffinity(0) == core  # the app's own threads are untouched
 
 

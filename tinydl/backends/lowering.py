@@ -54,6 +54,29 @@ def pool(b) -> dict:
     )
 
 
+def warp(b) -> dict:
+    """tinydl.Warp's template parameters (crops, image geometry in either layout, output size,
+    border) for both GPU backends; empty when there is nothing to write."""
+    x, mat, y = b.info(0), b.info(1), b.out()
+    total = math.prod(y.shape)
+    if total == 0:
+        return {}
+    layout = b.attrs["layout"]
+    n, c, h, w = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], *x.shape[1:3])
+    return dict(
+        crops=mat.shape[0],
+        images=n,
+        c=c,
+        h=h,
+        w=w,
+        oh=b.attrs["output_height"],
+        ow=b.attrs["output_width"],
+        layout=layout,
+        border=b.attrs["border"],
+        total=total,
+    )
+
+
 @dataclass
 class ResizeTables:
     """Per axis, a row per output index: its taps' input offsets then the outside flag

@@ -253,7 +253,11 @@ class Node:
             type(component).wait_for_resource is not Component.wait_for_resource
             or type(component).release_resource is not Component.release_resource
         )
-        # A light component whose thread is asleep may be called on its sender's thread.
+        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
+        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
+        self.ctx.gpu = self.place.get("gpu")
+        # A light component whose thread is asleep may be called on its sender's thread, unless
+        # it is pinned to cores (the sender's thread may run anywhere).
         self.inline = (
             self.executor == "thread"
             and rt.inline_ns > 0
@@ -261,11 +265,9 @@ class Node:
             and not self.inbox.join
             and not component.holds_inputs
             and spec.timeout is None
+            and not self.place.get("cpus")
         )
         self.ema_ns: float | None = None  # recent time per call
-        # Where a deployment (or cpus=/gpus=) puts this instance: cores, GPU, worker env.
-        self.place = spec.placement[instance % len(spec.placement)] if spec.placement else {}
-        self.ctx.gpu = self.place.get("gpu")
         self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
         self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
 

@@ -3,34 +3,22 @@ matrices are read at run time (computed per frame from detections)."""
 
 from __future__ import annotations
 
-import math
-
+from tinydl.backends import lowering
 from tinydl.backends.webgpu.kernels import grid, kernel
 
 
 @kernel("tinydl.Warp")
 def warp(b):
-    x, mat, y = b.info(0), b.info(1), b.out()
-    total = math.prod(y.shape)
-    if total == 0:
+    geo = lowering.warp(b)
+    if not geo:
         return
-    layout = b.attrs["layout"]
-    n, c, h, w = x.shape if layout == "NCHW" else (x.shape[0], x.shape[3], *x.shape[1:3])
-    g = grid(total, 256)
+    x, mat, y = b.info(0), b.info(1), b.out()
+    g = grid(geo["total"], 256)
     b.dispatch(
         "warp.wgsl",
         [b.inputs[0], b.inputs[1], b.outputs[0]],
         g,
-        crops=mat.shape[0],
-        images=n,
-        c=c,
-        h=h,
-        w=w,
-        oh=b.attrs["output_height"],
-        ow=b.attrs["output_width"],
-        layout=layout,
-        border=b.attrs["border"],
-        total=total,
+        **geo,
         gx=g[0],
         st=x.stype,
         mt=mat.stype,
