@@ -398,3 +398,48 @@ def test_cli_deploy_then_run(tmp_path, capsys):
     assert main(["pipeline", "run", str(app), "--fps", "40", "--deploy", str(plan)]) == 0
     out = capsys.readouterr().out
     assert "measured" in out and "frames in 60 = out 60" in out
+
+
+def test_two_gpu_plan_keeps_inference_threads_and_moves_others_to_processes(monkeypatch):
+    """Inference compiles on ctx.gpu itself (one process, a context per device); a component
+    that does not gets a worker process per GPU (TINYDL_CUDA_DEVICE)."""
+    import tinydl
+    from tinydl.pipeline.components import Inference
+
+    app = App("two")
+    app.add("cam", SyntheticSource(count=4))
+    app.add("sr", Inference(model="tinydl:espcn_x2", backends="cuda,cpu"))
+    app.add("gpu", FakeGPU())
+    app.connect("cam", "sr")
+    app.connect("sr", "gpu")
+    entry = {"resource": "gpu", "instances": 2, "batch": 1, "cores": None}
+    plan = Deployment(
+        "two",
+        30.0,
+        1.0,
+        "auto",
+        {
+            "cam": {"resource": "cpu", "instances": 1, "batch": None, "placement": [0]},
+            "sr": {**entry, "placement": ["cuda:0", "cuda:1"]},
+            "gpu": {**entry, "placement": ["cuda:0", "cuda:1"]},
+        },
+    )
+    notes = apply_plan(app, plan)
+    assert app.executor_of(app.components["sr"]) == "thread"
+    assert [p["gpu"] for p in app.components["sr"].placement] == ["cuda:0", "cuda:1"]
+    assert app.executor_of(app.components["gpu"]) == "process"
+    assert [p["env"] for p in app.components["gpu"].placement] == [
+        {"TINYDL_CUDA_DEVICE": "0"},
+        {"TINYDL_CUDA_DEVICE": "1"},
+    ]
+    assert notes == ["gpu: runs as processes, one per GPU context (['cuda:0', 'cuda:1'])"]
+
+    # Inference's session is compiled on the instance's GPU when its backends name that GPU's.
+    seen = []
+    monkeypatch.setattr(tinydl, "compile", lambda model, **kw: seen.append(kw["device"]))
+    from tinydl.pipeline.components.inference import open_session
+
+    open_session("tinydl:espcn_x2", "cuda,cpu", "fp32", False, "cuda:1")
+    open_session("tinydl:espcn_x2", ["webgpu"], "fp32", False, "cuda:1")
+    open_session("tinydl:espcn_x2", "cpu", "fp32", False, None)
+    assert seen == ["cuda:1", None, None]

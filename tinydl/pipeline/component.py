@@ -77,6 +77,9 @@ class Component:
     outputs: dict[str, Any] = {"out": Any}
     holds_inputs = False  # keeps packets across calls (Batch): their frames stay open meanwhile
     executors: tuple[str, ...] = EXECUTORS
+    # Opens its GPU work on ctx.gpu itself (Inference): instances on different GPUs may then
+    # stay threads of one process; others get a worker process per GPU (its environment).
+    uses_ctx_gpu = False
     registry: dict[str, type[Component]] = {}
 
     def __init_subclass__(cls, **kwargs):

@@ -405,8 +405,10 @@ def apply_plan(app, plan: Deployment) -> list[str]:
             )
         spec.placement = places
         gpus = {p["gpu"] for p in places if p["gpu"]}
-        if app.executor_of(spec) == "thread" and any(
-            p["env"].get("TINYDL_CUDA_DEVICE", default_gpu) != default_gpu for p in places
+        if (
+            app.executor_of(spec) == "thread"
+            and not spec.component.uses_ctx_gpu
+            and any(p["env"].get("TINYDL_CUDA_DEVICE", default_gpu) != default_gpu for p in places)
         ):
             if "process" in spec.component.executors:
                 spec.executor = "process"

@@ -98,19 +98,27 @@ def resolve_model(model: Any) -> Any:
         raise PipelineError(str(exc)) from None
 
 
-def open_session(model: Any, backends: Any, precision: str, strict: bool) -> Any:
-    """A Session for a model option: a compiled Session as it is, else the model compiled."""
+def open_session(
+    model: Any, backends: Any, precision: str, strict: bool, gpu: str | None = None
+) -> Any:
+    """A Session for a model option: a compiled Session as it is, else the model compiled; on
+    `gpu` ("cuda:1", the GPU a deployment gave this instance) when its backend is one of
+    `backends`."""
     import tinydl
 
     if isinstance(model, tinydl.Session):
         return model
+    names = backends.split(",") if isinstance(backends, str) else list(backends or ())
+    device = gpu if gpu and gpu.split(":")[0] in [n.strip() for n in names] else None
     return tinydl.compile(
-        resolve_model(model), backends=backends, precision=precision, strict=strict
+        resolve_model(model), backends=backends, precision=precision, strict=strict, device=device
     )
 
 
 class Inference(Component):
     """A model run by a tinydl Session, on one item or a batch at a time."""
+
+    uses_ctx_gpu = True
 
     inputs = {"in": union(*_ITEM, *(Batch[t] for t in _ITEM))}
     outputs = {"out": union(*_OUT.values(), *(Batch[t] for t in _OUT.values()))}
@@ -161,7 +169,9 @@ class Inference(Component):
         return {"out": Batch[out] if batched else out if single else union(out, Batch[out])}
 
     def open(self, ctx):
-        self.session = open_session(self.model, self.backends, self.precision, self.strict)
+        self.session = open_session(
+            self.model, self.backends, self.precision, self.strict, getattr(ctx, "gpu", None)
+        )
         names = [v.name for v in self.session.inputs]
         if self.input is None and len(names) != 1:
             raise PipelineError(f"Inference: the model has inputs {names}; choose one with input=")

@@ -174,6 +174,7 @@ class CropBoxes(Component):
 class _CropModel(Component):
     """A model run over the crops of one or several frames, `batch_size` crops at a time."""
 
+    uses_ctx_gpu = True
     inputs = {"in": union(TextCrops, Batch[TextCrops])}
 
     def __init__(
@@ -201,7 +202,9 @@ class _CropModel(Component):
 
     def open(self, ctx):
         self.cv2, _ = ocr_modules()
-        self.session = open_session(self.model, self.backends, self.precision, self.strict)
+        self.session = open_session(
+            self.model, self.backends, self.precision, self.strict, getattr(ctx, "gpu", None)
+        )
         self.input = self.session.inputs[0].name
         self.output = self.session.outputs[0].name
 
