@@ -419,6 +419,7 @@ def apply_plan(app, plan: Deployment) -> list[str]:
         src, dst = app.components[e.src], app.components[e.dst]
         if (
             src.instances > 1
+            and src.component.inputs  # a source's instances make flows of their own, in order
             and not src.component.holds_inputs
             and e.dst_instance is None
             and dst.instances == 1

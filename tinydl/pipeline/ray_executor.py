@@ -148,6 +148,8 @@ class _Actor:
 
     def open(self, flow_id: int, offset_ns: int, gpu: str | None) -> tuple:
         ctx = self.ctx = Context(*self.args, clock=lambda: time.monotonic_ns() + offset_ns)
+        if gpu and gpu.startswith("cuda:") and _ray().get_gpu_ids():
+            gpu = "cuda:0"  # Ray shows the actor only the GPU it was given (CUDA_VISIBLE_DEVICES)
         ctx.flow_id, ctx.gpu = flow_id, gpu
         try:
             self.component.open(ctx)

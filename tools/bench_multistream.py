@@ -1,0 +1,321 @@
+"""Multi-stream ESPCN x3 super-resolution, deployed at scale 0, 0.5 and 1: how many 30 fps
+streams one app keeps up with, GPU and CPU busy, frame latency, predicted beside measured.
+
+    python tools/bench_multistream.py --streams 150 --gpus cuda:0            # one GPU
+    python tools/bench_multistream.py --streams 300 --gpus cuda:0,cuda:1     # two GPUs
+    python tools/bench_multistream.py --streams 300 --gpus cuda:0,cuda:1 --executor ray
+    python tools/bench_multistream.py --backend cpu --streams 4 --width 64 --height 36  # no GPU
+
+The app: `streams` synthetic 640x360 RGB sources at 30 frames/s each -> Batch -> sr (the
+superres frame graph — RGB->YCbCr, ESPCN x3 on the luma, bicubic chroma, back to RGB, uint8 in
+and out — run by Inference with output_as="device"; the 1920x1080 frames stay on the GPU, and
+one checksum per frame comes back, which also waits for the GPU, so a frame's latency ends when
+its output exists) -> Unbatch -> Sink. The deployer plans the app from a profile taken first
+(batch sizes 1 … --max-batch), for a rate of streams x 30 frames/s, at each scale; the plan
+runs for --seconds of input.
+
+Measured: throughput = frames the sink got after the first --warmup seconds / that span
+(streams sustained = throughput / 30, at most --streams), latency p50/p99 over the same frames
+(source timestamp to sink), GPU busy = mean of nvidia-smi's utilization.gpu sampled every
+200 ms during the run, per GPU; CPU busy = the whole machine's busy share of all cores from
+/proc/stat over the run. Predicted: the deployer's simulation of the plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tinydl.pipeline import App, Component, deploy, profile  # noqa: E402
+from tinydl.pipeline import components as lib  # noqa: E402
+from tinydl.pipeline.packet import Batch, Tensor  # noqa: E402
+
+FPS = 30.0
+
+
+def checksums(arrays: list) -> np.ndarray:
+    """One float per array, computed where the arrays are (one reduction, one copy back)."""
+    import importlib
+
+    mod = type(arrays[0]).__module__.split(".")[0]
+    if mod != "cupy":
+        return np.stack([np.asarray(a).reshape(-1)[::4099] for a in arrays]).sum(axis=1)
+    cp = importlib.import_module("cupy")
+    with cp.cuda.Device(arrays[0].device.id):  # the GPU the arrays are on
+        flat = cp.stack([a.reshape(-1)[::4099] for a in arrays])
+        return flat.astype(cp.float32).sum(axis=1).get()
+
+
+class SuperRes(lib.Inference):
+    """The frame graph on a batch of frames; out: one checksum per frame (a Tensor)."""
+
+    resource = "gpu"
+
+    def process(self, ctx, inputs):
+        out = super().process(ctx, inputs)["out"]
+        items = out.payloads() if isinstance(out, Batch) else [out]
+        if not items:
+            return {"out": out}
+        sums = checksums([d.data for d in items])
+        if isinstance(out, Batch):
+            return {"out": Batch([p.derive(Tensor(s)) for p, s in zip(out.items, sums, strict=True)])}
+        return {"out": Tensor(sums[0])}
+
+
+class Sink(Component):
+    """Arrival time and latency of every frame (thread executor: the bench reads them)."""
+
+    executors = ("thread",)
+    outputs: dict = {}
+
+    def open(self, ctx):
+        self.now = ctx.now_ns
+        self.seen: list[tuple[int, int]] = []
+
+    def process(self, ctx, inputs):
+        now = self.now()
+        self.seen.append((now, now - inputs["in"].timestamp))
+        return None
+
+
+def frame_graph():
+    from tinydl.apps.superres import frame_graph as make
+    from tinydl.models import load_espcn
+
+    return make(load_espcn(3), 3)
+
+
+def make_app(args, graph, streams: int, seconds: float) -> App:
+    app = App("multistream", capacity=8)
+    app.add(
+        "cam",
+        lib.SyntheticSource(count=int(FPS * seconds), fps=FPS, width=args.width, height=args.height),
+        instances=streams,
+        executor="thread",
+    )
+    app.add("batch", lib.Batch(max_size=1, max_wait=args.max_wait), executor="thread")
+    app.add(
+        "sr",
+        SuperRes(
+            model=graph,
+            backends=args.backend,
+            precision=args.precision,
+            input="frame",
+            output="upscaled",
+            layout="NHWC",
+            normalize=False,
+            output_as="device",
+        ),
+        executor=args.executor,
+    )
+    app.add("unbatch", lib.Unbatch(), executor="thread")
+    app.add("sink", Sink())
+    for a, b in [("cam", "batch"), ("batch", "sr"), ("sr", "unbatch"), ("unbatch", "sink")]:
+        app.connect(a, b)
+    return app
+
+
+class GPUBusy:
+    """nvidia-smi's utilization.gpu per GPU, sampled every 200 ms while running."""
+
+    def __init__(self):
+        self.samples: dict[int, list[float]] = {}
+        self.proc = None
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=index,utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "200",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                i, u = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.setdefault(int(i), []).append(u)
+
+    def stop(self) -> dict[int, float]:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+        return {i: round(sum(v) / len(v), 1) for i, v in sorted(self.samples.items()) if v}
+
+
+def cpu_times() -> tuple[float, float]:
+    with open("/proc/stat") as f:
+        v = [float(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v), idle
+
+
+def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
+    rate = streams * FPS
+    app = make_app(args, graph, streams, args.seconds)
+    plan = deploy(app, rate, scale=scale, cores=args.cores, gpus=gpus, profile=prof)
+    sr = plan.components["sr"]
+    total0, idle0 = cpu_times()
+    busy = GPUBusy()
+    t0 = time.perf_counter()
+    report = app.run(deployment=plan, timeout=args.seconds * 6 + 120)
+    wall = time.perf_counter() - t0
+    gpu_busy = busy.stop()
+    total1, idle1 = cpu_times()
+    seen = sorted(app.components["sink"].component.seen)
+    start = seen[0][0] + args.warmup * 1e9 if seen else 0
+    kept = [(t, lat) for t, lat in seen if t >= start]
+    span = (kept[-1][0] - kept[0][0]) / 1e9 if len(kept) > 1 else 0.0
+    fps = (len(kept) - 1) / span if span > 0 else 0.0
+    lat = sorted(lat for _, lat in kept)
+
+    def pct(q):
+        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6 if lat else float("nan")
+
+    p = plan.predicted
+    row = {
+        "streams": streams,
+        "scale": scale,
+        "gpus": gpus,
+        "executor": args.executor,
+        "batch": sr["batch"],
+        "sr_instances": sr["instances"],
+        "placement": sr["placement"],
+        "frames_in": report.frames_in,
+        "frames_out": report.frames_out,
+        "balanced": report.balanced,
+        "dropped": sum(report.dropped.values()),
+        "errored": sum(report.errored.values()),
+        "wall_s": round(wall, 2),
+        "fps": round(fps, 1),
+        "streams_sustained": round(min(streams, fps / FPS), 1),
+        "p50_ms": round(pct(0.5), 1),
+        "p99_ms": round(pct(0.99), 1),
+        "gpu_busy": gpu_busy,
+        "cpu_busy": round(100 * (1 - (idle1 - idle0) / max(1e-9, total1 - total0)), 1),
+        "pred_fps": round(p["throughput_fps"], 1),
+        "pred_p50_ms": round(p["latency_ms"]["p50"], 1),
+        "pred_p99_ms": round(p["latency_ms"]["p99"], 1),
+        "pred_gpu_busy": round(100 * p.get("gpu_busy", 0.0), 1),
+        "pred_cpu_busy": round(100 * p.get("cpu_busy", 0.0), 1),
+        "errors": report.errors[:3],
+    }
+    return row
+
+
+def bare(args, graph) -> str:
+    """The session alone on batches of 64 host frames (what the GPU can do without the app);
+    returns the precision that compiles (fp16 falls back to fp32, said so)."""
+    import tinydl
+
+    precision = args.precision
+    try:
+        sess = tinydl.compile(graph, backends=args.backend, precision=precision)
+    except Exception as exc:  # noqa: BLE001 - reported, then the fp32 path is measured
+        print(f"{precision} does not compile ({type(exc).__name__}: {exc}); using fp32")
+        precision = "fp32"
+        sess = tinydl.compile(graph, backends=args.backend, precision=precision)
+    x = np.random.default_rng(0).integers(0, 256, (64, args.height, args.width, 3), np.uint8)
+    for _ in range(3):
+        checksums(list(sess.run({"frame": x}, outputs="device")["upscaled"]))
+    t0, runs = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 2.0:
+        checksums(list(sess.run({"frame": x}, outputs="device")["upscaled"]))
+        runs += 1
+    fps = runs * len(x) / (time.perf_counter() - t0)
+    print(f"bare session ({args.backend}, {precision}), batches of 64 host frames: {fps:.0f} frames/s")
+    return precision
+
+
+HEADER = (
+    f"{'streams':>7} {'scale':>5} {'gpus':>4} {'batch':>5} {'inst':>4} {'fps':>7} "
+    f"{'pred':>7} {'sust.':>6} {'p50 ms':>7} {'pred':>7} {'p99 ms':>7} {'pred':>7} "
+    f"{'GPU %':>11} {'CPU %':>6} {'ok':>3}"
+)
+
+
+def show(r: dict) -> str:
+    gpu = "/".join(f"{v:.0f}" for v in r["gpu_busy"].values()) or "-"
+    return (
+        f"{r['streams']:>7} {r['scale']:>5g} {len(r['gpus'] or [1]):>4} {r['batch']:>5} "
+        f"{r['sr_instances']:>4} {r['fps']:>7.0f} {r['pred_fps']:>7.0f} "
+        f"{r['streams_sustained']:>6.1f} {r['p50_ms']:>7.1f} {r['pred_p50_ms']:>7.1f} "
+        f"{r['p99_ms']:>7.1f} {r['pred_p99_ms']:>7.1f} {gpu:>11} {r['cpu_busy']:>6.1f} "
+        f"{'yes' if r['balanced'] else 'NO':>3}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--streams", default="150", help="stream counts, comma-separated (150)")
+    ap.add_argument("--scales", default="0,0.5,1", help="deployer scales (0,0.5,1)")
+    ap.add_argument("--gpus", default=None, help="GPUs to plan on, e.g. cuda:0,cuda:1")
+    ap.add_argument("--cores", default=None, help="cores to plan on, e.g. 0-15 (all usable)")
+    ap.add_argument("--backend", default="cuda", help="Inference backends (cuda)")
+    ap.add_argument("--precision", default="fp16", help="fp16 (default) or fp32")
+    ap.add_argument("--executor", default="thread", choices=("thread", "process", "ray"))
+    ap.add_argument("--width", type=int, default=640)
+    ap.add_argument("--height", type=int, default=360)
+    ap.add_argument("--seconds", type=float, default=8.0, help="input seconds per run (8)")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds not counted (2)")
+    ap.add_argument("--max-batch", type=int, default=64, help="largest batch profiled (64)")
+    ap.add_argument("--max-wait", type=float, default=0.02, help="Batch max_wait, s (0.02)")
+    ap.add_argument("--profile-s", type=float, default=4.0, help="profiling run, s (4)")
+    ap.add_argument("--json", default=None, help="append result rows to this JSON-lines file")
+    args = ap.parse_args()
+    os.environ.setdefault("TINYDL_CACHE_DIR", tempfile.mkdtemp(prefix="tinydl-bench-"))
+    gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else None
+    counts = [int(s) for s in args.streams.split(",")]
+    scales = [float(s) for s in args.scales.split(",")]
+    if args.executor == "ray":
+        import ray
+
+        ray.init(num_gpus=len(gpus or [1]), include_dashboard=False, log_to_driver=False)
+    graph = frame_graph()
+    args.precision = bare(args, graph)
+    t0 = time.perf_counter()
+    prof = profile(
+        make_app(args, graph, counts[0], args.profile_s + 2),
+        duration=args.profile_s,
+        max_batch=args.max_batch,
+        cache=False,
+    )
+    c = prof.components["sr"]
+    curve = " ".join(f"{b}:{v['ms']:.2f}" for b, v in (c["curve"] or {}).items())
+    print(f"profile ({time.perf_counter() - t0:.1f} s): sr ms per call by batch {curve}")
+    print(HEADER, flush=True)
+    for n in counts:
+        for scale in scales:
+            row = run_one(args, graph, prof, n, scale, gpus)
+            print(show(row), flush=True)
+            for e in row["errors"]:
+                print("   ", e[:300], flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
