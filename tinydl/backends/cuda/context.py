@@ -110,8 +110,6 @@ class Context:
             self.sm_count = int(props["multiProcessorCount"])
             self.smem_optin = int(props.get("sharedMemPerBlockOptin", 48 << 10))
             self.total_memory = int(props["totalGlobalMem"])
-            # Graphs are captured on this stream (capture cannot use the legacy default stream).
-            self.capture_stream = cupy.cuda.Stream(non_blocking=True)
         self.nvrtc_version = tuple(nvrtc.getVersion())
         self.arch = self._arch()
         # Loaded modules by source hash, least recently used first (plans hold their own).
@@ -122,6 +120,7 @@ class Context:
         # Source key -> (cubin key, entry suffix) for kernels compiled or found on disk.
         self._where: dict[str, tuple[str, str]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._local = threading.local()
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
     def _arch(self) -> str:
@@ -269,15 +268,29 @@ class Context:
         """Function `name` of CUDA C `source`, compiled once per source, architecture and
         NVRTC version (then read from the disk cache)."""
         cubin, suffix = self._locate(source, label, name)
-        fn = self._load(cubin).get_function(name + suffix)
-        if smem > 48 << 10:
-            if smem > self.smem_optin:
-                raise CompileError(
-                    f"{label}: needs {smem} bytes of shared memory, the device allows "
-                    f"{self.smem_optin} per block"
-                )
-            fn.max_dynamic_shared_size_bytes = smem
+        if smem > self.smem_optin:
+            raise CompileError(
+                f"{label}: needs {smem} bytes of shared memory, the device allows "
+                f"{self.smem_optin} per block"
+            )
+        # CuPy loads a module, and sets a function's attributes, on the device current then:
+        # this context's device, not the calling thread's (a kernel whose shared-memory limit
+        # was raised on another GPU fails to launch here with CUDA_ERROR_INVALID_VALUE).
+        with self.device:
+            fn = self._load(cubin).get_function(name + suffix)
+            if smem > 48 << 10:
+                fn.max_dynamic_shared_size_bytes = smem
         return fn
+
+    @property
+    def capture_stream(self):
+        """This thread's stream for capturing graphs (not the legacy default stream, which
+        cannot capture; one per thread, so sessions run by several threads capture apart)."""
+        stream = getattr(self._local, "capture", None)
+        if stream is None:
+            with self.device:
+                stream = self._local.capture = self.cp.cuda.Stream(non_blocking=True)
+        return stream
 
     def sync(self) -> None:
         with self.device:
