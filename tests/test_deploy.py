@@ -443,3 +443,31 @@ def test_two_gpu_plan_keeps_inference_threads_and_moves_others_to_processes(monk
     open_session("tinydl:espcn_x2", ["webgpu"], "fp32", False, "cuda:1")
     open_session("tinydl:espcn_x2", "cpu", "fp32", False, None)
     assert seen == ["cuda:1", None, None]
+
+
+def test_bench_multistream_runs_on_the_cpu_and_accounts_for_every_frame(tmp_path):
+    """tools/bench_multistream.py end to end on the cpu backend: the app deployed over two
+    (planned) GPUs at scale 0 and 1 keeps up with 4 streams and loses no frame."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rows = tmp_path / "rows.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(root / "tools" / "bench_multistream.py"), "--backend", "cpu",
+         "--precision", "fp32", "--streams", "4", "--width", "32", "--height", "18",
+         "--seconds", "3", "--warmup", "1", "--max-batch", "4", "--profile-s", "1",
+         "--scales", "0,1", "--gpus", "cuda:0,cuda:1", "--cores", "0-3", "--json", str(rows)],
+        capture_output=True, text=True, timeout=240,
+        env={**os.environ, "TINYDL_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert [r["scale"] for r in got] == [0.0, 1.0]
+    for r in got:
+        assert r["balanced"] and r["frames_in"] == r["frames_out"] == 4 * 90
+        assert r["errored"] == 0 and r["dropped"] == 0
+        assert r["fps"] == pytest.approx(120, rel=0.25)
+        assert set(r["placement"]) <= {"cuda:0", "cuda:1"}
+    assert "bare session" in done.stdout and "streams" in done.stdout

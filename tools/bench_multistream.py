@@ -70,7 +70,9 @@ class SuperRes(lib.Inference):
             return {"out": out}
         sums = checksums([d.data for d in items])
         if isinstance(out, Batch):
-            return {"out": Batch([p.derive(Tensor(s)) for p, s in zip(out.items, sums, strict=True)])}
+            return {
+                "out": Batch([p.derive(Tensor(s)) for p, s in zip(out.items, sums, strict=True)])
+            }
         return {"out": Tensor(sums[0])}
 
 
@@ -101,7 +103,9 @@ def make_app(args, graph, streams: int, seconds: float) -> App:
     app = App("multistream", capacity=8)
     app.add(
         "cam",
-        lib.SyntheticSource(count=int(FPS * seconds), fps=FPS, width=args.width, height=args.height),
+        lib.SyntheticSource(
+            count=int(FPS * seconds), fps=FPS, width=args.width, height=args.height
+        ),
         instances=streams,
         executor="thread",
     )
@@ -243,7 +247,7 @@ def bare(args, graph) -> str:
         checksums(list(sess.run({"frame": x}, outputs="device")["upscaled"]))
         runs += 1
     fps = runs * len(x) / (time.perf_counter() - t0)
-    print(f"bare session ({args.backend}, {precision}), batches of 64 host frames: {fps:.0f} frames/s")
+    print(f"bare session ({args.backend}, {precision}), batches of 64 host frames: {fps:.0f}/s")
     return precision
 
 
