@@ -49,12 +49,7 @@ def resource_of(component: Component) -> str:
             )
         return declared
     if isinstance(component, Inference):
-        first = (
-            component.backends.split(",")[0]
-            if isinstance(component.backends, str)
-            else (component.backends[0])
-        )
-        return "gpu" if first.strip() in GPU_BACKENDS else "cpu"
+        return "gpu" if backend_of(component) else "cpu"
     if isinstance(component, ToDevice):
         return "cpu" if component.backend_name == "cpu" else "transfer"
     if isinstance(component, ToHost):
@@ -62,13 +57,18 @@ def resource_of(component: Component) -> str:
     return "cpu"
 
 
+def backend_names(spec: Any) -> list[str]:
+    """A backends option ("cuda,cpu" or a list) as a list of names."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec or ())
+    return [n.strip() for n in names if n.strip()]
+
+
 def backend_of(component: Component) -> str | None:
     """The GPU backend a component drives (`cuda`, `webgpu`), when it says."""
-    names = getattr(component, "backends", None) or getattr(component, "backend_name", None)
-    if isinstance(names, str):
-        names = names.split(",")
-    first = names[0].strip() if names else None
-    return first if first in GPU_BACKENDS else None
+    names = backend_names(
+        getattr(component, "backends", None) or getattr(component, "backend_name", None)
+    )
+    return names[0] if names and names[0] in GPU_BACKENDS else None
 
 
 def batch_feeder(app, name: str) -> str | None:

@@ -105,11 +105,11 @@ def open_session(
     `gpu` ("cuda:1", the GPU a deployment gave this instance) when its backend is one of
     `backends`."""
     import tinydl
+    from tinydl.pipeline.profile import backend_names
 
     if isinstance(model, tinydl.Session):
         return model
-    names = backends.split(",") if isinstance(backends, str) else list(backends or ())
-    device = gpu if gpu and gpu.split(":")[0] in [n.strip() for n in names] else None
+    device = gpu if gpu and gpu.split(":")[0] in backend_names(backends) else None
     return tinydl.compile(
         resolve_model(model), backends=backends, precision=precision, strict=strict, device=device
     )
