@@ -220,3 +220,83 @@ def test_residual_add_fused_into_conv(rng, late, precision):
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+# -- batches from host frames --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_stack_to_device_matches_concatenate(rng, pinned):
+    """Frames copied one by one into their places of one device batch, from pageable or
+    page-locked memory; a pooled frame rewritten right after the call does not change the
+    batch (the copies are done before the frame is let go)."""
+    shapes = [(1, 37, 53, 3), (2, 37, 53, 3), (1, 37, 53, 3)]
+    frames = []
+    for shape in shapes:
+        a = BACKEND.empty_host(shape, np.uint8) if pinned else np.empty(shape, np.uint8)
+        a[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+        frames.append(a)
+    want = np.concatenate(frames)
+    got = BACKEND.stack_to_device(frames)
+    for a in frames:
+        a[...] = 0  # as a source reusing its frames would
+    assert isinstance(got, cp.ndarray) and got.shape == want.shape
+    np.testing.assert_array_equal(got.get(), want)
+
+
+def test_stack_to_device_refuses_mixed_frames(rng):
+    a = rng.random((1, 4, 4), dtype=np.float32)
+    with pytest.raises(td.InvalidInputError, match="array 1 is float32\\[1, 4, 5\\]"):
+        BACKEND.stack_to_device([a, rng.random((1, 4, 5), dtype=np.float32)])
+
+
+def test_session_stacks_a_batch_on_the_device(rng):
+    """Session.stack_input makes the batch where the model runs; results match a host batch."""
+    sess = td.compile(small_graph(), backends=("cuda",), strict=True)
+    parts = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(2)]
+    x = sess.stack_input("x", parts)
+    assert isinstance(x, cp.ndarray)
+    got = sess.run({"x": x})["y"]
+    np.testing.assert_allclose(got, small_reference(np.concatenate(parts)), rtol=1e-6)
+
+
+def test_pipeline_frames_are_page_locked_for_a_cuda_inference():
+    """A thread app whose Inference runs on cuda gets its sources' frames in page-locked
+    memory, and the device batches it makes hold exactly those frames."""
+    from tinydl.pipeline import App, components
+    from tinydl.pipeline.packet import Batch, Frame
+
+    kinds, sums = [], []
+
+    class Check(components.Inference):
+        def process(self, ctx, inputs):
+            frames = inputs["in"].payload.payloads()
+            for f in frames:
+                assert isinstance(f, Frame)
+                attrs = cp.cuda.runtime.pointerGetAttributes(f.image.ctypes.data)
+                kinds.append(attrs.type)
+            out = super().process(ctx, inputs)["out"]
+            for f, d in zip(frames, out.payloads(), strict=True):
+                sums.append((int(f.image.sum()), int(d.data.sum(dtype=cp.float64))))
+            return {"out": out}
+
+    graph = Graph(
+        inputs=[Value("x", "uint8", ("n", 24, 32, 3))],
+        outputs=[Value("y", "float32", None)],
+        nodes=[Node("Cast", ["x"], ["y"], {"to": 1})],
+    )
+    app = App("pinned")
+    app.add("cam", components.SyntheticSource(count=6, width=32, height=24), instances=2)
+    app.add("batch", components.Batch(max_size=4, max_wait=0.01))
+    infer = Check(graph, backends="cuda", normalize=False, layout="NHWC", output_as="device")
+    app.add("sr", infer)
+    app.add("unbatch", components.Unbatch())
+    out = components.Collect()
+    app.add("out", out)
+    for a, b in [("cam", "batch"), ("batch", "sr"), ("sr", "unbatch"), ("unbatch", "out")]:
+        app.connect(a, b)
+    report = app.run(timeout=60)
+    assert report.balanced and report.frames_out == 12, report.accounting()
+    assert kinds and set(kinds) == {cp.cuda.runtime.memoryTypeHost}
+    assert len(sums) == 12 and all(a == b for a, b in sums), sums
+    assert not isinstance(out.packets[0].payload, Batch)

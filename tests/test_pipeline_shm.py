@@ -4,6 +4,7 @@ copied or pickled), and a block is reused only once no process can still read it
 import numpy as np
 from helpers.pipeline import CheckFrames, PoolFrames
 
+from tinydl.backends.base import Backend
 from tinydl.pipeline import App, Frame, Packet
 from tinydl.pipeline.components import Collect
 from tinydl.pipeline.process import Arena, dumps, loads
@@ -47,3 +48,51 @@ def test_frames_cross_processes_by_reference_and_blocks_are_not_reused_early():
     assert [int(im[0, 0, 0]) for im in images] == list(range(40))
     # What reached the app is a view of the source worker's shared memory, not a copy.
     assert all(reference(im, None) is not None for im in images)
+
+
+class _HostMemoryGPU(Backend):
+    """A GPU backend's stand-in whose empty_host arrays are recorded (page-locked on cuda)."""
+
+    name = "webgpu"
+    made: list[int] = []
+
+    def available(self):
+        return True
+
+    def supports(self, node, graph):
+        raise NotImplementedError
+
+    def compile(self, subgraph, options):
+        raise NotImplementedError
+
+    def empty_host(self, shape, dtype="uint8"):
+        arr = np.empty(shape, dtype)
+        self.made.append(arr.ctypes.data)
+        return arr
+
+
+class _Drives(CheckFrames):
+    backends = "webgpu"  # what the runtime reads to know the GPU backend a component drives
+
+
+def test_thread_sources_make_frames_in_the_gpu_backends_host_memory(monkeypatch):
+    """A thread app driving a GPU backend gets ctx.empty frames from that backend's
+    empty_host (page-locked for cuda); an app driving none keeps plain NumPy memory."""
+    import tinydl.backends as backends
+
+    monkeypatch.setattr(backends, "get_backend", lambda name: _HostMemoryGPU())
+    made = _HostMemoryGPU.made
+    for drive, want in [(_Drives, 8), (CheckFrames, 0)]:
+        made.clear()
+        app = App("host-memory")
+        app.add("cam", PoolFrames(n=8, height=24, width=32))
+        app.add("gpu", drive())
+        out = Collect()
+        app.add("out", out)
+        app.connect("cam", "gpu")
+        app.connect("gpu", "out")
+        report = app.run(timeout=TIMEOUT)
+        assert report.balanced and report.frames_out == 8, report.accounting()
+        assert len(made) == want
+        if want:
+            assert [p.payload.image.ctypes.data for p in out.packets] == made

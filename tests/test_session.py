@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers.fakes import FakeBackend
+from helpers.fakes import FakeBackend, FakeGPU
 
 import tinydl as td
 from tinydl.backends import register_backend, unregister_backend
@@ -237,3 +237,37 @@ def test_gemm_bias_broadcasts_one_way_only():
     assert sess.run({"a": np.ones((5, 3), np.float32)})["y"].shape == (5, 5)
     with pytest.raises(td.OpError, match=r"'fc' \(Gemm\).*does not broadcast to \(1, 5\)"):
         sess.run({"a": np.ones((1, 3), np.float32)})
+
+
+class Stacking(FakeGPU):
+    """A device backend that records the batches it is asked to make."""
+
+    def __init__(self, name, ops):
+        super().__init__(name, ops)
+        self.stacked: list[list[np.ndarray]] = []
+
+    def stack_to_device(self, arrays):
+        self.stacked.append(list(arrays))
+        return super().stack_to_device(arrays)
+
+
+def test_stack_input_makes_the_batch_where_the_model_runs(rng):
+    parts = [rng.standard_normal((n, 4)).astype(np.float32) for n in (1, 2)]
+    sess = td.compile(small_graph(), backends=("numpy",))
+    x = sess.stack_input("x", parts)
+    np.testing.assert_array_equal(x, np.concatenate(parts))
+    assert sess.stack_input("x", parts[:1]) is parts[0]
+    with pytest.raises(td.InvalidInputError, match=r"array 1 is float32\[1, 5\]"):
+        sess.stack_input("x", [parts[0], rng.random((1, 5), dtype=np.float32)])
+    with pytest.raises(td.InvalidInputError, match="unknown input 'z'"):
+        sess.stack_input("z", parts)
+    # Where a device backend reads the input first, that backend makes the batch.
+    backend = Stacking("stk", {"Add", "Relu", "Sigmoid", "Softmax"})
+    register_backend(backend)
+    try:
+        sess = td.compile(small_graph(), backends=("stk",), strict=True)
+        x = sess.stack_input("x", parts)
+        assert [len(b) for b in backend.stacked] == [2]
+        np.testing.assert_allclose(sess.run({"x": x})["y"], reference(np.concatenate(parts)))
+    finally:
+        unregister_backend("stk")

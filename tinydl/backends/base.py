@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tinydl.errors import BackendUnavailableError
+from tinydl.errors import BackendUnavailableError, InvalidInputError
 from tinydl.ir.graph import Graph, Node
 
 # The memory graph inputs come from and host outputs go to (NumPy arrays).
@@ -146,6 +146,23 @@ class Kernel(ABC):
         return {"init": {}, "ops": None}
 
 
+def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype of `arrays` concatenated along axis 0 (one dtype, one trailing
+    shape, at least one axis each), or an InvalidInputError saying which array differs."""
+    if not arrays:
+        raise InvalidInputError("nothing to stack: expected at least one array")
+    first = arrays[0]
+    if first.ndim == 0:
+        raise InvalidInputError("cannot stack 0-d arrays: expected a batch axis")
+    for i, a in enumerate(arrays):
+        if a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
+            raise InvalidInputError(
+                f"array {i} is {a.dtype}{list(a.shape)}; stacking expected "
+                f"{first.dtype}[{', '.join(['N', *map(str, first.shape[1:])])}] like array 0"
+            )
+    return (sum(a.shape[0] for a in arrays), *first.shape[1:]), first.dtype
+
+
 class Backend(ABC):
     name: str = ""
     # The memory this backend's tensors live in: HOST (NumPy arrays) unless the backend has a
@@ -187,6 +204,20 @@ class Backend(ABC):
 
     def to_host(self, tensor: Any) -> np.ndarray:
         return np.asarray(tensor)
+
+    def stack_to_device(self, arrays: Sequence[np.ndarray]) -> Any:
+        """Host arrays of one dtype and trailing shape, concatenated along axis 0, as one
+        tensor of this backend. A GPU backend copies each array straight into its place (no
+        host concatenation); one array is taken as it is."""
+        stacked_shape(arrays)
+        if len(arrays) == 1:
+            return self.to_device(arrays[0])
+        return self.to_device(np.concatenate(arrays))
+
+    def empty_host(self, shape: Any, dtype: Any = np.uint8) -> np.ndarray:
+        """An uninitialized host array that this backend uploads from fastest (page-locked
+        memory on cuda); plain NumPy memory by default."""
+        return np.empty(shape, dtype)
 
     def is_device_tensor(self, tensor: Any) -> bool:
         return False

@@ -10,7 +10,8 @@ From the profile (profile.py), with T = 1 / rate the period (rate summed over st
 2. a batchable task (a GPU task, or any fed by a `Batch` component, whose max_size is the knob)
    gets a batch size b from `scale` (`batch_for_scale`: scale 0 gives 1, scale 1 the largest
    profitable profiled size, scale s the profitable size at index round(s·(k−1)) of the k
-   profitable sizes 1, 2, 4, …: monotone in s);
+   profitable sizes 1, 2, 4, …: monotone in s; a size is profitable when its time per item is
+   5 % below that of every smaller profitable size);
 3. and n = ⌈T_i(b) / (b·T)⌉ instances; a transfer task gets its GPU task's count.
 
 Placement is bin packing with capacity T per box, in `pack`: one box per GPU, one per CPU core;
@@ -46,14 +47,17 @@ EPS = 1e-9
 
 
 def profitable_sizes(curve: dict[str, dict[str, float]]) -> list[int]:
-    """The profiled batch sizes, ascending, up to the last one that still cuts the time per
-    item by PROFITABLE over the size before it."""
+    """The profiled batch sizes, ascending, that cut the time per item by PROFITABLE or more
+    against every smaller size kept. A size that does not is skipped, not an end: a noisy
+    point (or a step that fills no more of the GPU) must not hide the gains of larger ones."""
     sizes = sorted(int(b) for b in curve)
     keep = sizes[:1]
-    for prev, b in zip(sizes, sizes[1:], strict=False):
-        if curve[str(b)]["ms"] / b > (1 - PROFITABLE) * curve[str(prev)]["ms"] / prev:
-            break
-        keep.append(b)
+    best = curve[str(sizes[0])]["ms"] / sizes[0]
+    for b in sizes[1:]:
+        per_item = curve[str(b)]["ms"] / b
+        if per_item <= (1 - PROFITABLE) * best:
+            keep.append(b)
+            best = per_item
     return keep
 
 

@@ -635,6 +635,34 @@ class Node:
             self._done([p.key for p, _ in dropped])
 
 
+class HostPool:
+    """Where thread components' `ctx.empty` frames live when the app drives a GPU backend from
+    threads of this process: memory that backend uploads from fastest (page-locked for cuda,
+    so a batch's frames go to the device asynchronously, at the bus's speed)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    @classmethod
+    def for_nodes(cls, nodes) -> HostPool | None:
+        from tinydl.backends import get_backend
+        from tinydl.backends.base import Backend
+        from tinydl.pipeline.profile import backend_of
+
+        names = {backend_of(n.component) for n in nodes if n.executor == "thread"} - {None}
+        for name in sorted(names):
+            backend = get_backend(name)
+            if type(backend).empty_host is not Backend.empty_host and backend.available():
+                return cls(backend)
+        return None
+
+    def empty(self, shape, dtype="uint8"):
+        return self.backend.empty_host(shape, dtype)
+
+    def close(self) -> None:
+        pass
+
+
 class Runtime:
     """Builds the nodes and routes of an App, runs them and reports."""
 
@@ -680,6 +708,9 @@ class Runtime:
             from tinydl.pipeline.shm import Pool
 
             self.pool = Pool(segment_prefix(), lends=False)
+        else:
+            self.pool = HostPool.for_nodes(self.all_nodes())
+        if self.pool is not None:
             for node in self.all_nodes():
                 if node.executor == "thread":
                     node.ctx.pool = self.pool

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
-from tinydl.backends.base import Kernel, environment_options
+from tinydl.backends.base import Kernel, environment_options, stacked_shape
 from tinydl.backends.partition import HOST, Partition, Placement, Transfer, partition
 from tinydl.errors import (
     BackendUnavailableError,
@@ -280,6 +280,24 @@ class Session:
         return dict(self._output_backends)
 
     # -- running --------------------------------------------------------------------------------
+    def stack_input(self, name: str, arrays: Sequence[np.ndarray]) -> Any:
+        """Host arrays concatenated along axis 0 as a feed for input `name`, made where the
+        first partition that reads it runs: on a GPU backend each array is copied straight
+        into its place in one device tensor (no host concatenation; asynchronous from the
+        backend's `empty_host` memory). A batch of frames from several streams, uploaded as
+        one."""
+        if name not in self._expected:
+            raise InvalidInputError(
+                f"unknown input {name!r}: the model's inputs are {list(self._expected)}"
+            )
+        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        reader = next((r for r in self._runs if name in r.inputs), None)
+        backend = self._backends[reader.backend] if reader is not None else None
+        if backend is None or backend.memory == HOST:
+            stacked_shape(arrays)
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        return backend.stack_to_device(arrays)
+
     def run(
         self, feeds: Mapping[str, Any], outputs: str | Sequence[str] = "host"
     ) -> dict[str, Any]:

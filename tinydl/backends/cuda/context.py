@@ -121,6 +121,9 @@ class Context:
         self._where: dict[str, tuple[str, str]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._local = threading.local()
+        # Host arrays under asynchronous copies, with the event that says they are done.
+        self._kept: collections.deque = collections.deque()
+        self._kept_lock = threading.Lock()
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
     def _arch(self) -> str:
@@ -292,9 +295,72 @@ class Context:
                 stream = self._local.capture = self.cp.cuda.Stream(non_blocking=True)
         return stream
 
+    def stack(self, arrays, shape, dtype):
+        """Host arrays concatenated along axis 0 (`shape`, `dtype`, checked by the caller) into
+        one new device array: one copy per array on the current stream, asynchronous from
+        page-locked memory. The host arrays are kept alive until the stream has copied them
+        (a pooled frame must not be rewritten under a copy in flight)."""
+        import numpy as np
+
+        cp = self.cp
+        runtime = cp.cuda.runtime
+        pinned_type = cp.cuda.PinnedMemoryPointer
+        enqueue = _enqueue_copy()
+        kept = []
+        with self.device:
+            out = cp.empty(shape, dtype)
+            stream = cp.cuda.get_current_stream()
+            ptr = out.data.ptr
+            for a in arrays:
+                a = np.ascontiguousarray(a)
+                n = a.nbytes
+                if n:
+                    src = a.__array_interface__["data"][0]
+                    base = a.base
+                    while isinstance(base, np.ndarray):
+                        base = base.base
+                    if enqueue is not None and type(base) is pinned_type:
+                        # Page-locked: the copy is only enqueued, so the call keeps the GIL
+                        # (a release per frame is a wait for the GIL per frame in a busy app).
+                        status = enqueue(ptr, src, n, stream.ptr)
+                        if status:
+                            raise RuntimeError(f"cuMemcpyHtoDAsync failed: CUresult {status}")
+                    else:
+                        runtime.memcpyAsync(ptr, src, n, runtime.memcpyHostToDevice, stream.ptr)
+                ptr += n
+                kept.append(a)
+            done = cp.cuda.Event(block=False, disable_timing=True)
+            done.record(stream)
+        with self._kept_lock:
+            while self._kept and self._kept[0][0].done:
+                self._kept.popleft()
+            self._kept.append((done, kept))
+        return out
+
     def sync(self) -> None:
         with self.device:
             self.cp.cuda.get_current_stream().synchronize()
+
+
+_ENQUEUE: list = []
+
+
+def _enqueue_copy():
+    """The driver's cuMemcpyHtoDAsync called without releasing the GIL (ctypes.PyDLL), or None
+    where the driver library cannot be loaded that way (CuPy's copy is used then)."""
+    if not _ENQUEUE:
+        fn = None
+        try:
+            import ctypes
+
+            lib = ctypes.PyDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+            fn = lib.cuMemcpyHtoDAsync_v2
+            fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _ENQUEUE.append(fn)
+    return _ENQUEUE[0]
 
 
 def _write_ref(path: Path, text: str) -> None:

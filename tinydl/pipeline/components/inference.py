@@ -244,7 +244,12 @@ class Inference(Component):
         if not items:
             return {"out": Batch([])}
         fed = [self._feed(item) for item in items]
-        x = fed[0][0] if len(fed) == 1 else np.concatenate([f[0] for f in fed])
+        if len(fed) == 1 and not isinstance(fed[0][0], np.ndarray):
+            x = fed[0][0]  # a device tensor, as it came
+        else:
+            # Host arrays are copied into one batch where the model runs (on a GPU: each one
+            # straight into its place, asynchronously from page-locked frames).
+            x = self.session.stack_input(self.input, [f[0] for f in fed])
         kind = "device" if self.output_as == "device" else [self.output]
         y = self.session.run({self.input: x}, outputs=kind)[self.output]
         # One item run as it came gets the whole output (no slice, which a device tensor such
