@@ -5,8 +5,10 @@ dropped (by reason) + errored. Every run has a timeout, so a deadlock fails inst
 
 import io
 import json
+import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -800,3 +802,27 @@ def test_no_threads_left_behind():
     app.run(timeout=TIMEOUT)
     time.sleep(0.05)
     assert not [t for t in threading.enumerate() if t.name.startswith("tinydl:")]
+
+
+class _Switch(Component):
+    inputs = {"in": Any}
+    outputs: dict = {}
+    seen: list[float] = []
+
+    def process(self, ctx, inputs):
+        self.seen.append(sys.getswitchinterval())
+
+
+@pytest.mark.parametrize("ms", [0.25, None])
+def test_the_gil_switch_interval_is_set_while_an_app_runs_and_restored(ms):
+    before = sys.getswitchinterval()
+    _Switch.seen.clear()
+    app = App("switch", switch_interval_ms=ms)
+    app.add("src", SyntheticSource(count=3))
+    app.add("out", _Switch())
+    app.connect("src", "out")
+    assert app.run(timeout=30).balanced
+    assert _Switch.seen == [before if ms is None else ms / 1e3] * 3
+    assert sys.getswitchinterval() == before
+    with pytest.raises(PipelineError, match="switch_interval_ms must be in"):
+        App("bad", switch_interval_ms=0)

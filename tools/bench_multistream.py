@@ -111,7 +111,7 @@ def frame_graph():
 
 
 def make_app(args, graph, streams: int, seconds: float) -> App:
-    app = App("multistream", capacity=8)
+    app = App("multistream", capacity=8, switch_interval_ms=args.switch_ms)
     app.add(
         "cam",
         lib.SyntheticSource(
@@ -301,6 +301,12 @@ def main() -> None:
     ap.add_argument("--max-wait", type=float, default=0.02, help="Batch max_wait, s (0.02)")
     ap.add_argument("--profile-s", type=float, default=4.0, help="profiling run, s (4)")
     ap.add_argument("--json", default=None, help="append result rows to this JSON-lines file")
+    ap.add_argument(
+        "--switch-ms",
+        type=float,
+        default=0.5,
+        help="the app's GIL switch interval while it runs, ms (0.5, App's default; Python's: 5)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("TINYDL_CACHE_DIR", tempfile.mkdtemp(prefix="tinydl-bench-"))
     gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else None

@@ -9,6 +9,7 @@ YAML:
     capacity: 8                    # default queue capacity
     flow_limit: 2                  # frames in flight per stream (each source's); optional
     flow_policy: wait              # at the limit: wait | drop-oldest
+    switch_interval_ms: 0.5        # Python's GIL switch interval while running (null: as is)
     vars: {frames: 100}            # ${frames} anywhere below is replaced (--set overrides)
     components:
       src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
@@ -190,6 +191,7 @@ def build_app(
         "flow_limit",
         "flow_policy",
         "ray",
+        "switch_interval_ms",
         "vars",
         "components",
         "connections",
@@ -208,6 +210,7 @@ def build_app(
         flow_limit=spec.get("flow_limit"),
         flow_policy=spec.get("flow_policy", "wait"),
         ray=spec.get("ray"),
+        switch_interval_ms=spec.get("switch_interval_ms", 0.5),
     )
     components = spec.get("components") or {}
     if isinstance(components, list):  # [{name: ..., type: ...}, ...]

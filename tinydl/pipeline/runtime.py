@@ -25,6 +25,7 @@ import itertools
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -635,6 +636,25 @@ class Node:
             self._done([p.key for p, _ in dropped])
 
 
+_switch_lock = threading.Lock()
+_switch_state: list = [0, None]  # apps running with a switch interval set, the value before
+
+
+def _switch_interval(step: int, seconds: float | None = None) -> None:
+    """Set Python's GIL switch interval when the first app that asks starts (the smallest
+    asked wins while several run); restore the old value when the last one ends."""
+    with _switch_lock:
+        if step > 0:
+            if _switch_state[0] == 0:
+                _switch_state[1] = sys.getswitchinterval()
+            _switch_state[0] += 1
+            sys.setswitchinterval(min(seconds, sys.getswitchinterval()))
+        else:
+            _switch_state[0] -= 1
+            if _switch_state[0] == 0:
+                sys.setswitchinterval(_switch_state[1])
+
+
 class HostPool:
     """Where thread components' `ctx.empty` frames live when the app drives a GPU backend from
     threads of this process: memory that backend uploads from fastest (page-locked for cuda,
@@ -716,6 +736,7 @@ class Runtime:
                     node.ctx.pool = self.pool
         self.t0 = 0.0
         self.wall_s = 0.0
+        self._switched = False  # this run set the GIL switch interval (App.switch_interval_ms)
 
     def _wire(self) -> None:
         app = self.app
@@ -783,6 +804,9 @@ class Runtime:
             if any(s.placement for s in ray_specs):
                 self.placement = ray_executor.Placement(ray_specs, self.app.placement_strategy)
         self.t0 = time.perf_counter()
+        if self.app.switch_interval_ms is not None:
+            _switch_interval(+1, self.app.switch_interval_ms / 1e3)
+            self._switched = True
         for node in nodes:
             node.start()
         for node in nodes:
@@ -842,6 +866,9 @@ class Runtime:
                 node._shutdown()
         if self.sampler is not None:
             self.sampler.stop()
+        if self._switched:
+            self._switched = False
+            _switch_interval(-1)
         if self.placement is not None:
             self.placement.remove()
         if self.pool is not None and not hung:

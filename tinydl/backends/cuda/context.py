@@ -319,13 +319,15 @@ class Context:
                     base = a.base
                     while isinstance(base, np.ndarray):
                         base = base.base
-                    if enqueue is not None and type(base) is pinned_type:
-                        # Page-locked: the copy is only enqueued, so the call keeps the GIL
-                        # (a release per frame is a wait for the GIL per frame in a busy app).
-                        status = enqueue(ptr, src, n, stream.ptr)
-                        if status:
-                            raise RuntimeError(f"cuMemcpyHtoDAsync failed: CUresult {status}")
-                    else:
+                    # Page-locked: the copy is only enqueued, so the call keeps the GIL (a
+                    # release per frame is a wait for the GIL per frame in a busy app). Where
+                    # the driver refuses (no context current on this thread yet: the runtime
+                    # makes it current lazily), CuPy's call does it and raises what it must.
+                    if (
+                        enqueue is None
+                        or type(base) is not pinned_type
+                        or enqueue(ptr, src, n, stream.ptr)
+                    ):
                         runtime.memcpyAsync(ptr, src, n, runtime.memcpyHostToDevice, stream.ptr)
                 ptr += n
                 kept.append(a)
