@@ -118,7 +118,8 @@ class App:
         # Python's GIL switch interval while the app runs (restored after; None: left as it
         # is). Python's 5 ms default makes a thread that releases the GIL for a CUDA call wait
         # up to that long to get it back from busy source threads: on one H200, 150 streams of
-        # the multi-stream ESPCN app ran at 2,826 frames/s with 5 ms and 4,233 with 0.5 ms.
+        # the multi-stream ESPCN app ran at 2,822 / 2,826 frames/s with 5 ms and 3,028 / 4,233
+        # with 0.5 ms (two runs; docs/benchmarks.md).
         self.switch_interval_ms = switch_interval_ms
         # ray.init's arguments for the ray executor (e.g. {"address": "auto"} for a cluster).
         self.ray = dict(ray or {})
