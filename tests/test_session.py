@@ -259,6 +259,8 @@ def test_stack_input_makes_the_batch_where_the_model_runs(rng):
     assert sess.stack_input("x", parts[:1]) is parts[0]
     with pytest.raises(td.InvalidInputError, match=r"array 1 is float32\[1, 5\]"):
         sess.stack_input("x", [parts[0], rng.random((1, 5), dtype=np.float32)])
+    with pytest.raises(td.InvalidInputError, match="array 1 is 0-d"):
+        sess.stack_input("x", [parts[0], np.float32(1.0)])
     with pytest.raises(td.InvalidInputError, match="unknown input 'z'"):
         sess.stack_input("z", parts)
     # Where a device backend reads the input first, that backend makes the batch.

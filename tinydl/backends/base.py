@@ -152,9 +152,9 @@ def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dty
     if not arrays:
         raise InvalidInputError("nothing to stack: expected at least one array")
     first = arrays[0]
-    if first.ndim == 0:
-        raise InvalidInputError("cannot stack 0-d arrays: expected a batch axis")
     for i, a in enumerate(arrays):
+        if a.ndim == 0:
+            raise InvalidInputError(f"array {i} is 0-d: stacking needs a batch axis")
         if a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
             raise InvalidInputError(
                 f"array {i} is {a.dtype}{list(a.shape)}; stacking expected "
