@@ -57,9 +57,8 @@ _SECTIONS = {
     "connection": "connections",
     "edge": "connections",
 }
-_COMPONENT_KEYS = {
-    "type",
-    "options",
+# A component's settings beside its type and options (YAML keys, Markdown table columns).
+_COMPONENT_SETTINGS = (
     "instances",
     "executor",
     "timeout",
@@ -68,7 +67,8 @@ _COMPONENT_KEYS = {
     "flow_policy",
     "cpus",
     "gpus",
-}
+)
+_COMPONENT_KEYS = {"type", "options", *_COMPONENT_SETTINGS}
 
 
 # -- component types by name ------------------------------------------------------------------
@@ -336,16 +336,7 @@ def parse_markdown(text: str, source: Any = "app.md") -> dict[str, Any]:
                     "type": row["type"],
                     "options": _flow_mapping(row.get("options", ""), where),
                 }
-                for key in (
-                    "instances",
-                    "executor",
-                    "timeout",
-                    "max_restarts",
-                    "flow_limit",
-                    "flow_policy",
-                    "cpus",
-                    "gpus",
-                ):
+                for key in _COMPONENT_SETTINGS:
                     if row.get(key):
                         entry[key] = _flow_mapping(f"v: {row[key]}", where)["v"]
                 spec["components"][row["name"]] = entry

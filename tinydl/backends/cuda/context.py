@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import hashlib
 import os
 import re
@@ -344,25 +345,20 @@ class Context:
             self.cp.cuda.get_current_stream().synchronize()
 
 
-_ENQUEUE: list = []
-
-
+@functools.cache
 def _enqueue_copy():
     """The driver's cuMemcpyHtoDAsync called without releasing the GIL (ctypes.PyDLL), or None
     where the driver library cannot be loaded that way (CuPy's copy is used then)."""
-    if not _ENQUEUE:
-        fn = None
-        try:
-            import ctypes
+    import ctypes
 
-            lib = ctypes.PyDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-            fn = lib.cuMemcpyHtoDAsync_v2
-            fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _ENQUEUE.append(fn)
-    return _ENQUEUE[0]
+    try:
+        lib = ctypes.PyDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+        fn = lib.cuMemcpyHtoDAsync_v2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def _write_ref(path: Path, text: str) -> None:
