@@ -441,6 +441,12 @@ for op, x in REDUCE_INPUTS.items():
 case("ReduceMax-int32", "ReduceMax", x=I(3, 4, dtype=np.int32), axes=i64(1), consts={"axes"})
 case("ReduceMin-int64", "ReduceMin", {"keepdims": 0}, x=I(3, 4), axes=i64(0), consts={"axes"})
 case("ReduceSum-int64", "ReduceSum", x=I(3, 4, 5), axes=i64(0, 2), consts={"axes"})
+# Integers past a workgroup and a cuda warp, each reduction that runs on them on the GPU.
+INT_ROW = {"x": I(3, 1500, lo=-40, hi=40, dtype=np.int32), "axes": i64(-1), "consts": {"axes"}}
+for op in ("ReduceMax", "ReduceMin", "ReduceSum", "ReduceL1", "ReduceSumSquare"):
+    case(f"{op}-int32-row-1500", op, **INT_ROW)
+case("ReduceProd-int64", "ReduceProd", x=I(4, 3, 5, lo=-3, hi=3), axes=i64(1), consts={"axes"})
+case("ReduceMax-int64-all", "ReduceMax", x=I(3, 50, lo=-(10**6), hi=10**6))
 case("ReduceLogSumExp-large", "ReduceLogSumExp", x=N(4, 6, scale=200), axes=i64(1), consts={"axes"})
 
 # ArgMax/ArgMin and TopK on integer-valued floats: ties, and exact in fp16.
@@ -451,6 +457,7 @@ for op in ("ArgMax", "ArgMin"):
     case(f"{op}-select-last-index", op, {"axis": 1, "select_last_index": 1}, x=I(3, 6, 5, **TIES))
     case(f"{op}-row-3000", op, {"axis": 1}, x=I(2, 3000, lo=-1000, hi=1000, dtype=np.float32))
     case(f"{op}-int64", op, {"axis": 1}, x=I(3, 7))
+    case(f"{op}-int32-row-1500", op, {"axis": -1}, x=I(2, 1500, lo=-300, hi=300, dtype=np.int32))
 case("ArgMax-float", "ArgMax", {"axis": 2}, x=N(2, 3, 9))
 
 TK = "TopK"
@@ -460,6 +467,7 @@ case(f"{TK}-middle-axis", TK, {"axis": 1}, {"k"}, x=N(2, 9, 3), k=i64(3))
 case(f"{TK}-k-all", TK, consts={"k"}, x=I(2, 8, **TIES), k=i64(8))
 case(f"{TK}-unsorted-k1", TK, {"sorted": 0}, {"k"}, x=N(4, 10), k=i64(1))
 case(f"{TK}-int64", TK, consts={"k"}, x=I(4, 10), k=i64(3))
+case(f"{TK}-int32-row-1500", TK, {"largest": 0}, {"k"}, x=I(2, 1500, dtype=np.int32), k=i64(9))
 case(
     f"{TK}-row-3000-k200",
     TK,
@@ -674,6 +682,7 @@ for name, attrs in CONSTANTS.items():
 
 case("Identity", "Identity", x=N(2, 3))
 case("Identity-int64", "Identity", x=I(4))
+case("Dropout-inference", "Dropout", {"seed": 3}, x=N(2, 3, 5))
 
 # -- spatial rearrangement ------------------------------------------------------------------------
 

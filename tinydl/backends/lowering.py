@@ -281,7 +281,7 @@ def topk_supports(node, graph) -> Support:
             "implemented: the kernels make a pass over the row per output element",
         )
     x = graph.value(node.inputs[0])
-    if x is not None and x.dtype not in ("float32", "float16"):
+    if x is not None and x.dtype not in ("float32", "float16", "int32", "int64"):
         return Support(False, f"{node.op} on {x.dtype} is not implemented")
     return Support(True)
 

@@ -76,6 +76,13 @@ def constant_inputs(node: Node, graph: Graph, first: int = 1) -> Support:
     return Support(True)
 
 
+def dropout_supports(node: Node, graph: Graph) -> Support:
+    """Dropout at inference is a copy of its input; its optional mask output is not made."""
+    if len([o for o in node.outputs if o]) > 1:
+        return Support(False, "Dropout's mask output is not implemented")
+    return constant_inputs(node, graph)
+
+
 def shape_derived(name: str, graph: Graph) -> bool:
     """True when value `name` depends only on constants and on the shapes of tensors."""
     frozen = getattr(_FROZEN, "graphs", {}).get(id(graph))
@@ -208,6 +215,14 @@ class Build:
     def alias(self, out: str, src: str) -> None:
         """`out` is a view of `src` with another shape (zero-copy)."""
         self.plan.alias[out] = self.plan.alias.get(src, src)
+
+    def scratch(self, key: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
+        """A value only this node's steps use (a recurrent state, a partial result): bind its
+        name like any other. Its buffer lives from the first to the last step that binds it and
+        is shared with other values outside that span, so a kernel writes it before reading."""
+        name = f"{self.node.name}/scratch/{key}"
+        self.plan.infos[name] = self.plan.value_info(tuple(shape), dtype, False)
+        return name
 
 
 class Plan:

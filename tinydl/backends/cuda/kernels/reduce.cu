@@ -1,18 +1,18 @@
 // {{ label }}: {{ ("the index of the " ~ ("largest" if arg == "max" else "smallest")) if arg else "a reduction" }} over {{ R }} elements for each of {{ O }} outputs; a {{ "warp" if per_warp else "block" }}
-// per output: a strided fp32 pass per thread, then warp shuffles{{ "" if per_warp else " and one exchange through shared memory" }}.
+// per output: a strided {{ acc }} pass per thread, then warp shuffles{{ "" if per_warp else " and one exchange through shared memory" }}.
 // Kept axes (size, stride) {{ kept }}; reduced axes {{ reduced }}.
 {% if arg %}
 // (a, ia) comes before (b, ib): {{ "larger" if arg == "max" else "smaller" }}, then the {{ "last" if last else "first" }} index among equals.
 // NONE_ marks a thread that has seen no element yet.
 #define NONE_ 0xffffffffu
-__device__ __forceinline__ bool before_(float a, unsigned ia, float b, unsigned ib) {
+__device__ __forceinline__ bool before_({{ acc }} a, unsigned ia, {{ acc }} b, unsigned ib) {
     if (ia == NONE_ || ib == NONE_) return ib == NONE_ && ia != NONE_;
     return a {{ ">" if arg == "max" else "<" }} b || (a == b && ia {{ ">" if last else "<" }} ib);
 }
-__device__ __forceinline__ void warp_arg_(float& v, unsigned& i) {
+__device__ __forceinline__ void warp_arg_({{ acc }}& v, unsigned& i) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) {
-        const float w = __shfl_xor_sync(0xffffffffu, v, d);
+        const {{ acc }} w = __shfl_xor_sync(0xffffffffu, v, d);
         const unsigned j = __shfl_xor_sync(0xffffffffu, i, d);
         if (before_(w, j, v, i)) {
             v = w;
@@ -21,8 +21,8 @@ __device__ __forceinline__ void warp_arg_(float& v, unsigned& i) {
     }
 }
 {% else %}
-__device__ __forceinline__ float combine_(float a, float b) { return {{ combine }}; }
-__device__ __forceinline__ float warp_combine_(float v) {
+__device__ __forceinline__ {{ acc }} combine_({{ acc }} a, {{ acc }} b) { return {{ combine }}; }
+__device__ __forceinline__ {{ acc }} warp_combine_({{ acc }} v) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) v = combine_(v, __shfl_xor_sync(0xffffffffu, v, d));
     return v;
@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% else %}
     const {{ itype }} o = blockIdx.x;
     const unsigned first = threadIdx.x, step = {{ block }}u;
-    __shared__ float part[{{ warps }}];
+    __shared__ {{ acc }} part[{{ warps }}];
 {% endif %}
     {{ itype }} rem = o;
     {{ itype }} base = 0;
@@ -59,11 +59,11 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% endfor %}
 {% endmacro %}
 {% if arg %}
-    float best = 0.0f;
+    {{ acc }} best = 0;
     unsigned bi = NONE_;
     for ({{ itype }} r = first; r < {{ R }}u; r += step) {
 {{ offset() }}
-        const float v = {{ xload }};
+        const {{ acc }} v = {{ xload }};
         if (before_(v, (unsigned)r, best, bi)) {
             best = v;
             bi = (unsigned)r;
@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
     }
     __syncthreads();
     if (threadIdx.x >= 32u) return;
-    best = lane < {{ warps }}u ? part[lane] : 0.0f;
+    best = lane < {{ warps }}u ? part[lane] : ({{ acc }})0;
     bi = lane < {{ warps }}u ? ipart[lane] : NONE_;
     warp_arg_(best, bi);
 {% endif %}
@@ -100,10 +100,10 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% endif %}
     if (m == -__int_as_float(0x7f800000)) m = 0.0f;
 {% endif %}
-    float s = {{ init }};
+    {{ acc }} s = {{ init }};
     for ({{ itype }} r = first; r < {{ R }}u; r += step) {
 {{ offset() }}
-        const float v = {{ xload }};
+        const {{ acc }} v = {{ xload }};
         s = combine_(s, {{ element }});
     }
     s = warp_combine_(s);

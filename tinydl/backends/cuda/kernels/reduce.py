@@ -1,7 +1,7 @@
 """The Reduce* ops, ArgMax and ArgMin (and GlobalAveragePool, through emit_mean): a warp per
 output element when each reduction is short, a block per output element when it is long;
-threads reduce strided elements in fp32, then warp shuffles (and, for a block, one exchange
-through shared memory) combine their results.
+threads reduce strided elements in fp32 (integers in 64 bits), then warp shuffles (and, for a
+block, one exchange through shared memory) combine their results.
 """
 
 from __future__ import annotations
@@ -42,6 +42,18 @@ CUDA_REDUCTIONS = {
     "ReduceSumSquare": ("0.0f", "v * v", "a + b", "s"),
 }
 assert CUDA_REDUCTIONS.keys() == REDUCTIONS.keys()
+# On integers, in long long (an int32 result wraps as the reference's does in its own type): the
+# reductions that run on them, as (initial value, element, combine) where they differ.
+LL_MIN, LL_MAX = "(-9223372036854775807LL - 1)", "9223372036854775807LL"
+INT_REDUCTIONS = {
+    "ReduceMax": (LL_MIN, "v", "(a > b ? a : b)"),
+    "ReduceMin": (LL_MAX, "v", "(a < b ? a : b)"),
+    "ReduceSum": ("0LL", "v", "a + b"),
+    "ReduceProd": ("1LL", "v", "a * b"),
+    "ReduceL1": ("0LL", "(v < 0 ? -v : v)", "a + b"),
+    "ReduceSumSquare": ("0LL", "v * v", "a + b"),
+}
+INT_INPUTS = ("int32", "int64", "bool")
 
 
 def float_input(node, graph) -> Support:
@@ -54,7 +66,12 @@ def float_input(node, graph) -> Support:
 def _supports(node, graph) -> Support:
     if not (const := constant_inputs(node, graph)):
         return const
-    return float_input(node, graph)
+    v = graph.value(node.inputs[0])
+    if v is None or v.dtype in FLOATS:
+        return Support(True)
+    if v.dtype in INT_INPUTS and node.op in (*INT_REDUCTIONS, "ArgMax", "ArgMin"):
+        return Support(True)
+    return Support(False, f"{node.op} on {v.dtype} runs on the cpu backend")
 
 
 def emit_mean(b, axes: tuple[int, ...]) -> None:
@@ -77,6 +94,15 @@ def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "",
         return
     per_warp = count < BLOCK_MIN
     init, element, combine, finish = CUDA_REDUCTIONS[op]
+    integer = xi.dtype not in FLOATS
+    if integer and not arg:
+        init, element, combine = INT_REDUCTIONS[op]
+    acc = "long long" if integer else "float"
+    if integer:
+        xload, ystore = "(long long)(x[off])", f"({yo.ctype})(s)"
+    else:
+        xload = load(xi.ctype, "x[off]")
+        ystore = store(yo.ctype, finish.format(R=f"{float(max(count, 1))!r}f"))
     b.launch(
         "reduce.cu",
         [b.inputs[0], b.outputs[0]],
@@ -92,8 +118,9 @@ def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "",
         itype=index_type(max(math.prod(shape), 1)),
         xt=xi.ctype,
         yt=yo.ctype,
-        xload=load(xi.ctype, "x[off]"),
-        ystore=store(yo.ctype, finish.format(R=f"{float(max(count, 1))!r}f")),
+        xload=xload,
+        ystore=ystore,
+        acc=acc,
         arg=arg,
         last=last,
         init=init,

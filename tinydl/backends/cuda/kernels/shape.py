@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import constant_inputs, kernel
 from tinydl.backends.cuda.kernels.gather import emit_gather
 from tinydl.backends.gathers import Gather
 from tinydl.backends.indexing import strides_of
+from tinydl.backends.planned import dropout_supports
 
 
 def copy(b, src: str, dst: str) -> None:
@@ -30,13 +30,7 @@ def view(b):
     copy(b, b.inputs[0], b.outputs[0])
 
 
-def _dropout_supports(node, graph) -> Support:
-    if len([o for o in node.outputs if o]) > 1:
-        return Support(False, "Dropout's mask output is not implemented")
-    return constant_inputs(node, graph)
-
-
-@kernel("Dropout", supports=_dropout_supports)
+@kernel("Dropout", supports=dropout_supports)
 def dropout(b):
     view(b)
 

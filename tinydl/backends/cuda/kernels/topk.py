@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tinydl.backends import lowering
-from tinydl.backends.cuda.kernels import kernel, load, store
+from tinydl.backends.cuda.kernels import FLOATS, kernel, load, store
 
 
 @kernel("TopK", supports=lowering.topk_supports)
@@ -13,6 +13,8 @@ def top_k(b):
     if geo.rows == 0 or geo.k == 0:
         return
     xi = b.info(0)
+    at = f"x[base + (unsigned long long)r * {geo.inner}ull]"
+    integer = xi.dtype not in FLOATS
     # A warp for short rows: the other warps would find nothing to read.
     threads = 256 if geo.length >= 1024 else 64 if geo.length >= 64 else 32
     b.launch(
@@ -30,6 +32,7 @@ def top_k(b):
         xt=xi.ctype,
         yt=b.out(0).ctype,
         it=b.out(1).ctype,
-        xload=load(xi.ctype, f"x[base + (unsigned long long)r * {geo.inner}ull]"),
-        ystore=store(b.out(0).ctype, "pv"),
+        xload=f"(long long)({at})" if integer else load(xi.ctype, at),
+        ystore=f"({b.out(0).ctype})(pv)" if integer else store(b.out(0).ctype, "pv"),
+        acc="long long" if integer else "float",
     )

@@ -1,5 +1,5 @@
 """The Reduce* ops, ArgMax, ArgMin and GlobalAveragePool: a workgroup per output element, a
-strided pass per thread, then a tree in workgroup memory, in f32."""
+strided pass per thread, then a tree in workgroup memory, in f32 (in i32 for integers)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from tinydl.backends.webgpu.kernels import (
     INT_DTYPES,
     collapse,
     constant_inputs,
+    ctype,
     grid,
     kernel,
     strides_of,
@@ -35,14 +36,19 @@ WGSL_REDUCTIONS = {
     "ReduceSumSquare": ("0.0", "v * v", "a + b", "s"),
 }
 assert WGSL_REDUCTIONS.keys() == REDUCTIONS.keys()
+I32_MIN, I32_MAX = "bitcast<i32>(0x80000000u)", "2147483647"
+# On integers, in i32 (an int64 is held as i32 here, as by every webgpu kernel), wrapping as the
+# reference does in its own type: the initial value of each reduction that runs on integers.
+INT_INIT = {"ReduceMax": I32_MIN, "ReduceMin": I32_MAX, "ReduceSum": "0", "ReduceProd": "1"}
+INT_INIT.update(ReduceL1="0", ReduceSumSquare="0")
 
 
 def _supports(node, graph) -> Support:
     if not (const := constant_inputs(node, graph)):
         return const
     v = graph.value(node.inputs[0])
-    if v is not None and v.dtype in INT_DTYPES:
-        return Support(False, f"{node.op} on {v.dtype} is not implemented")
+    if v is not None and v.dtype in INT_DTYPES and node.op not in (*INT_INIT, "ArgMax", "ArgMin"):
+        return Support(False, f"{node.op} on {v.dtype} runs on the cpu backend")
     return Support(True)
 
 
@@ -60,6 +66,9 @@ def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "",
         return
     wg = 256 if count >= 256 else 64 if count >= 64 else 32
     init, element, combine, finish = WGSL_REDUCTIONS[op]
+    acc = ctype(b.info(0).dtype)
+    if acc == "i32" and not arg:
+        init = INT_INIT[op]
     g = grid(outputs, 1)
     b.dispatch(
         "reduce.wgsl",
@@ -82,6 +91,7 @@ def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "",
         finish=finish.format(R=count),
         shift=op == "ReduceLogSumExp",
         lowest=LOWEST,
+        acc=acc,
     )
 
 

@@ -1,21 +1,21 @@
 {{ header }}
 {% import "tree.wgsl" as tree %}
 // {{ label }}: {{ "the index of the " ~ ("largest" if arg == "max" else "smallest") if arg else "a reduction" }} over {{ R }} elements for each of {{ O }} outputs; a workgroup per
-// output, a strided pass per thread, then a tree in workgroup memory (f32 throughout).
+// output, a strided pass per thread, then a tree in workgroup memory ({{ acc }} throughout).
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
 @group(0) @binding(1) var<storage, read_write> y: array<{{ ot }}>;
 
-var<workgroup> part: array<f32, {{ WG }}>;
+var<workgroup> part: array<{{ acc }}, {{ WG }}>;
 {% if arg %}
 var<workgroup> index: array<u32, {{ WG }}>;
 
 // (a, ia) comes before (b, ib): {{ "larger" if arg == "max" else "smaller" }}, then the {{ "last" if last else "first" }} index among equals.
-fn before(a: f32, ia: u32, b: f32, ib: u32) -> bool {
+fn before(a: {{ acc }}, ia: u32, b: {{ acc }}, ib: u32) -> bool {
     return a {{ ">" if arg == "max" else "<" }} b || (a == b && ia {{ ">" if last else "<" }} ib);
 }
 {% else %}
 
-fn combine(a: f32, b: f32) -> f32 {
+fn combine(a: {{ acc }}, b: {{ acc }}) -> {{ acc }} {
     return {{ combine }};
 }
 {% endif %}
@@ -41,10 +41,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     rem = rem / {{ kept[d][0] }}u;
 {% endfor %}
 {% if arg %}
-    var best = f32(x[at(base, min(li, {{ R - 1 }}u))]);
+    var best = {{ acc }}(x[at(base, min(li, {{ R - 1 }}u))]);
     var bi = min(li, {{ R - 1 }}u);
     for (var r = li + {{ WG }}u; r < {{ R }}u; r += {{ WG }}u) {
-        let v = f32(x[at(base, r)]);
+        let v = {{ acc }}(x[at(base, r)]);
         if (before(v, r, best, bi)) {
             best = v;
             bi = r;
@@ -74,7 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
     var s = {{ init }};
     for (var r = li; r < {{ R }}u; r += {{ WG }}u) {
-        let v = f32(x[at(base, r)]);
+        let v = {{ acc }}(x[at(base, r)]);
         s = combine(s, {{ element }});
     }
     part[li] = s;

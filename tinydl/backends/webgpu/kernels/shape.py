@@ -1,9 +1,11 @@
-"""Reshape-like ops are zero-copy views: Reshape, Flatten, Squeeze, Unsqueeze, Identity.
+"""Reshape-like ops are zero-copy views: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout
+(inference).
 A view that must change storage type (an fp16 intermediate that leaves the partition as
 float32) is a converting copy instead. Constant uploads its value; Shape is computed by the plan."""
 
 from __future__ import annotations
 
+from tinydl.backends.planned import dropout_supports
 from tinydl.backends.webgpu.kernels import constant_inputs, ctype, kernel
 from tinydl.backends.webgpu.kernels.elementwise import Operand, emit
 
@@ -16,6 +18,11 @@ def view(b):
         return
     ct = ctype(dst.dtype)
     emit(b, "a0", [Operand(dst.shape, name=b.inputs[0])], b.outputs[0], ct, label="copy")
+
+
+@kernel("Dropout", supports=dropout_supports)
+def dropout(b):
+    view(b)
 
 
 @kernel("Shape")

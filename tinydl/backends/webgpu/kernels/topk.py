@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from tinydl.backends import lowering
-from tinydl.backends.webgpu.kernels import grid, kernel
+from tinydl.backends.webgpu.kernels import ctype, grid, kernel
 
 
 @kernel("TopK", supports=lowering.topk_supports)
@@ -31,4 +31,5 @@ def top_k(b):
         st=b.info(0).stype,
         ot=b.out(0).stype,
         it=b.out(1).stype,
+        acc=ctype(b.info(0).dtype),
     )

@@ -8,11 +8,11 @@
 @group(0) @binding(2) var<storage, read_write> idx: array<{{ it }}>;
 
 const NONE = 0xffffffffu;
-var<workgroup> part: array<f32, {{ WG }}>;
+var<workgroup> part: array<{{ acc }}, {{ WG }}>;
 var<workgroup> index: array<u32, {{ WG }}>;
 
 // (a, ia) comes before (b, ib); NONE (no element) comes after every element.
-fn before(a: f32, ia: u32, b: f32, ib: u32) -> bool {
+fn before(a: {{ acc }}, ia: u32, b: {{ acc }}, ib: u32) -> bool {
     if (ia == NONE || ib == NONE) {
         return ib == NONE && ia != NONE;
     }
@@ -24,13 +24,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let row = min(wid.y * {{ gx }}u + wid.x, {{ rows - 1 }}u);
     let base = (row / {{ inner }}u) * {{ L * inner }}u + row % {{ inner }}u;
     let out = (row / {{ inner }}u) * {{ K * inner }}u + row % {{ inner }}u;
-    var pv = 0.0;
+    var pv = {{ acc }}(0);
     var pi = NONE;
     for (var j = 0u; j < {{ K }}u; j++) {
-        var bv = 0.0;
+        var bv = {{ acc }}(0);
         var bi = NONE;
         for (var r = li; r < {{ L }}u; r += {{ WG }}u) {
-            let v = f32(x[base + r * {{ inner }}u]);
+            let v = {{ acc }}(x[base + r * {{ inner }}u]);
             if ((pi == NONE || before(pv, pi, v, r)) && before(v, r, bv, bi)) {
                 bv = v;
                 bi = r;
