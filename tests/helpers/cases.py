@@ -1048,6 +1048,7 @@ case(
     data=I(2, 3, 4, 5),
     idx=I(2, 3, 2, 2, lo=-4, hi=4),
 )
+case(f"{GN}-slices-600", GN, data=N(40, 30, 20), idx=I(30, 20, 1, lo=-40, hi=40))
 
 case("Split-sizes", "Split", {"axis": 1}, {"s"}, x=N(2, 7, 3), s=i64(2, 4, 1))
 case("Split-sizes-with-zero", "Split", consts={"s"}, x=N(5, 2), s=i64(3, 0, 2))
@@ -1106,6 +1107,15 @@ case(
     d=i64(4),
     v=i64(0, 7),
 )
+case(
+    f"{ON}-fed-values",
+    ON,
+    {"axis": -1},
+    {"d"},
+    i=I(30, 20, lo=-12, hi=12),
+    d=i64(9),
+    v=hot,
+)
 
 SE = "ScatterElements"
 case(
@@ -1157,6 +1167,22 @@ case(
     upd=N(3),
 )
 case(f"{SN}-none-slices", SN, data=N(4, 2, 3), idx=np.array([[2], [-4]], np.int64), upd=N(2, 2, 3))
+case(
+    f"{SN}-add-pairs-large",
+    SN,
+    {"reduction": "add"},
+    data=N(30, 20, 9),
+    idx=I(50, 2, lo=-20, hi=20),
+    upd=N(50, 9),
+)
+case(
+    f"{SE}-max-axis2-narrower-updates",
+    SE,
+    {"axis": 2, "reduction": "max"},
+    data=N(4, 30, 20),
+    idx=I(3, 25, 30, lo=-20, hi=20),
+    upd=N(3, 25, 30),
+)
 
 case("NonZero", "NonZero", x=Rand((3, 4, 2), "normal", zeros=0.5))
 case("NonZero-int64", "NonZero", x=Rand((6,), "int", np.int64, lo=-2, hi=3))
@@ -1169,6 +1195,15 @@ for exclusive in (0, 1):
         case(f"{CS}-exclusive{exclusive}-reverse{reverse}", CS, attrs, {"a"}, x=N(3, 5), a=i64(1))
 case(f"{CS}-axis0-int32", CS, consts={"a"}, x=I(4, 3, dtype=np.int32), a=np.array(0, np.int32))
 case(f"{CS}-negative-axis-fed", CS, {"exclusive": 1}, x=N(2, 3, 4), a=i64(-2))
+case(f"{CS}-middle-axis-long", CS, {"reverse": 1}, {"a"}, x=N(3, 700, 5), a=i64(1))
+case(
+    f"{CS}-int64-exclusive-reverse",
+    CS,
+    {"exclusive": 1, "reverse": 1},
+    {"a"},
+    x=I(50, 300),
+    a=i64(-1),
+)
 
 EINSUMS = {
     "attention-scores": ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),

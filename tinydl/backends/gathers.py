@@ -216,9 +216,10 @@ BUILDERS = {
     "GatherND": gather_nd,
 }
 # Ops whose inputs after the first must be constants (baked into the tables).
-CONSTANT_INPUTS = ("Slice", "Pad", "Split", "Expand", "Tile", "Trilu", "GatherND")
-# Ops whose indices (input 1) may also be computed at run time: a backend's `indexed` kernel.
-RUN_TIME_INDICES = ("Gather", "GatherElements")
+CONSTANT_INPUTS = ("Slice", "Pad", "Split", "Expand", "Tile", "Trilu")
+# Ops whose indices (input 1) may also be computed at run time: a backend's `indexed` kernel
+# (GatherND: its `gather_nd` kernel).
+RUN_TIME_INDICES = ("Gather", "GatherElements", "GatherND")
 # Ops the GPU backends leave to the cpu backend, and why.
 CPU_ONLY = {
     "NonZero": "NonZero's output shape depends on the data; it runs on the cpu backend",
@@ -257,14 +258,18 @@ def _refuse(node, graph) -> Support:
     return Support(False, CPU_ONLY[node.op])
 
 
-def register(kernel, constant_inputs, emit_gather, emit_indexed) -> None:
+def register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd) -> None:
     """Register the gather ops with a backend: its `kernel` decorator, its constant-inputs
-    support check, its `emit_gather(b, gather, dst)` and its `emit_indexed(b, indexed)` (the
-    kernel for indices read at run time); and the ops it leaves to the cpu backend."""
+    support check, its `emit_gather(b, gather, dst)`, its `emit_indexed(b, indexed)` and
+    `emit_gather_nd(b)` (the kernels for indices read at run time); and the ops it leaves to
+    the cpu backend."""
 
     def build(b) -> None:
         if b.node.op in RUN_TIME_INDICES and b.const(1) is None:
-            emit_indexed(b, indexed(b))
+            if b.node.op == "GatherND":
+                emit_gather_nd(b)
+            else:
+                emit_indexed(b, indexed(b))
             return
         for g in BUILDERS[b.node.op](b):
             emit_gather(b, g, b.outputs[g.out])

@@ -19,6 +19,7 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
+from tinydl.backends.cuda.kernels.scatter import emit_gather_nd
 from tinydl.backends.gathers import Gather, Indexed, register
 
 BLOCK = 256
@@ -91,4 +92,4 @@ def emit_indexed(b, g: Indexed) -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather, emit_indexed)
+register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd)

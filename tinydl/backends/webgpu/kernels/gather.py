@@ -10,6 +10,7 @@ import numpy as np
 
 from tinydl.backends.gathers import Gather, Indexed, register
 from tinydl.backends.webgpu.kernels import constant_inputs, ctype, grid, kernel, wgsl_float
+from tinydl.backends.webgpu.kernels.scatter import emit_gather_nd
 
 WG = 256
 
@@ -73,4 +74,4 @@ def emit_indexed(b, g: Indexed) -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather, emit_indexed)
+register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd)
