@@ -1219,6 +1219,25 @@ case("Einsum-transpose", "Einsum", {"equation": "ij->ji"}, a=N(3, 4))
 case("Einsum-trace", "Einsum", {"equation": "ii->"}, a=N(4, 4))
 case("Einsum-diagonal-batch", "Einsum", {"equation": "bii->bi"}, a=N(2, 3, 3))
 case("Einsum-sum-axis", "Einsum", {"equation": "ijk->i"}, a=N(3, 4, 5))
+case(
+    "Einsum-ellipsis-broadcast",
+    "Einsum",
+    {"equation": "...ij,...jk->...ik"},
+    a=N(2, 1, 3, 4),
+    b=N(1, 5, 4, 2),
+)
+case(
+    "Einsum-three-operands", "Einsum", {"equation": "ij,jk,kl->il"}, a=N(3, 4), b=N(4, 5), c=N(5, 2)
+)
+case("Einsum-int64", "Einsum", {"equation": "ij,j->i"}, a=I(3, 4), b=I(4))
+case(
+    "Einsum-attention-64",
+    "Einsum",
+    {"equation": "bhqd,bhkd->bhqk"},
+    a=N(1, 4, 70, 64),
+    b=N(1, 4, 50, 64),
+    atol=1e-4,
+)
 
 
 # -- geometry (tinydl's own ops; onnxruntime judges them through opcheck.ORT_EQUIVALENTS) --------

@@ -223,7 +223,6 @@ RUN_TIME_INDICES = ("Gather", "GatherElements", "GatherND")
 # Ops the GPU backends leave to the cpu backend, and why.
 CPU_ONLY = {
     "NonZero": "NonZero's output shape depends on the data; it runs on the cpu backend",
-    "Einsum": "Einsum has no GPU lowering; it runs on the cpu backend",
 }
 
 
