@@ -8,7 +8,7 @@ the right thing is test_gpu_ops.py's job, on a GPU.
 from __future__ import annotations
 
 import pytest
-from helpers.cases import CASES
+from helpers.cases import CASES, REFERENCE_CASES
 from helpers.models import ATTENTION_VARIANTS, attention_graph
 from helpers.opcheck import backend_case, wrap_fp16
 
@@ -33,7 +33,9 @@ BACKEND = CUDABackend()
 CTX = FakeContext()
 
 
-@pytest.mark.parametrize(("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES)
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "consts", "rtol", "atol"), CASES + REFERENCE_CASES
+)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_op_compiles(op, inputs, attrs, consts, rtol, atol, precision, request):
     _, graph, _ = backend_case(BACKEND, op, inputs, attrs, consts, request.node.callspec.id)

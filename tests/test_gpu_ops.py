@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.cases import CASES, N, i64
+from helpers.cases import CASES, REFERENCE_CASES, N, i64
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
 from helpers.opcheck import backend_case, compare, run_reference, wrap_fp16
 
@@ -67,7 +67,7 @@ def _per_backend(cases, backends):
 
 
 ARGS = ("name", "case_id", "op", "inputs", "attrs", "consts", "rtol", "atol")
-PARAMS = _per_backend(CASES, GPU_BACKENDS) + _per_backend(LARGE, ("cuda",))
+PARAMS = _per_backend(CASES + REFERENCE_CASES, GPU_BACKENDS) + _per_backend(LARGE, ("cuda",))
 
 
 def _run(backend, graph: Graph, feeds, precision: str) -> list[np.ndarray]:

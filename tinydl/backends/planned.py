@@ -216,12 +216,15 @@ class Build:
         """`out` is a view of `src` with another shape (zero-copy)."""
         self.plan.alias[out] = self.plan.alias.get(src, src)
 
-    def scratch(self, key: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
+    def scratch(
+        self, key: str, shape: tuple[int, ...], dtype: str = "float32", precise: bool = False
+    ) -> str:
         """A value only this node's steps use (a recurrent state, a partial result): bind its
         name like any other. Its buffer lives from the first to the last step that binds it and
-        is shared with other values outside that span, so a kernel writes it before reading."""
+        is shared with other values outside that span, so a kernel writes it before reading.
+        `precise` keeps a float32 value in float32 at fp16 precision (as outputs are)."""
         name = f"{self.node.name}/scratch/{key}"
-        self.plan.infos[name] = self.plan.value_info(tuple(shape), dtype, False)
+        self.plan.infos[name] = self.plan.value_info(tuple(shape), dtype, precise)
         return name
 
 
