@@ -16,6 +16,7 @@ from helpers.models import (
     ATTENTION_VARIANTS,
     attention_feeds,
     attention_graph,
+    crnn_onnx,
     embedding_graph,
     embedding_reference,
     espcn,
@@ -61,6 +62,29 @@ def test_ppocrv4_det_fp16_against_fp32(backend, ppocr_det):
     (prob,) = sess.run({"x": x}).values()
     assert np.abs(prob - ref).max() < 0.15
     assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
+
+
+def test_crnn_with_its_bidirectional_lstm_runs_whole_and_matches_onnxruntime(
+    backend, tmp_path, rng
+):
+    """Conv -> pooling -> reshape -> bidirectional LSTM -> MatMul -> Softmax: every node on the
+    backend (the LSTM a dispatch per time step), within 1e-4 of onnxruntime; fp16 storage
+    keeps the same most likely class almost everywhere."""
+    import onnxruntime as ort
+
+    path = tmp_path / "crnn.onnx"
+    crnn_onnx(path, rng)
+    x = rng.standard_normal((2, 1, 32, 40)).astype(np.float32)
+    (ref,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    sess = td.compile(td.load(path), backends=(backend,), strict=True)
+    assert set(sess.placement.nodes.values()) == {backend}
+    (out,) = sess.run({"x": x}).values()
+    assert rel_err(out, ref) <= 1e-4
+    require_f16(backend)
+    half = td.compile(td.load(path), backends=(backend,), precision="fp16", strict=True)
+    (out16,) = half.run({"x": x}).values()
+    assert np.abs(out16 - ref).max() < 2e-2
+    assert (out16.argmax(-1) == ref.argmax(-1)).mean() > 0.9
 
 
 def test_bert_like_embeddings_run_whole_and_match_numpy(backend, rng):
