@@ -919,7 +919,8 @@ def roi_align(id, attrs=None, sampling_ratio=0):
         "RoiAlign",
         {**attrs, "sampling_ratio": sampling_ratio},
         rtol=1e-5,
-        atol=1e-6,
+        # sums of up to 4 x 36 weighted O(1) samples, added in another order than the reference's
+        atol=1e-5,
         x=N(2, 3, 10, 12),
         rois=f32(
             [0, 0, 23, 19], [-4, -3, 8, 6], [5, 2, 30, 26], [10, 10, 11, 10.5],

@@ -339,3 +339,26 @@ def attention(b) -> AttentionGeometry:
     return AttentionGeometry(
         *batch, q[2], k[3], q[3], v[3], sq, sk, sv, mask, float(b.node.meta["scale"])
     )
+
+
+def roi_align(b) -> dict:
+    """RoiAlign's template parameters: sizes, mode and the coordinate transform (the rois and
+    batch indices are read at run time; each roi's sampling grid is computed by the kernel)."""
+    n, c, h, w = b.info(0).shape
+    attrs = b.attrs
+    half = attrs["coordinate_transformation_mode"] == "half_pixel"
+    return {
+        "N": n,
+        "C": c,
+        "H": h,
+        "W": w,
+        "R": b.info(1).shape[0],
+        "OH": attrs["output_height"],
+        "OW": attrs["output_width"],
+        "total": b.info(1).shape[0] * c * attrs["output_height"] * attrs["output_width"],
+        "mode": attrs["mode"],
+        "ratio": attrs["sampling_ratio"],
+        "half": half,
+        "scale": float(attrs["spatial_scale"]),
+        "offset": 0.5 if half else 0.0,
+    }
