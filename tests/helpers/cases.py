@@ -1292,3 +1292,41 @@ for border in ("zero", "replicate"):
         m=warp_matrices(2, 3, 10, 8, perspective=True),
     )
 case("Warp-crop-per-image", W, WARP_SIZE, x=U(2, 2, 7, 7, lo=0.5), m=warp_matrices(3, 2, 7, 7))
+
+
+def crop_matrices(seed: int, k: int) -> np.ndarray:
+    """k 4x4 MediaPipe crop matrices: rotated, scaled, shifted so part of each crop falls
+    outside a 9 x 11 input."""
+    rng = np.random.default_rng(seed)
+    m = np.tile(np.eye(4, dtype=np.float32), (k, 1, 1))
+    for i in range(k):
+        angle, scale = rng.uniform(-np.pi, np.pi), rng.uniform(0.8, 1.6)
+        c, s = np.cos(angle) * scale, np.sin(angle) * scale
+        m[i, :2, :2] = [[c, -s], [s, c]]
+        m[i, :2, 3] = rng.uniform(-2, 8, 2)
+    return m
+
+
+# MediaPipe's custom ops (the attention face mesh): judged against the reference, which
+# test_tflite.py checks against MediaPipe's own loops.
+TTB, L2T = "tinydl.TransformTensorBilinear", "tinydl.Landmarks2TransformMatrix"
+CROP = {"output_height": 7, "output_width": 8}
+case(f"{TTB}-one-matrix", TTB, CROP, into=REFERENCE_CASES, x=N(2, 3, 9, 11), m=crop_matrices(1, 1))
+case(f"{TTB}-per-image", TTB, CROP, into=REFERENCE_CASES, x=N(3, 2, 9, 11), m=crop_matrices(2, 3))
+case(
+    L2T,
+    L2T,
+    {
+        "left_rotation_idx": 5,
+        "right_rotation_idx": 17,
+        "subset_idxs": [3, 7, 11, 12, 20, 25, 29],
+        "target_rotation_radians": 0.25,
+        "output_height": 12,
+        "output_width": 20,
+        "scale_x": 1.5,
+        "scale_y": 1.25,
+    },
+    atol=1e-3,  # translations of about 100 pixels, in float32 here against float64
+    into=REFERENCE_CASES,
+    lm=U(3, 30, 3, lo=0.0, hi=190.0),
+)

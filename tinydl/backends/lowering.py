@@ -362,3 +362,27 @@ def roi_align(b) -> dict:
         "scale": float(attrs["spatial_scale"]),
         "offset": 0.5 if half else 0.0,
     }
+
+
+def mediapipe(b) -> dict:
+    """Template parameters of MediaPipe's TransformTensorBilinear and Landmarks2TransformMatrix
+    (tinydl/ops/mediapipe.py): the sizes and attributes; matrices and landmarks are read at
+    run time. `total` counts the threads."""
+    attrs, shape = b.attrs, b.info(0).shape
+    params = {"op": b.node.op, "OH": attrs["output_height"], "OW": attrs["output_width"]}
+    if b.node.op == "tinydl.TransformTensorBilinear":
+        n, c, h, w = shape
+        total = n * c * params["OH"] * params["OW"]
+        return {**params, "N": n, "C": c, "H": h, "W": w, "MB": b.info(1).shape[0], "total": total}
+    return {
+        **params,
+        "N": shape[0],
+        "L": shape[1],
+        "total": shape[0],
+        "left": attrs["left_rotation_idx"],
+        "right": attrs["right_rotation_idx"],
+        "subset": list(attrs["subset_idxs"]),
+        "target": repr(float(attrs["target_rotation_radians"])),
+        "scale_x": repr(float(attrs["scale_x"])),
+        "scale_y": repr(float(attrs["scale_y"])),
+    }
