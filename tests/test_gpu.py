@@ -21,6 +21,7 @@ from helpers.models import (
     embedding_reference,
     espcn,
     kernel_of,
+    mediapipe_model,
     only_plan,
     rel_err,
     shape_arithmetic_graph,
@@ -85,6 +86,33 @@ def test_crnn_with_its_bidirectional_lstm_runs_whole_and_matches_onnxruntime(
     (out16,) = half.run({"x": x}).values()
     assert np.abs(out16 - ref).max() < 2e-2
     assert (out16.argmax(-1) == ref.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize(
+    "rel_path",
+    [
+        "face_landmark/face_landmark_with_attention.tflite",
+        "selfie_segmentation/selfie_segmentation.tflite",
+    ],
+)
+def test_mediapipe_models_with_custom_ops_run_whole(backend, rel_path):
+    """MediaPipe's custom ops (the attention mesh's crop matrices and bilinear crops, the
+    segmenter's transposed convolution with bias) on the backend: no node falls back, and the
+    outputs match the NumPy reference within 1e-4 on a photo."""
+    skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
+    from PIL import Image
+
+    path = mediapipe_model(rel_path)
+    name = td.load(path).inputs[0].name
+    _, height, width, _ = td.load(path).inputs[0].shape
+    photo = Image.fromarray(skimage_data.astronaut()).resize((width, height), Image.BILINEAR)
+    x = (np.asarray(photo, np.float32) / 255)[None]
+    ref = td.compile(td.load(path), backends=("numpy",)).run({name: x})
+    sess = td.compile(td.load(path), backends=(backend,), strict=True)
+    assert set(sess.placement.nodes.values()) == {backend}
+    got = sess.run({name: x})
+    for key, want in ref.items():
+        assert rel_err(got[key], want) <= 1e-4, key
 
 
 def test_bert_like_embeddings_run_whole_and_match_numpy(backend, rng):

@@ -356,6 +356,10 @@ for op in ("MaxPool", "AveragePool"):
         case(f"{op}-{auto_pad}", op, {**k3s2, "auto_pad": auto_pad}, x=N(1, 2, 8, 7))
     case(f"{op}-1d", op, {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, x=N(2, 3, 11))
     case(f"{op}-3d", op, {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2]}, x=N(1, 2, 5, 6, 5))
+    # Windows of over 1024 taps that tile the input (MediaPipe's segmenters), rows left over.
+    tiles = {"kernel_shape": [40, 30], "strides": [40, 30]}
+    case(f"{op}-tiles-40x30", op, tiles, x=N(2, 3, 83, 61))
+    case(f"{op}-tiles-1d-2000", op, {"kernel_shape": [2000], "strides": [2000]}, x=N(1, 2, 4100))
 case(
     "MaxPool-uint8",
     "MaxPool",

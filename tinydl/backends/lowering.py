@@ -386,3 +386,35 @@ def mediapipe(b) -> dict:
         "scale_x": repr(float(attrs["scale_x"])),
         "scale_y": repr(float(attrs["scale_y"])),
     }
+
+
+# Pooling windows of more taps than this run as reductions, when they tile the input.
+MAX_TAPS = 1024
+
+
+def pool_tiles(attrs: dict) -> bool:
+    """True when pooling windows tile the input (strides equal to the window, no padding or
+    dilation): each element is read by at most one window."""
+    k = attrs["kernel_shape"]
+    return (
+        list(attrs.get("strides") or [1] * len(k)) == list(k)
+        and not any(attrs.get("pads") or [])
+        and all(d == 1 for d in (attrs.get("dilations") or [1] * len(k)))
+        and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+        and not attrs.get("ceil_mode", 0)
+    )
+
+
+def pool_tiles_view(b) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """Tiled pooling as a reduction: the input read as (N, C, out_1, k_1, out_2, k_2, ...) —
+    dims, element strides — and the k_i axes to reduce (rows past the last window are skipped)."""
+    shape, kernel = b.info(0).shape, b.attrs["kernel_shape"]
+    spatial = shape[2:]
+    size = math.prod(spatial)
+    dims, strides, axes = list(shape[:2]), [shape[1] * size, size], []
+    for i, (d, k) in enumerate(zip(spatial, kernel, strict=True)):
+        st = math.prod(spatial[i + 1 :])
+        dims += [d // k, k]
+        strides += [k * st, st]
+        axes.append(len(dims) - 1)
+    return dims, strides, tuple(axes)

@@ -20,7 +20,7 @@ from tinydl.backends.cuda.kernels import (
     load,
     store,
 )
-from tinydl.backends.cuda.kernels.reduce import emit_mean, float_input
+from tinydl.backends.cuda.kernels.reduce import emit_mean, emit_reduce, float_input
 
 BLOCK = 256
 # The lowest value of each integer storage type: where a max-pool accumulator starts.
@@ -37,8 +37,13 @@ def _supports(node, graph) -> Support:
         return Support(False, "the Indices output of MaxPool is not implemented")
     if len(node.attrs["kernel_shape"]) > 3:
         return Support(False, "pooling over more than 3 spatial axes is not implemented")
-    if math.prod(node.attrs["kernel_shape"]) > 1024:
-        return Support(False, "pooling windows over 1024 taps are not implemented")
+    if math.prod(node.attrs["kernel_shape"]) > lowering.MAX_TAPS:
+        if not lowering.pool_tiles(node.attrs):
+            return Support(
+                False,
+                f"overlapping or padded pooling windows over {lowering.MAX_TAPS} taps "
+                "are not implemented",
+            )
     v = graph.value(node.inputs[0])
     dtype = None if v is None else v.dtype
     if node.op == "AveragePool" and dtype is not None and dtype not in FLOATS:
@@ -51,6 +56,11 @@ def _supports(node, graph) -> Support:
 @kernel("MaxPool", "AveragePool", supports=_supports)
 def pool(b):
     x, y = b.info(0), b.out()
+    if math.prod(b.attrs["kernel_shape"]) > lowering.MAX_TAPS:
+        op = "ReduceMean" if b.node.op == "AveragePool" else "ReduceMax"
+        dims, strides, axes = lowering.pool_tiles_view(b)
+        emit_reduce(b, axes, op, view=(dims, strides))
+        return
     geo = lowering.pool(b)
     ct = "float" if x.dtype in FLOATS else CTYPES[x.dtype]
     if geo["total"] == 0:

@@ -79,12 +79,14 @@ def emit_mean(b, axes: tuple[int, ...]) -> None:
     emit_reduce(b, axes, "ReduceMean")
 
 
-def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0) -> None:
+def emit_reduce(
+    b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0, view=None
+) -> None:
     """Reduce input 0 over `axes` into output 0 (NumPy's element order): Reduce* op `op`, or
-    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`."""
+    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`. `view`
+    (dims, element strides) reads the input through another shape (pooling's tiled windows)."""
     xi, yo = b.info(0), b.out()
-    shape = xi.shape
-    st = strides_of(shape)
+    shape, st = view if view else (xi.shape, strides_of(xi.shape))
     kept = [(d, s) for i, (d, s) in enumerate(zip(shape, st, strict=True)) if i not in axes]
     red = [(d, s) for i, (d, s) in enumerate(zip(shape, st, strict=True)) if i in axes]
     kd, (ks,) = collapse([d for d, _ in kept], [s for _, s in kept]) if kept else ([1], [[0]])

@@ -52,11 +52,13 @@ def _supports(node, graph) -> Support:
     return Support(True)
 
 
-def emit_reduce(b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0) -> None:
+def emit_reduce(
+    b, axes: tuple[int, ...], op: str = "ReduceMean", arg: str = "", last=0, view=None
+) -> None:
     """Reduce input 0 over `axes` into output 0 (NumPy's element order): Reduce* op `op`, or
-    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`."""
-    shape = b.info(0).shape
-    st = strides_of(shape)
+    with `arg` ("max"/"min") the index of the extreme along the one axis in `axes`. `view`
+    (dims, element strides) reads the input through another shape (pooling's tiled windows)."""
+    shape, st = view if view else (b.info(0).shape, strides_of(b.info(0).shape))
     kept = [(d, s) for i, (d, s) in enumerate(zip(shape, st, strict=True)) if i not in axes]
     red = [(d, s) for i, (d, s) in enumerate(zip(shape, st, strict=True)) if i in axes]
     kd, (ks,) = collapse([d for d, _ in kept], [s for _, s in kept]) if kept else ([1], [[0]])
