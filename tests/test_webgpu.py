@@ -244,37 +244,46 @@ def test_refused_nodes_fall_back_with_a_reason():
         td.compile(graph, backends=("webgpu", "numpy"), strict=True)
 
 
-def test_recurrent_and_detection_ops_stay_on_the_cpu_with_the_reason():
-    """An LSTM between two MatMuls: the MatMuls run on webgpu, the LSTM (sequential, no GPU
-    kernel) falls back to numpy with webgpu's reason, and strict=True refuses it by name."""
+def test_an_lstm_with_computed_weights_stays_on_the_cpu_with_the_reason():
+    """An LSTM between two MatMuls whose weights are fed at run time: the MatMuls run on webgpu,
+    the LSTM (its GPU kernel packs constant weights) falls back to numpy with webgpu's reason,
+    and strict=True refuses it by name. With constant weights it runs on webgpu."""
     rng = np.random.default_rng(3)
     weights = {
         "w1": rng.standard_normal((6, 8)).astype(np.float32),
-        "w": rng.standard_normal((1, 16, 8)).astype(np.float32) * 0.5,
         "r": rng.standard_normal((1, 16, 4)).astype(np.float32) * 0.5,
         "w2": rng.standard_normal((4, 3)).astype(np.float32),
     }
-    graph = validate(
-        Graph(
-            inputs=[Value("x", "float32", (5, 2, 6))],
-            outputs=[Value("y", "float32", None)],
-            nodes=[
-                Node("MatMul", ["x", "w1"], ["a"], name="mm1"),
-                Node("LSTM", ["a", "w", "r"], ["h"], {"hidden_size": 4}, name="lstm"),
-                Node("MatMul", ["h", "w2"], ["y"], name="mm2"),
-            ],
-            initializers=weights,
+    w = rng.standard_normal((1, 16, 8)).astype(np.float32) * 0.5
+
+    def graph(fed: bool) -> Graph:
+        inputs = [Value("x", "float32", (5, 2, 6))]
+        if fed:
+            inputs.append(Value("w", "float32", (1, 16, 8)))
+        return validate(
+            Graph(
+                inputs=inputs,
+                outputs=[Value("y", "float32", None)],
+                nodes=[
+                    Node("MatMul", ["x", "w1"], ["a"], name="mm1"),
+                    Node("LSTM", ["a", "w", "r"], ["h"], {"hidden_size": 4}, name="lstm"),
+                    Node("MatMul", ["h", "w2"], ["y"], name="mm2"),
+                ],
+                initializers=weights if fed else {**weights, "w": w},
+            )
         )
-    )
+
     with pytest.warns(UserWarning, match="LSTM"):
-        sess = td.compile(graph, backends=("webgpu", "numpy"))
+        sess = td.compile(graph(True), backends=("webgpu", "numpy"))
     assert [sess.placement[n] for n in ("mm1", "lstm", "mm2")] == ["webgpu", "numpy", "webgpu"]
-    assert "LSTM" in sess.placement.refusals["lstm"]["webgpu"]
+    assert "weights constant" in sess.placement.refusals["lstm"]["webgpu"]
     x = rng.standard_normal((5, 2, 6)).astype(np.float32)
-    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
-    np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    want = td.compile(graph(False), backends=("numpy",)).run({"x": x})["y"]
+    np.testing.assert_allclose(sess.run({"x": x, "w": w})["y"], want, rtol=1e-5, atol=1e-5)
+    whole = td.compile(graph(False), backends=("webgpu",), strict=True)
+    np.testing.assert_allclose(whole.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(UnsupportedOpError, match=r"lstm \(LSTM\): webgpu"):
-        td.compile(graph, backends=("webgpu", "numpy"), strict=True)
+        td.compile(graph(True), backends=("webgpu", "numpy"), strict=True)
 
 
 def test_fp16_accumulation_is_opt_in(tmp_path, rng, monkeypatch):
