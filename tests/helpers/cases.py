@@ -1296,6 +1296,15 @@ for border in ("zero", "replicate"):
         m=warp_matrices(2, 3, 10, 8, perspective=True),
     )
 case("Warp-crop-per-image", W, WARP_SIZE, x=U(2, 2, 7, 7, lo=0.5), m=warp_matrices(3, 2, 7, 7))
+case(  # the output size as an input (a constant here; computed from shapes in the OCR crops)
+    "Warp-size-input-NHWC",
+    W,
+    {"border": "replicate", "layout": "NHWC"},
+    consts={"s"},
+    x=U(1, 10, 8, 3, lo=0.5),
+    m=warp_matrices(4, 3, 10, 8, perspective=True),
+    s=np.array([5, 9], np.int64),
+)
 
 
 def crop_matrices(seed: int, k: int) -> np.ndarray:

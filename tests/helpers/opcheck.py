@@ -108,15 +108,18 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     return sess.run(None, dict(feeds))
 
 
-def warp_by_grid_sample(feeds: Mapping[str, np.ndarray], attrs: Mapping) -> list[np.ndarray]:
+def warp_by_grid_sample(
+    feeds: Mapping[str, np.ndarray], attrs: Mapping, consts: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
     """tinydl.Warp as onnxruntime computes it: the sample points (matrix @ (u, v, 1), divided
     by W) as a GridSample grid (align_corners: -1 and 1 are the first and last pixel centres),
-    the image repeated for every crop."""
-    x, m = (np.asarray(v) for v in feeds.values())
+    the image repeated for every crop. The output size is the attributes' or the size input's
+    (fed or constant)."""
+    x, m, *size = (np.asarray(v) for v in [*feeds.values(), *consts.values()])
     attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
     nchw = x if attrs.get("layout", "NCHW") == "NCHW" else x.transpose(0, 3, 1, 2)
     h, w = nchw.shape[2:]
-    oh, ow = attrs["output_height"], attrs["output_width"]
+    oh, ow = (int(v) for v in size[0]) if size else (attrs["output_height"], attrs["output_width"])
     v, u = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
     p = np.einsum("kij,jhw->kihw", m.astype(np.float64), np.stack([u, v, np.ones_like(u)]))
     grid = np.stack([p[:, 0] / p[:, 2] * 2 / (w - 1) - 1, p[:, 1] / p[:, 2] * 2 / (h - 1) - 1], -1)
@@ -248,7 +251,8 @@ def check_op(
         model, feeds = node_model(**model_or_node_spec)
     op = model.graph.node[0].op_type if len(model.graph.node) == 1 else None
     if op in ORT_EQUIVALENTS:
-        want = ORT_EQUIVALENTS[op](feeds, _attrs(model.graph.node[0]))
+        consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        want = ORT_EQUIVALENTS[op](feeds, _attrs(model.graph.node[0]), consts)
     else:
         want = run_onnxruntime(model, feeds)
     if len(model.graph.node) == 1:

@@ -1,6 +1,8 @@
 """Geometric resampling in tinydl's domain: tinydl.Warp, a batch of crops cut out of images by a
 3x3 matrix each (rotated rectangles for BlazePose's landmark model, perspective quads for text
-lines), sampled bilinearly as OpenCV's warpPerspective does with WARP_INVERSE_MAP.
+lines), sampled bilinearly as OpenCV's warpPerspective does with WARP_INVERSE_MAP. The output
+size is an attribute, or an optional third input whose value is known when the run is planned
+(a constant, or computed from input shapes: a recognizer's batch width).
 """
 
 import numpy as np
@@ -11,11 +13,31 @@ BORDERS = ("zero", "replicate")
 LAYOUTS = ("NCHW", "NHWC")
 
 
+def output_size(size, attrs) -> tuple[int, int]:
+    """The output (height, width): the `size` input's two values when given, else the
+    attributes; either must be positive."""
+    if size is None:
+        oh, ow = attrs["output_height"], attrs["output_width"]
+    else:
+        values = np.asarray(size).reshape(-1)
+        if values.size != 2:
+            raise ValueError(f"size must hold 2 values (height, width), got {values.size}")
+        oh, ow = (int(v) for v in values)
+    if min(oh, ow) < 1:
+        raise ValueError(f"output size {oh}x{ow} must be positive")
+    return oh, ow
+
+
 def _warp_infer(ctx: InferContext) -> list[TensorType]:
     a = ctx.attrs
-    oh, ow = a["output_height"], a["output_width"]
-    if min(oh, ow) < 1:
-        raise ctx.fail(f"output size {oh}x{ow} must be positive")
+    size = ctx.const(2) if ctx.has(2) else None
+    if ctx.has(2) and size is None:  # known only once the run is planned
+        oh = ow = None
+    else:
+        try:
+            oh, ow = output_size(size, a)
+        except ValueError as exc:
+            raise ctx.fail(str(exc)) from None
     if a["border"] not in BORDERS or a["layout"] not in LAYOUTS:
         raise ctx.fail(
             f"border must be one of {BORDERS} and layout one of {LAYOUTS}, "
@@ -38,26 +60,29 @@ def _warp_infer(ctx: InferContext) -> list[TensorType]:
 
 @op(
     "tinydl.Warp",
-    types={0: "float", 1: "float"},
-    inputs=2,
+    types={0: "float", 1: "float", 2: "index"},
+    inputs=(2, 3),
     infer=_warp_infer,
     attrs={
-        "output_height": Attr("int"),
-        "output_width": Attr("int"),
+        "output_height": Attr("int", 0),
+        "output_width": Attr("int", 0),
         "border": Attr("string", "zero"),
         "layout": Attr("string", "NCHW"),
     },
 )
-def warp(x, matrix, *, output_height, output_width, border, layout):
-    """Crop k of an output_height x output_width grid: output pixel (u, v) samples the image
-    (image k, or the only one when the batch is 1) at (X/W, Y/W) for (X, Y, W) = matrix[k] @
-    (u, v, 1), in input pixel coordinates (pixel centres at integers), bilinearly. border "zero":
-    a tap outside the image reads 0; "replicate": the nearest edge pixel. A point that is not
-    finite (W = 0) reads as outside."""
+def warp(x, matrix, size=None, *, output_height, output_width, border, layout):
+    """Crop k of an output_height x output_width grid (or size[0] x size[1]): output pixel
+    (u, v) samples the image (image k, or the only one when the batch is 1) at (X/W, Y/W) for
+    (X, Y, W) = matrix[k] @ (u, v, 1), in input pixel coordinates (pixel centres at integers),
+    bilinearly. border "zero": a tap outside the image reads 0; "replicate": the nearest edge
+    pixel. A point that is not finite (W = 0) reads as outside."""
     if x.ndim != 4 or matrix.ndim != 3 or matrix.shape[1:] != (3, 3):
         raise ValueError(f"image {x.shape} and matrix {matrix.shape}: want 4-D and (K, 3, 3)")
     if x.shape[0] not in (1, matrix.shape[0]):
         raise ValueError(f"image batch {x.shape[0]} must be 1 or the matrix batch {len(matrix)}")
+    output_height, output_width = output_size(
+        size, {"output_height": output_height, "output_width": output_width}
+    )
     nhwc = x if layout == "NHWC" else x.transpose(0, 2, 3, 1)
     h, w = nhwc.shape[1:3]
     m = matrix.astype(np.float64)
