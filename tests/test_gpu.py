@@ -9,6 +9,8 @@ cuda needs an NVIDIA GPU and CuPy.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
@@ -366,3 +368,38 @@ def test_attention_whose_output_is_the_next_softmax_input(backend, rng):
     ops = [n.op for n in only_plan(kernel_of(sess, backend)).nodes]
     assert ops == [ATTENTION, "Softmax", "MatMul"]
     assert rel_err(sess.run(feeds)["z"], want) <= 1e-5
+
+
+def test_ocr_lines_cut_and_read_on_the_device(backend, rapidocr_models):
+    """TextRecognize with crops="device": the frame goes in once, tinydl.Warp cuts a straight
+    line and a slanted one (on a page turned upside down, the crop turned back) to the
+    recognizer's input on the backend, and the whole session runs there (strict); the texts
+    are the words drawn."""
+    pytest.importorskip("cv2", reason="pip install 'tinydl[ocr]'")
+    import matplotlib
+    from PIL import Image, ImageDraw, ImageFont
+
+    from tinydl.pipeline import ComponentRunner, Quads
+    from tinydl.pipeline.components import TextCrops, TextRecognize
+
+    ttf = Path(matplotlib.get_data_path()) / "fonts/ttf/DejaVuSans.ttf"
+    font = ImageFont.truetype(str(ttf), 28)
+    page = Image.new("RGB", (420, 150), "white")
+    pen = ImageDraw.Draw(page)
+    words, boxes = ["invoice 2024", "quick brown fox"], []
+    for word, (x, y) in zip(words, [(20, 15), (40, 85)], strict=True):
+        pen.text((x, y), word, font=font, fill="black")
+        left, top, right, bottom = pen.textbbox((x, y), word, font=font)
+        l, t, r, b = left - 6, top - 6, right + 6, bottom + 6
+        boxes.append([[l, t], [r, t - 3], [r, b - 3], [l, b]])  # slanted by 3 pixels
+    image = np.asarray(page)
+    quads = np.array(boxes, np.float32)
+    upside_down = np.ascontiguousarray(image[::-1, ::-1])
+    turned_box = (np.array([420 - 1, 150 - 1], np.float32) - quads[1])[[2, 3, 0, 1]]
+    straight = TextCrops(None, Quads(quads[:1]), image=image)
+    turned = TextCrops(None, Quads(turned_box[None]), image=upside_down).turn([0])
+    reader = TextRecognize(backends=backend, crops="device", strict=True)
+    out = ComponentRunner(reader).run({"in": [straight, turned]})["out"]
+    assert [[t.strip() for t in p.payload.labels] for p in out] == [words[:1], words[1:]]
+    assert set(reader.session.placement.nodes.values()) == {backend}
+    assert reader.session.placement.nodes["crop/warp"] == backend

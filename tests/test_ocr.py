@@ -159,14 +159,58 @@ def test_crop_boxes_as_rapidocr(engine, rng):
     )
     crops = run(CropBoxes(), image=[Frame(image)], boxes=[quads])[0]
     want = engine.get_crop_img_list(image, list(quads.points.copy()))
-    assert len(crops) == 2 and crops.format == "rgb"
-    for got, ref in zip(crops.crops, want, strict=True):
+    assert len(crops) == 2 and crops.format == "rgb" and crops.crops is None  # cut on demand
+    np.testing.assert_allclose(crops.ratios, [w.shape[1] / w.shape[0] for w in want])
+    for got, ref in zip(crops.pixels(), want, strict=True):
         np.testing.assert_array_equal(got, ref)
     assert crops.crops[1].shape[:2] == (20, 95)  # the vertical box is turned to read across
+    turned = crops.turn([1])
+    np.testing.assert_array_equal(turned.pixels()[1], want[1][::-1, ::-1])
+    assert turned.turned.tolist() == [False, True] and crops.turned.tolist() == [False, False]
     small = run(CropBoxes(height=48), image=[Frame(image)], boxes=[quads])[0]
     assert [c.shape[0] for c in small.crops] == [48, 48]
     none = run(CropBoxes(), image=[Frame(image)], boxes=[Quads(np.zeros((0, 4, 2)))])[0]
     assert len(none) == 0
+
+
+def test_crop_matrices_cut_where_opencv_cuts(rng):
+    """tinydl.Warp by crop_matrix (one bilinear resampling) samples each model-input pixel at
+    the image point PP-OCR's crop (perspective warp, a tall box turned, a 180-degree turn) and
+    resize to 48 high take it from. On an image that is linear in x and y, both resamplings are
+    exact, so the two cuts agree to OpenCV's 1/32-pixel coordinate rounding."""
+    from tinydl.ops.geometry import warp
+    from tinydl.pipeline.components.ocr import fit_height
+
+    h, w = 160, 240
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    image = np.stack([x, y, 0.5 * x + 0.25 * y], axis=-1)
+    for i in range(12):
+        tall = i % 3 == 0
+        cx, cy = rng.uniform(80, 160), rng.uniform(60, 100)
+        half = np.array([12.0, 30.0] if tall else [60.0, 12.0]) * rng.uniform(0.6, 1.2)
+        angle = rng.uniform(-0.2, 0.2)
+        rot = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+        corners = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]]) * half
+        quad = (corners @ rot.T + [cx, cy] + rng.uniform(-2, 2, (4, 2))).astype(np.float32)
+        crops = TextCrops(None, Quads(quad[None]), image=image)
+        if i % 2:
+            crops = crops.turn([0])
+        width = 400
+        m, mask = crops.matrices(48, width, width, [0])
+        got = warp(
+            image[None],
+            m,
+            np.array([48, width]),
+            output_height=0,
+            output_width=0,
+            border="replicate",
+            layout="NHWC",
+        )[0]
+        want = fit_height(cv2, crops.pixels()[0], 48, width)
+        filled = int(mask[0, 0, :, 0].sum())
+        assert filled == want.shape[1] and mask[0, 0, filled:].sum() == 0
+        # The edge rows and columns: OpenCV's resize clamps to the crop, the warp reads on.
+        np.testing.assert_allclose(got[1:-1, 1 : filled - 1], want[1:-1, 1:-1], atol=0.1)
 
 
 def test_ctc_greedy():
@@ -254,6 +298,27 @@ def test_ocr_reads_the_lines_rapidocr_reads(engine, pages):
         total += len(reference)
         hits += matched(reference, result["lines"])
     assert hits >= 0.9 * total, f"{hits} of RapidOCR's {total} lines matched"
+
+
+def test_device_crops_read_the_words_rapidocr_reads(engine, pages):
+    """crops="device": the crops cut inside the classifier's and recognizer's sessions (here on
+    the cpu backend, where tinydl.Warp runs in NumPy) read the same words as RapidOCR. One
+    bilinear resampling instead of OpenCV's bicubic crop and bilinear resize moves a few
+    word gaps across the recognizer's space threshold, so texts are compared without spaces
+    (strict equality is counted in docs/pipeline.md)."""
+    from tinydl.apps.ocr import read_text
+
+    ours = read_text([path for path, _ in pages], crops="device")
+    total = hits = 0
+    for (_, image), result in zip(pages, ours, strict=True):
+        reference = rapidocr_lines(engine, image)
+        total += len(reference)
+        hits += matched(nospace(reference), nospace(result["lines"]))
+    assert hits >= 0.9 * total, f"{hits} of RapidOCR's {total} lines matched"
+
+
+def nospace(lines: list[dict]) -> list[dict]:
+    return [dict(line, text=line["text"].replace(" ", "")) for line in lines]
 
 
 def test_cli_and_yaml_app(pages, tmp_path, capsys):

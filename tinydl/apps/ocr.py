@@ -8,16 +8,19 @@
 
     src (ImageSource) ─┬─ det (Inference: PP-OCR det, BGR, short side 736, x32, mean/std 0.5)
                        │     └─ boxes (TextBoxes: DB post-processing, boxes in image pixels)
-                       ├──────────── crops (CropBoxes: each box straightened, 48 high)
+                       ├──────────── crops (CropBoxes: each image with its boxes)
                        │               └─ group (Batch: the crops of up to 4 images together)
-                       │                    └─ upright (TextDirection: 0/180 classifier)
-                       │                         └─ read (TextRecognize: CTC greedy decode)
+                       │                    └─ upright (TextDirection: cut, 0/180 classifier)
+                       │                         └─ read (TextRecognize: cut, CTC greedy decode)
                        │                              └─ lines (Unbatch: each image its lines)
                        │                                   ├─ out (LinesJson)
                        └──────────────────────────── draw (Draw, with annotate) ─ drawn (Collect)
 
 Its steps and defaults are RapidOCR 1.4.4's (`RapidOCR()` as it comes), so both read the same
-lines. Not reproduced: RapidOCR's pre-scaling of images over 2000 or under 30 pixels a side and
+lines. `crops` says where the lines are cut out for the classifier and recognizer: "host"
+(OpenCV, as RapidOCR), "device" (tinydl.Warp inside their sessions: on a GPU backend the frame is
+uploaded once and the crops never leave the device), "auto" (device on a GPU backend).
+Not reproduced: RapidOCR's pre-scaling of images over 2000 or under 30 pixels a side and
 its padding of images 30 pixels high or less, or wider than 8:1, before detection.
 """
 
@@ -40,6 +43,7 @@ def ocr_app(
     group: int = 4,
     models: dict[str, Any] | None = None,
     repeat: int = 1,
+    crops: str = "auto",
 ):
     """The app that reads the text of `paths` (`repeat` times), and its sinks: (app, lines,
     drawn) where lines is the LinesJson sink and drawn the Collect of annotated frames (None
@@ -77,8 +81,8 @@ def ocr_app(
     app.add("boxes", TextBoxes())
     app.add("crops", CropBoxes())
     app.add("group", Batch(max_size=group, max_wait=0))
-    app.add("upright", TextDirection(models["cls"], backends=backends))
-    app.add("read", TextRecognize(models["rec"], backends=backends))
+    app.add("upright", TextDirection(models["cls"], backends=backends, crops=crops))
+    app.add("read", TextRecognize(models["rec"], backends=backends, crops=crops))
     app.add("lines", Unbatch())
     lines = LinesJson(path=json_path, names=[str(p) for p in paths])
     app.add("out", lines)
@@ -121,13 +125,14 @@ def read_text(
     backends: str = "cpu",
     json_path: str | None = None,
     annotate: bool = False,
+    crops: str = "auto",
 ) -> Any:
     """The lines of each image, in input order: [{"image": path, "lines": [{"box": [[x, y] x 4],
     "text": str, "score": float}]}]; with annotate, (results, drawn frames) in the same order.
     An image without text has no lines; an unreadable one is an InvalidInputError."""
     names = [str(p) for p in paths]
     check_images(names)
-    app, lines, drawn = ocr_app(names, backends, None, annotate)
+    app, lines, drawn = ocr_app(names, backends, None, annotate, crops=crops)
     report = app.run()
     if report.exception is not None:
         raise report.exception

@@ -42,6 +42,15 @@ def add_parser(subparsers) -> None:
         metavar="NAMES",
         help="backends in priority order, e.g. webgpu,cpu (default: cpu)",
     )
+    p.add_argument(
+        "--crops",
+        choices=("auto", "host", "device"),
+        default="auto",
+        help="where text lines are cut out and resized for the classifier and recognizer: "
+        "host (OpenCV, exactly as RapidOCR), device (tinydl.Warp inside the models' sessions, "
+        "so the crops never leave the GPU: one bilinear resampling, which may move a space), "
+        "auto (device when the first backend is a GPU one; the default)",
+    )
     p.set_defaults(func=cmd_ocr)
 
 
@@ -59,7 +68,9 @@ def cmd_ocr(args: argparse.Namespace) -> int:
     from tinydl.apps.ocr import read_text
 
     annotated = _annotated_paths(args.inputs, args.output) if args.output else None
-    found = read_text(args.inputs, backends=args.backends, annotate=annotated is not None)
+    found = read_text(
+        args.inputs, backends=args.backends, annotate=annotated is not None, crops=args.crops
+    )
     results, frames = found if annotated else (found, [])
     for result in results:
         print(json.dumps(result, ensure_ascii=False))

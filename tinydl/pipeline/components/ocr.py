@@ -67,7 +67,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,26 +78,127 @@ from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Frame, Quads, union
 
 from ._image import convert
-from .inference import open_session
+from .inference import open_session, resolve_model
 from .text_boxes import ocr_modules
 
 
 @dataclass
 class TextCrops:
-    """The text lines of one frame cut out: `crops[i]` (h_i, w_i[, C]) uint8 in `format`, from
-    `quads.points[i]`."""
+    """The text lines of one frame, each box of `quads` to be read straightened: either cut out
+    already (`crops[i]`, (h_i, w_i[, C]) uint8 in `format`), or described by the frame's pixels
+    (`image`) and the boxes, cut on demand: by OpenCV on the host (`pixels()`, exactly as
+    PP-OCR), or by tinydl.Warp inside a model's session on the device (`matrices()`). `turned`
+    marks the crops read upside down (turned by 180 degrees)."""
 
-    crops: list[np.ndarray]
+    crops: list[np.ndarray] | None
     quads: Quads
     format: str = "rgb"
+    image: np.ndarray | None = None
+    turned: np.ndarray | None = None
+    # The frame in a model's channel order, and uploaded, per (backend, color): shared by the
+    # models that read the same crops, so a frame goes to the device once.
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.crops is None and self.image is None:
+            raise PipelineError("TextCrops: give the crops or the image they are cut from")
+        if self.turned is None:
+            self.turned = np.zeros(len(self), bool)
 
     def __len__(self) -> int:
-        return len(self.crops)
+        return len(self.crops) if self.crops is not None else len(np.asarray(self.quads.points))
+
+    @property
+    def points(self) -> np.ndarray:
+        return np.asarray(self.quads.points, np.float32).reshape(-1, 4, 2)
 
     @property
     def ratios(self) -> np.ndarray:
-        """Each crop's width / height."""
-        return np.array([c.shape[1] / c.shape[0] for c in self.crops], np.float64)
+        """Each crop's width / height (after a tall box is turned to read across)."""
+        if self.crops is not None:
+            return np.array([c.shape[1] / c.shape[0] for c in self.crops], np.float64)
+        sizes = [upright_size(q) for q in self.points]
+        return np.array([w / h for w, h in sizes], np.float64)
+
+    def pixels(self) -> list[np.ndarray]:
+        """The crops as uint8 pixels (cut on the host with OpenCV when not cut yet)."""
+        if self.crops is None:
+            self.crops = [crop_quad(self.image, q) for q in self.points]
+            self.crops = [
+                np.ascontiguousarray(c[::-1, ::-1]) if t else c
+                for c, t in zip(self.crops, self.turned, strict=True)
+            ]
+        return self.crops
+
+    def turn(self, which: list[int]) -> TextCrops:
+        """The same crops with `which` turned by 180 degrees."""
+        turned = self.turned.copy()
+        turned[which] ^= True
+        crops = None
+        if self.crops is not None:
+            crops = list(self.crops)
+            for i in which:
+                crops[i] = np.ascontiguousarray(crops[i][::-1, ::-1])
+        return TextCrops(crops, self.quads, self.format, self.image, turned, self.cache)
+
+    def matrices(
+        self, height: int, width: int, max_width: int, which: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """tinydl.Warp's matrices (K, 3, 3) that cut crops `which` out of `image` straight into
+        a model input `height` high and `width` wide, and the mask (K, 1, width, 1) of the
+        columns each crop fills: its width at that height (rounded up, at most `max_width`)."""
+        m = np.zeros((len(which), 3, 3), np.float32)
+        mask = np.zeros((len(which), 1, width, 1), np.float32)
+        points = self.points
+        for i, k in enumerate(which):
+            m[i], filled = crop_matrix(points[k], height, max_width, bool(self.turned[k]))
+            mask[i, 0, :filled] = 1
+        return m, mask
+
+
+def upright_size(quad: np.ndarray) -> tuple[int, int]:
+    """(width, height) of a box's crop as PP-OCR cuts it, after a tall one is turned."""
+    _, w, h = quad_transform(quad)
+    return (h, w) if h / w >= 1.5 else (w, h)
+
+
+def quad_transform(quad: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The perspective matrix from a box's crop (w x h pixels, as PP-OCR's
+    get_rotate_crop_image sizes it) to image pixels, and w, h."""
+    p = np.asarray(quad, np.float64).reshape(4, 2)
+    w = max(1, int(max(np.linalg.norm(p[0] - p[1]), np.linalg.norm(p[2] - p[3]))))
+    h = max(1, int(max(np.linalg.norm(p[0] - p[3]), np.linalg.norm(p[1] - p[2]))))
+    target = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64)
+    return perspective(target, p), w, h
+
+
+def perspective(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The 3x3 projective map taking the 4 points src to dst (OpenCV's getPerspectiveTransform,
+    solved in float64)."""
+    a = np.zeros((8, 8))
+    b = np.zeros(8)
+    for i, ((x, y), (u, v)) in enumerate(zip(src, dst, strict=True)):
+        a[i] = [x, y, 1, 0, 0, 0, -x * u, -y * u]
+        a[i + 4] = [0, 0, 0, x, y, 1, -x * v, -y * v]
+        b[i], b[i + 4] = u, v
+    return np.append(np.linalg.solve(a, b), 1.0).reshape(3, 3)
+
+
+def crop_matrix(quad: np.ndarray, height: int, max_width: int, turned: bool = False):
+    """The matrix from a model input's pixels to image pixels that does PP-OCR's crop (the box
+    straightened, a tall one turned to read across, `turned`: by 180 degrees more) and its
+    resize to `height` (bilinear, half-pixel centres as cv2.resize) in one resampling, and the
+    width the crop fills (ceil(height x aspect), at most max_width)."""
+    m, w, h = quad_transform(quad)
+    if h / w >= 1.5:  # np.rot90: crop pixel (u, v) of the turned crop is (w - 1 - v, u)
+        m = m @ np.array([[0, -1, w - 1], [1, 0, 0], [0, 0, 1]], np.float64)
+        w, h = h, w
+    if turned:
+        m = m @ np.array([[-1, 0, w - 1], [0, -1, h - 1], [0, 0, 1]], np.float64)
+    filled = min(math.ceil(height * w / h), max_width)
+    sx, sy = w / filled, h / height
+    scale = np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1]], np.float64)
+    return (m @ scale).astype(np.float32), filled
 
 
 def fit_height(cv2, crop: np.ndarray, height: int, max_width: int | None = None) -> np.ndarray:
@@ -140,7 +241,8 @@ def _pairs(a: Any, b: Any, fn, what: str) -> Any:
 
 
 class CropBoxes(Component):
-    """Each box of a frame cut out and straightened, at the recognizer's height."""
+    """Each box of a frame to be cut out and straightened: by default the frame and its boxes,
+    cut where the models run (TextDirection/TextRecognize's `crops`); with `height`, cut here."""
 
     inputs = {"image": union(Frame, Batch[Frame]), "boxes": union(Quads, Batch[Quads])}
     outputs = {"out": union(TextCrops, Batch[TextCrops])}
@@ -163,12 +265,68 @@ class CropBoxes(Component):
                 f"CropBoxes: expected a Frame and Quads, got {type(frame).__name__} and "
                 f"{type(quads).__name__}"
             )
+        if self.height is None:
+            return TextCrops(None, quads, frame.format, image=frame.image)
         cuts = [crop_quad(frame.image, q, self.height) for q in np.asarray(quads.points)]
         return TextCrops(cuts, quads, frame.format)
 
     def process(self, ctx, inputs):
         image, boxes = inputs["image"].payload, inputs["boxes"].payload
         return {"out": _pairs(image, boxes, self.crops, "CropBoxes")}
+
+
+CROPS = ("auto", "host", "device")
+
+
+def crop_graph(model: Any, height: int) -> Any:
+    """A recognizer or classifier behind its crops: inputs image (1, H, W, 3) uint8 in the
+    model's channel order, matrix (K, 3, 3) and mask (K, 1, width, 1); tinydl.Warp cuts the
+    crops straight to the model's input, `height` x width (the width read from the mask's
+    shape when the run is planned), normalized as PP-OCR does ((x/255 - 0.5) / 0.5), the
+    columns past each crop zero."""
+    import tinydl
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    g = model if isinstance(model, Graph) else tinydl.load(model)
+    (x,) = g.inputs
+    nodes = [
+        Node("Cast", ["image"], ["crop/pixels"], {"to": 1}, name="crop/cast"),
+        Node("Shape", ["mask"], ["crop/mask_shape"], name="crop/mask_shape"),
+        Node("Gather", ["crop/mask_shape", "crop/two"], ["crop/width"], name="crop/width"),
+        Node("Concat", ["crop/height", "crop/width"], ["crop/size"], {"axis": 0}, name="crop/size"),
+        Node(
+            "tinydl.Warp",
+            ["crop/pixels", "matrix", "crop/size"],
+            ["crop/warped"],
+            {"border": "replicate", "layout": "NHWC"},
+            name="crop/warp",
+        ),
+        Node("Mul", ["crop/warped", "crop/scale"], ["crop/scaled"], name="crop/scale"),
+        Node("Add", ["crop/scaled", "crop/offset"], ["crop/normalized"], name="crop/offset"),
+        Node("Mul", ["crop/normalized", "mask"], ["crop/masked"], name="crop/mask"),
+        Node("Transpose", ["crop/masked"], [x.name], {"perm": [0, 3, 1, 2]}, name="crop/nchw"),
+    ]
+    consts = {
+        "crop/two": np.array([2], np.int64),
+        "crop/height": np.array([height], np.int64),
+        "crop/scale": np.array(1 / 127.5, np.float32),
+        "crop/offset": np.array(-1.0, np.float32),
+    }
+    return validate(
+        Graph(
+            [
+                Value("image", "uint8", (1, "H", "W", 3)),
+                Value("matrix", "float32", ("K", 3, 3)),
+                Value("mask", "float32", ("K", 1, "M", 1)),
+            ],
+            [Value(v.name, v.dtype, None) for v in g.outputs],
+            nodes + g.nodes,
+            {**g.initializers, **consts},
+            name=f"{g.name}+crop",
+            metadata=dict(g.metadata),
+        )
+    )
 
 
 class _CropModel(Component):
@@ -187,34 +345,101 @@ class _CropModel(Component):
         height: int = 48,
         width: int = 0,
         color: str = "bgr",
+        crops: str = "auto",
     ):
         if batch_size < 1:
             raise PipelineError(f"{type(self).__name__}: batch_size must be >= 1")
         if color not in ("rgb", "bgr"):
             raise PipelineError(f"{type(self).__name__}: color is 'rgb' or 'bgr', got {color!r}")
+        if crops not in CROPS:
+            raise PipelineError(f"{type(self).__name__}: crops is one of {CROPS}, got {crops!r}")
         self.model, self.backends, self.precision, self.strict = model, backends, precision, strict
         self.batch_size, self.height, self.width, self.color = batch_size, height, width, color
+        self.crops = crops
 
     def output_types(self, input_types):
         batched = isinstance(input_types["in"], type) and issubclass(input_types["in"], Batch)
         out = self.outputs["out"][0]
         return {"out": Batch[out] if batched else out}
 
+    def on_device(self) -> bool:
+        """Whether crops are cut inside the model's session: `crops="device"`, or "auto" with a
+        GPU backend first (and a model that is not a compiled Session)."""
+        import tinydl
+        from tinydl.pipeline.profile import GPU_BACKENDS, backend_names
+
+        if self.crops == "host" or isinstance(self.model, tinydl.Session):
+            if self.crops == "device":
+                raise PipelineError(
+                    f"{type(self).__name__}: crops='device' needs the model as a file or graph "
+                    "(a compiled Session cannot take the crop steps)"
+                )
+            return False
+        names = backend_names(self.backends)
+        return self.crops == "device" or bool(names and names[0] in GPU_BACKENDS)
+
     def open(self, ctx):
         self.cv2, _ = ocr_modules()
+        self.device = self.on_device()
+        model = self.model
+        if self.device:
+            model = crop_graph(resolve_model(self.model), self.height)
         self.session = open_session(
-            self.model, self.backends, self.precision, self.strict, getattr(ctx, "gpu", None)
+            model, self.backends, self.precision, self.strict, getattr(ctx, "gpu", None)
         )
         self.input = self.session.inputs[0].name
         self.output = self.session.outputs[0].name
+        # The memory the frame is fed to: where the crop's first step runs ("host" on cpu).
+        placement = self.session.placement
+        backend = placement.nodes.get("crop/cast") if self.device else None
+        self.frame_memory = placement.memory.get(backend, "host")
 
-    def run(self, crops: list[np.ndarray], fmt: list[str], width: int) -> np.ndarray:
-        """The model's output for crops resized to its height, at most `width` wide, in a
-        zero-padded (N, 3, height, width) batch, normalized as PP-OCR does: (x/255 - 0.5) / 0.5."""
-        x = np.zeros((len(crops), 3, self.height, width), np.float32)
-        for i, (crop, f) in enumerate(zip(crops, fmt, strict=True)):
-            crop = fit_height(self.cv2, crop, self.height, width)
-            pixels = convert(crop, f, self.color).astype(np.float32)
+    def run(self, chunk: list[tuple[TextCrops, int]], width: int, max_width: int) -> np.ndarray:
+        """The model's output for crops (item, index) resized to its height, filling up to
+        `max_width` of a zero-padded (N, 3, height, width) batch, normalized as PP-OCR does:
+        (x/255 - 0.5) / 0.5. Cut on the host, or by the session itself from each frame."""
+        if not self.device:
+            return self.run_host(chunk, width, max_width)
+        if any(item.image is None for item, _ in chunk):
+            raise PipelineError(
+                f"{type(self).__name__}: crops given as pixels reach a model that cuts them out "
+                "of their frame itself (crops='auto' on a GPU backend); use crops='host'"
+            )
+        groups: dict[int, tuple[TextCrops, list[int], list[int]]] = {}
+        for pos, (item, k) in enumerate(chunk):
+            group = groups.setdefault(id(item), (item, [], []))
+            group[1].append(pos)
+            group[2].append(k)
+        out = None
+        # A model call per frame: its crops cut from its pixels on the device.
+        for item, positions, which in groups.values():
+            m, mask = item.matrices(self.height, width, max_width, which)
+            feeds = {"image": self.frame(item), "matrix": m, "mask": mask}
+            y = self.session.run(feeds, outputs=[self.output])[self.output]
+            if out is None:
+                out = np.empty((len(chunk), *y.shape[1:]), y.dtype)
+            out[positions] = y
+        return out
+
+    def frame(self, item: TextCrops) -> Any:
+        """The item's frame in the model's channel order (uint8, (1, H, W, 3)), uploaded once
+        per backend and shared with the other models that read the same crops."""
+        key = (self.frame_memory, self.color)
+        found = item.cache.get(key)
+        if found is None:
+            image = item.image
+            if image.dtype != np.uint8:
+                image = np.clip(np.rint(np.asarray(image, np.float32) * 255), 0, 255)
+                image = image.astype(np.uint8)
+            pixels = np.ascontiguousarray(convert(image, item.format, self.color))[None]
+            found = item.cache[key] = self.session.stack_input("image", [pixels])
+        return found
+
+    def run_host(self, chunk, width: int, max_width: int) -> np.ndarray:
+        x = np.zeros((len(chunk), 3, self.height, width), np.float32)
+        for i, (item, k) in enumerate(chunk):
+            crop = fit_height(self.cv2, item.pixels()[k], self.height, max_width)
+            pixels = convert(crop, item.format, self.color).astype(np.float32)
             x[i, :, :, : crop.shape[1]] = (pixels.transpose(2, 0, 1) / 255 - 0.5) / 0.5
         return self.session.run({self.input: x}, outputs=[self.output])[self.output]
 
@@ -227,7 +452,7 @@ class _CropModel(Component):
         # Every crop of every item, sorted by aspect ratio so a model call pads little.
         flat = [(k, i) for k, item in enumerate(items) for i in range(len(item))]
         ratios = np.concatenate([item.ratios for item in items] + [np.zeros(0)])
-        order = [flat[j] for j in np.argsort(ratios)]
+        order = [flat[j] for j in np.argsort(ratios, kind="stable")]
         answers = self.answer(items, order)
         if isinstance(payload, Batch):
             return {
@@ -246,16 +471,17 @@ class TextDirection(_CropModel):
         self.thresh = thresh
 
     def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[TextCrops]:
-        crops = [list(item.crops) for item in items]
+        upside_down: list[list[int]] = [[] for _ in items]
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            probs = self.run(
-                [crops[k][i] for k, i in chunk], [items[k].format for k, _ in chunk], self.width
-            )
+            probs = self.run([(items[k], i) for k, i in chunk], self.width, self.width)
             for (k, i), p in zip(chunk, probs, strict=True):
                 if np.argmax(p) == 1 and p[1] > self.thresh:
-                    crops[k][i] = np.ascontiguousarray(crops[k][i][::-1, ::-1])
-        return [replace(item, crops=c) for item, c in zip(items, crops, strict=True)]
+                    upside_down[k].append(i)
+        return [
+            item.turn(which) if which else item
+            for item, which in zip(items, upside_down, strict=True)
+        ]
 
 
 def read_characters(source: Any) -> list[str]:
@@ -318,11 +544,8 @@ class TextRecognize(_CropModel):
             chunk = order[start : start + self.batch_size]
             # PP-OCR's batch width: the widest crop's at the model's height, at least `width`.
             widest = max(self.width / self.height, *(ratios[k][i] for k, i in chunk))
-            probs = self.run(
-                [items[k].crops[i] for k, i in chunk],
-                [items[k].format for k, _ in chunk],
-                int(self.height * widest),
-            )
+            width = int(self.height * widest)
+            probs = self.run([(items[k], i) for k, i in chunk], width, width)
             read.update(zip(chunk, ctc_greedy(probs, self.table), strict=True))
         lines = []
         for k, item in enumerate(items):
@@ -330,7 +553,7 @@ class TextRecognize(_CropModel):
             keep = [i for i, (_, score) in enumerate(texts) if score >= self.min_score]
             lines.append(
                 Quads(
-                    np.asarray(item.quads.points, np.float32).reshape(-1, 4, 2)[keep],
+                    item.points[keep],
                     np.array([texts[i][1] for i in keep], np.float32),
                     [texts[i][0] for i in keep],
                 )
