@@ -160,7 +160,13 @@ def test_mediapipe_model_matches_reference(rel_path):
     for (name, g), ref in zip(got.items(), refs, strict=True):
         assert g.size == ref.size, name
         err = rel_err(g, ref.reshape(g.shape))
-        assert err <= 1e-4, f"{name}: relative error {err:.2e}"
+        assert err <= LOOSER.get((rel_path, name), 1e-4), f"{name}: relative error {err:.2e}"
+
+
+# The full pose landmark model's segmentation logits sum long chains of large terms: LiteRT's
+# own two kernel sets (reference and XNNPACK) differ by 5e-4 there, and tinydl's cpu path lands
+# between 8e-5 and 1.02e-4 of the reference kernels as onnxruntime and Pillow versions change.
+LOOSER = {("pose_landmark/pose_landmark_full.tflite", "Identity_2"): 3e-4}
 
 
 # -- MediaPipe's custom ops, one at a time ------------------------------------------------------
