@@ -178,6 +178,38 @@ def test_tracker_tracks_and_detects_again(models, monkeypatch):
     assert np.allclose(out[1].rois, want)
 
 
+def test_tracker_on_batches_of_streams_tracks_each_as_alone(models):
+    """Batches mixing three streams' frames (two of one stream in a batch, a stream starting
+    late) give each stream what the tracker gives it frame by frame: the landmark model runs
+    once per round for every tracked frame, each stream's state its own."""
+    from tinydl.pipeline.components import VideoSource
+    from tinydl.pipeline.packet import Batch, Packet
+
+    clip = [p.payload for p in ComponentRunner(VideoSource(CLIP, max_frames=6)).run()["out"]]
+    alone = {}
+    for flow in range(3):
+        frames = clip[flow:]
+        out = ComponentRunner(PoseTracker()).run({"in": frames})["out"]
+        alone[flow] = [p.payload for p in out]
+    packets = {f: [Packet(frame, f, i) for i, frame in enumerate(clip[f:])] for f in range(3)}
+    batches = [
+        [packets[0][0], packets[0][1], packets[1][0]],
+        [packets[2][0], packets[1][1], packets[0][2]],
+        [p for f in range(3) for p in packets[f][3 - f if f < 2 else 1 :]],
+    ]
+    tracker = PoseTracker()
+    runs = [Packet(Batch(b), b[0].flow_id, b[0].request_id) for b in batches]
+    got = {f: {} for f in range(3)}
+    for out in ComponentRunner(tracker).run({"in": runs})["out"]:
+        for item in out.payload.items:
+            got[item.flow_id][item.request_id] = item.payload
+    for flow in range(3):
+        assert sorted(got[flow]) == list(range(len(alone[flow])))
+        for i, want in enumerate(alone[flow]):
+            assert got[flow][i].landmarks.shape == want.landmarks.shape == (1, 33, 5)
+            np.testing.assert_allclose(got[flow][i].landmarks, want.landmarks, atol=1e-4)
+
+
 def test_draw_pose_draws_the_skeleton(models):
     frame = Frame(_image("astronaut"))
     poses = ComponentRunner(PoseTracker(track=False)).run({"in": [frame]})["out"][0].payload

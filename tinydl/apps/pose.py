@@ -6,7 +6,8 @@ Images run the detector and the landmark model once each (MediaPipe Pose's stati
 videos are a pipeline app, decode (VideoSource) -> pose (PoseTracker: tracking mode, the
 detector only when nobody is tracked) -> collect [-> draw (DrawPose) -> encode (VideoSink)],
 with `streams` copies of the video as that many flows through the same tracker (each with its
-own tracking state): a synthetic multi-stream load.
+own tracking state), their frames batched (Batch, max_wait 0) so the landmark model runs once
+for the frames that are ready together: a synthetic multi-stream load.
 
 Each image or frame gives one record `{"image": path, "frame": k, "stream": s, "landmarks":
 [[x, y, z, visibility] x 33] | null, "people": [...]}` — x, y normalized to the image,
@@ -74,7 +75,14 @@ def video_app(
 ):
     """The app for one video, and the Collect that receives its Poses."""
     from tinydl.pipeline import App
-    from tinydl.pipeline.components import Collect, DrawPose, VideoSink, VideoSource
+    from tinydl.pipeline.components import (
+        Batch,
+        Collect,
+        DrawPose,
+        Unbatch,
+        VideoSink,
+        VideoSource,
+    )
     from tinydl.pipeline.components.video_source import probe_video
 
     info = probe_video(path)
@@ -83,8 +91,16 @@ def video_app(
     app.add("pose", _tracker(track=True, smooth=smooth, **options))
     out = Collect()
     app.add("collect", out)
-    app.connect("decode", "pose")
-    app.connect("pose", "collect")
+    if streams > 1:  # the streams' frames tracked together: one landmark-model call a batch
+        app.add("batch", Batch(max_size=streams, max_wait=0))
+        app.add("unbatch", Unbatch())
+        app.connect("decode", "batch")
+        app.connect("batch", "pose")
+        app.connect("pose", "unbatch")
+        app.connect("unbatch", "collect")
+    else:
+        app.connect("decode", "pose")
+        app.connect("pose", "collect")
     if output:
         app.add("draw", DrawPose())
         app.add("encode", VideoSink(output, fps=info.rate, time_base=info.time_base))

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinydl.pipeline.component import Component
-from tinydl.pipeline.packet import Frame
+from tinydl.pipeline.packet import Batch, Frame, union
 
 from . import _blazepose as bp
 from ._image import convert
@@ -89,8 +89,9 @@ def rgb_u8(frame: Frame) -> np.ndarray:
 
 
 def crop_graph(model: str, size: int, border: str, scale: float, offset: float, outputs):
-    """The model behind a crop: inputs image (1, H, W, 3) uint8 and matrix (K, 3, 3), the
-    model's input made by Cast -> tinydl.Warp (size x size, NHWC) -> x * scale + offset; batch K."""
+    """The model behind a crop: inputs image (B, H, W, 3) uint8 (B = 1: every crop from one
+    frame; B = K: crop k from frame k) and matrix (K, 3, 3), the model's input made by Cast ->
+    tinydl.Warp (size x size, NHWC) -> x * scale + offset; batch K."""
     import tinydl
     from tinydl.ir.graph import Graph, Node, Value
     from tinydl.ops import validate
@@ -116,7 +117,7 @@ def crop_graph(model: str, size: int, border: str, scale: float, offset: float, 
     kept = [Value(v.name, v.dtype, None) for v in g.outputs if v.name in outputs]
     return validate(
         Graph(
-            [Value("image", "uint8", (1, "H", "W", 3)), Value("matrix", "float32", ("K", 3, 3))],
+            [Value("image", "uint8", ("B", "H", "W", 3)), Value("matrix", "float32", ("K", 3, 3))],
             sorted(kept, key=lambda v: outputs.index(v.name)),
             nodes + g.nodes,
             {**g.initializers, **consts},
@@ -168,11 +169,22 @@ class _Models:
             self.landmarks(blank, Rois(np.array([[0.5, 0.5, 1.0, 1.0, 0.0]]), np.ones(1), 8, 8))
 
     def landmarks(self, image: np.ndarray, rois: Rois) -> Poses:
-        h, w = image.shape[:2]
-        if len(rois.rects) == 0:
-            empty = np.zeros((0, bp.LANDMARKS, 5))
-            return Poses(empty, np.zeros((0, 2, 5)), np.zeros((0, 5)), w, h)
-        if self.landmarker is None:
+        return self.landmarks_many([image], [rois])[0]
+
+    def landmarks_many(self, images: list[np.ndarray], rois: list[Rois]) -> list[Poses]:
+        """Each image's people by its regions. One landmark-model call for all the crops of
+        images of one size: from one frame, the frame goes in once; from several, each crop
+        goes with its frame (a batch of frames uploaded as one)."""
+        out: list[Poses | None] = [None] * len(images)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (image, r) in enumerate(zip(images, rois, strict=True)):
+            if len(r.rects) == 0:
+                h, w = image.shape[:2]
+                empty = np.zeros((0, bp.LANDMARKS, 5))
+                out[i] = Poses(empty, np.zeros((0, 2, 5)), np.zeros((0, 5)), w, h)
+            else:
+                groups.setdefault(image.shape, []).append(i)
+        if groups and self.landmarker is None:
             graph = crop_graph(
                 "pose_landmark/pose_landmark_full.tflite",
                 bp.LANDMARK_SIZE,
@@ -182,19 +194,28 @@ class _Models:
                 ["Identity", "Identity_1", "Identity_3"],
             )
             self.landmarker = self._compile(graph)
-        m = bp.crop_matrices(rois.rects, w, h, bp.LANDMARK_SIZE)
-        out = self.landmarker.run({"image": image[None], "matrix": m})
-        presence = out["Identity_1"].reshape(-1).astype(np.float64)
-        lm = bp.project(bp.decode_landmarks(out["Identity"], out["Identity_3"]), rois.rects)
-        keep = presence >= self.min_presence
-        return Poses(
-            lm[keep, : bp.LANDMARKS],
-            lm[keep, bp.LANDMARKS : bp.LANDMARKS + 2],
-            rois.rects[keep],
-            w,
-            h,
-            presence[keep],
-        )
+        for (h, w, *_), members in groups.items():
+            owner = np.concatenate([np.full(len(rois[i].rects), i) for i in members])
+            rects = np.concatenate([rois[i].rects for i in members])
+            m = bp.crop_matrices(rects, w, h, bp.LANDMARK_SIZE)
+            if len(members) == 1:
+                frames = images[members[0]][None]
+            else:
+                frames = self.landmarker.stack_input("image", [images[i][None] for i in owner])
+            got = self.landmarker.run({"image": frames, "matrix": m})
+            presence = got["Identity_1"].reshape(-1).astype(np.float64)
+            lm = bp.project(bp.decode_landmarks(got["Identity"], got["Identity_3"]), rects)
+            for i in members:
+                keep = (owner == i) & (presence >= self.min_presence)
+                out[i] = Poses(
+                    lm[keep, : bp.LANDMARKS],
+                    lm[keep, bp.LANDMARKS : bp.LANDMARKS + 2],
+                    rects[keep],
+                    w,
+                    h,
+                    presence[keep],
+                )
+        return out
 
 
 class PoseDetector(Component):
@@ -248,10 +269,13 @@ class _Track:
 
 
 class PoseTracker(Component):
-    """Frames -> people's landmarks, detecting only when tracking has nobody (MediaPipe Pose)."""
+    """Frames -> people's landmarks, detecting only when tracking has nobody (MediaPipe Pose).
+    A Batch of frames (several streams' frames, gathered by a Batch component) is tracked
+    together: the landmark model runs once for the tracked people of all its frames of one
+    size; frames of one stream in a batch still go one after the other."""
 
-    inputs = {"in": Frame}
-    outputs = {"out": Poses}
+    inputs = {"in": union(Frame, Batch[Frame])}
+    outputs = {"out": union(Poses, Batch[Poses])}
 
     def __init__(
         self,
@@ -267,27 +291,65 @@ class PoseTracker(Component):
         self.track, self.smooth = track, smooth
         self.flows: dict[int, _Track] = {}
 
+    def output_types(self, input_types):
+        batched = isinstance(input_types["in"], type) and issubclass(input_types["in"], Batch)
+        return {"out": Batch[Poses] if batched else Poses}
+
     def open(self, ctx):
         self.models.warm()
 
     def process(self, ctx, inputs):
         packet = inputs["in"]
-        frame = packet.payload
-        image = rgb_u8(frame)
-        state = self.flows.setdefault(packet.flow_id, _Track())
-        rois = state.rois if self.track and state.rois is not None else None
-        poses = self.models.landmarks(image, rois) if rois is not None else None
-        if poses is None or len(poses.landmarks) < len(rois.rects):
-            poses = self.models.landmarks(image, self.models.detect(image))
+        if not isinstance(packet.payload, Batch):
+            return {"out": self.track_all([packet])[0]}
+        items = packet.payload.items
+        poses = self.track_all(items)
+        return {"out": Batch([p.derive(q) for p, q in zip(items, poses, strict=True)])}
+
+    def track_all(self, packets: list) -> list[Poses]:
+        """Poses for each packet's frame, in rounds of at most one frame per stream."""
+        out: list[Poses | None] = [None] * len(packets)
+        pending = list(range(len(packets)))
+        while pending:
+            round_, later, seen = [], [], set()
+            for i in pending:
+                flow = packets[i].flow_id
+                (later if flow in seen else round_).append(i)
+                seen.add(flow)
+            found = self.track_round([packets[i] for i in round_])
+            for i, poses in zip(round_, found, strict=True):
+                out[i] = poses
+            pending = later
+        return out
+
+    def track_round(self, packets: list) -> list[Poses]:
+        images = [rgb_u8(p.payload) for p in packets]
+        states = [self.flows.setdefault(p.flow_id, _Track()) for p in packets]
+        tracked = [i for i, s in enumerate(states) if self.track and s.rois is not None]
+        found = self.models.landmarks_many(
+            [images[i] for i in tracked], [states[i].rois for i in tracked]
+        )
+        poses: list[Poses | None] = [None] * len(packets)
+        for i, p in zip(tracked, found, strict=True):
+            if len(p.landmarks) == len(states[i].rois.rects):
+                poses[i] = p
+        for i, image in enumerate(images):
+            if poses[i] is None:  # nobody tracked, or someone lost: detect again
+                poses[i] = self.models.landmarks(image, self.models.detect(image))
+        return [self.follow(p, s, q) for p, s, q in zip(packets, states, poses, strict=True)]
+
+    def follow(self, packet, state: _Track, poses: Poses) -> Poses:
+        """The stream's next regions from this frame's poses (and its smoothing)."""
         if not self.track:
-            return {"out": poses}
+            return poses
+        frame = packet.payload
         t = frame.pts if frame.pts is not None else packet.request_id / 30
         people = len(poses.landmarks)
         if state.aux is None or state.aux.raw is None or len(state.aux.raw) != people:
             state.aux = state.smooth = None  # MediaPipe resets its filters when nobody is found
         if people == 0:
             state.rois = None
-            return {"out": poses}
+            return poses
         w, h = poses.width, poses.height
         size = np.array([w, h, w], np.float64)
         # The objects' sizes in pixels (the unscaled aux region): the filters' value scale.
@@ -301,4 +363,4 @@ class PoseTracker(Component):
             landmarks = poses.landmarks.copy()
             landmarks[..., :3] = state.smooth(t, landmarks[..., :3] * size, scale) / size
             poses = Poses(landmarks, poses.aux, poses.rois, w, h, poses.presence)
-        return {"out": poses}
+        return poses
