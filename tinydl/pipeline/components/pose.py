@@ -20,8 +20,9 @@ PoseLandmarker
   Options: backends, precision, min_presence (0.5)
 
 PoseTracker
-  Inputs:  in (Frame)
-  Outputs: out (Poses)
+  Inputs:  in (Frame, or a Batch of frames: several streams' frames tracked together, the
+           landmark model run once for the tracked frames of one size)
+  Outputs: out (Poses; a Batch in gives a Batch out, item for item)
   Options: backends, precision, min_score, min_presence, max_people (1), track (True: each
            frame's regions come from the previous frame's auxiliary landmarks, smoothed as
            MediaPipe smooths them; the detector runs again when a person's presence drops under
