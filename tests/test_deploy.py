@@ -477,3 +477,18 @@ def test_bench_multistream_runs_on_the_cpu_and_accounts_for_every_frame(tmp_path
         assert r["fps"] == pytest.approx(120, rel=0.25)
         assert set(r["placement"]) <= {"cuda:0", "cuda:1"}
     assert "bare session" in done.stdout and "streams" in done.stdout
+
+
+def test_cpu_time_of_a_thread_that_has_ended_is_none():
+    """Profiling samples every node's thread, some of them ended already: an ended thread
+    reads as gone (its pthread clock would be a dangling handle that crashed the process)."""
+    import threading
+
+    from tinydl.pipeline.profile import _thread_cpu_ns
+
+    spin = threading.Thread(target=lambda: sum(range(200_000)))
+    spin.start()
+    spin.join()
+    assert _thread_cpu_ns(spin) is None
+    me = _thread_cpu_ns(threading.current_thread())
+    assert me is not None and me > 0

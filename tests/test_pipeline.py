@@ -189,6 +189,27 @@ def test_one_to_many_dispatch(dispatch):
         assert all(instance == flow % 3 for instance, flow, _ in seen)
 
 
+class FlowTag(Tag):
+    keeps_flow_state = True  # a tracker's kind: each stream must stay with one instance
+
+
+def test_components_with_per_flow_state_get_each_flow_on_one_instance():
+    """An edge left at round_robin into a component that keeps per-flow state dispatches by
+    flow; one asked for least_busy keeps it."""
+    for dispatch, by_flow in (("round_robin", True), ("least_busy", False)):
+        seen = []
+        app = App("trackers")
+        app.add("src", Count(12), instances=3)
+        app.add("w", FlowTag(seen), instances=2)
+        app.add("out", Collect())
+        app.connect("src", "w", dispatch=dispatch)
+        app.connect("w", "out")
+        balanced(app.run(timeout=TIMEOUT))
+        assert len(seen) == 36
+        if by_flow:
+            assert all(instance == flow % 2 for instance, flow, _ in seen)
+
+
 def test_least_busy_dispatch_passes_a_stuck_instance_by():
     """least_busy sends each packet to the instance with the fewest packets queued. Instance 0
     is stuck on its first frame until the source is done (2 s at most): its queue fills while

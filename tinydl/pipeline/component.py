@@ -80,6 +80,9 @@ class Component:
     # Opens its GPU work on ctx.gpu itself (Inference): instances on different GPUs may then
     # stay threads of one process; others get a worker process per GPU (its environment).
     uses_ctx_gpu = False
+    # Keeps state per flow (a tracker): its instances are fed by flow (an edge left at
+    # round_robin dispatches by_flow), so each stream stays with one instance.
+    keeps_flow_state = False
     registry: dict[str, type[Component]] = {}
 
     def __init_subclass__(cls, **kwargs):

@@ -769,7 +769,10 @@ class Runtime:
             collect = seqs[edge.src] if edge.collect else None
             if collect is not None:
                 collect.queue = queues[0]
-            route = Route(label, queues, edge.dispatch, collect=collect, expect=seqs.get(edge.dst))
+            dispatch = edge.dispatch
+            if dispatch == "round_robin" and targets[0].component.keeps_flow_state:
+                dispatch = "by_flow"  # each stream's frames to the instance holding its state
+            route = Route(label, queues, dispatch, collect=collect, expect=seqs.get(edge.dst))
             for node in producers:
                 node.outlets.setdefault(edge.src_port, []).append(route)
         for nodes in self.nodes.values():

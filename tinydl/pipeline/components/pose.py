@@ -277,6 +277,7 @@ class PoseTracker(Component):
 
     inputs = {"in": union(Frame, Batch[Frame])}
     outputs = {"out": union(Poses, Batch[Poses])}
+    keeps_flow_state = True  # several instances: each stream to one (Batch items: one tracker)
 
     def __init__(
         self,
