@@ -184,15 +184,16 @@ class _Tap(Component):
 def _thread_cpu_ns(thread) -> int | None:
     """A thread's CPU time so far. On Linux from /proc (schedstat's run time in ns): a thread
     that has ended just reads as gone, where its pthread clock would be a dangling handle
-    (asking one crashed the process). Elsewhere the pthread clock of a live thread."""
+    (asking one crashed the process), and an ended thread's id may already be another's.
+    Elsewhere the pthread clock of a live thread."""
+    if not thread.is_alive():
+        return None
     tid = getattr(thread, "native_id", None)
     if tid is not None and os.path.isdir("/proc/self/task"):
         try:
             return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-    if not thread.is_alive():
-        return None
     try:
         return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
     except (AttributeError, OSError, TypeError):
