@@ -568,3 +568,16 @@ def test_backends_and_backend_are_one_option_everywhere(capsys):
             assert args.backends == "numpy", (command, flag)
     for flag in ("--backends", "--backend"):
         assert parser.parse_args(["superres", "--demo", flag, "numpy"]).backend == "numpy"
+
+
+def test_precision_auto_in_inspect_and_run(capsys, tmp_path):
+    from helpers.models import fp16_fragile_graph
+
+    path = tmp_path / "fragile.tdl"
+    td.save(fp16_fragile_graph(), path)
+    assert main(["inspect", str(path), "--precision", "auto", "--json", "--verbose"]) == 0
+    report = json.loads(capsys.readouterr().out)["precision"]
+    assert "big" in report["fp32"] and report["overflow"] == ["big"]
+    assert report["error"] <= report["tolerance"] and report["nodes"]["big"] == "fp32"
+    assert main(["run", str(path), "--precision", "auto"]) == 0
+    assert "note: precision auto:" in capsys.readouterr().err

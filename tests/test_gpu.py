@@ -403,3 +403,26 @@ def test_ocr_lines_cut_and_read_on_the_device(backend, rapidocr_models):
     assert [[t.strip() for t in p.payload.labels] for p in out] == [words[:1], words[1:]]
     assert set(reader.session.placement.nodes.values()) == {backend}
     assert reader.session.placement.nodes["crop/warp"] == backend
+
+
+def test_precision_auto_keeps_in_float32_what_fp16_storage_breaks(backend):
+    """precision="auto" on a graph built to break in fp16 storage (a value past fp16's range, a
+    value that cancels): the values the decision keeps are stored in float32 in the backend's
+    plan, the others in fp16, and the output is within the tolerance of float32."""
+    require_f16(backend)
+    from helpers.models import fp16_fragile_graph
+
+    graph = fp16_fragile_graph()
+    x = np.random.default_rng(3).random((4, 64), dtype=np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=(backend,), precision="auto", strict=True)
+    got = sess.run({"x": x})["y"]
+    decision = sess.precision_decision
+    assert "big" in decision.fp32 and "shifted" in decision.fp32
+    assert np.abs(got - want).max() / np.abs(want).max() <= decision.tolerance
+    infos = only_plan(kernel_of(sess, backend)).infos
+    stored = {
+        name: str(infos[name].stype) for name in decision.fp32 + decision.fp16 if name in infos
+    }
+    assert stored and all(stored[n] in ("float32", "f32") for n in decision.fp32 if n in stored)
+    assert any(t in ("float16", "f16") for n, t in stored.items() if n in decision.fp16)

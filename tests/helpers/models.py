@@ -421,3 +421,35 @@ def crnn_onnx(path, rng, classes: int = 11, hidden: int = 12) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     onnx.save(model, path)
+
+
+def fp16_fragile_graph(seed: int = 0):
+    """A small MLP-like graph that fp16 storage breaks in two ways, and float32 does not: one
+    value past fp16's range (a MatMul by large weights, scaled back down after), and one that
+    cancels (x + 1000 then - 1000: fp16 keeps 0.5 of the input's detail at 1000). The other
+    values are harmless. Input x (4, 64) in [0, 1); output y (4, 16)."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w_big": (rng.random((64, 64)) * 6000).astype(np.float32),  # sums ~ 1e5: overflow
+        "scale": np.array(1e-5, np.float32),
+        "w1": rng.standard_normal((64, 32)).astype(np.float32) * 0.1,
+        "thousand": np.array(1000.0, np.float32),
+        "w2": rng.standard_normal((32, 16)).astype(np.float32) * 0.1,
+    }
+    nodes = [
+        Node("MatMul", ["x", "w_big"], ["big"], name="big"),  # up to ~1e5
+        Node("Mul", ["big", "scale"], ["scaled"], name="scaled"),  # back to ~1
+        Node("Relu", ["scaled"], ["act"], name="act"),
+        Node("MatMul", ["act", "w1"], ["hidden"], name="hidden"),
+        Node("Tanh", ["hidden"], ["squashed"], name="squashed"),  # in (-1, 1)
+        Node("Add", ["squashed", "thousand"], ["shifted"], name="shifted"),  # ~1000: cancels
+        Node("Sub", ["shifted", "thousand"], ["back"], name="back"),
+        Node("MatMul", ["back", "w2"], ["y"], name="y"),
+    ]
+    graph = Graph(
+        [Value("x", "float32", (4, 64))], [Value("y", "float32", (4, 16))], nodes, weights
+    )
+    return validate(graph)

@@ -65,6 +65,8 @@ class CompileOptions:
 
     precision: str = "fp32"
     extra: dict[str, Any] = field(default_factory=dict)
+    # At fp16: intermediate values kept in float32 storage (precision="auto"'s decision).
+    fp32_values: frozenset[str] = frozenset()
 
 
 # Thread-count variables a user sets for BLAS/OpenMP libraries; default_threads() honours them.

@@ -278,7 +278,8 @@ class Plan:
                     raise ValueError(f"{node.name}: {name} has no static shape ({t.shape})")
                 if not self.holds(t.dtype):
                     raise ValueError(f"{node.name}: cannot place {name} ({t.dtype})")
-                self.infos[name] = self.value_info(tuple(t.shape), t.dtype, name in keep)
+                precise = name in keep or name in owner.fp32_values
+                self.infos[name] = self.value_info(tuple(t.shape), t.dtype, precise)
         for name, value in self.consts.items():
             self.infos[name] = self.const_info(value)
         self.arrange(keep, types)
@@ -306,7 +307,8 @@ class Plan:
         raise NotImplementedError
 
     def value_info(self, shape: tuple[int, ...], dtype: str, is_output: bool) -> Info:
-        """The Info of a value the plan computes (its storage type follows the precision)."""
+        """The Info of a value the plan computes (its storage type follows the precision; an
+        output, or a value precision="auto" keeps in float32, stays float32)."""
         raise NotImplementedError
 
     def const_info(self, value: np.ndarray) -> Info:
@@ -392,6 +394,7 @@ class PlannedKernel(Kernel):
     def __init__(self, ctx: Any, graph: Graph, options: CompileOptions):
         self.ctx, self.graph = ctx, graph
         self.precision = options.precision
+        self.fp32_values = options.fp32_values
         self.extra = dict(options.extra)
         self.timing: str | None = self.extra.get("timing")
         self.plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()

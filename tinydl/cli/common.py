@@ -77,8 +77,10 @@ def _compile(
     precision: str = "fp32",
     quiet: bool = False,
     optimize: str = "all",
+    calibration=None,
 ):
-    """tinydl.compile, with fallback warnings printed as one `warning:` line each."""
+    """tinydl.compile, with fallback warnings printed as one `warning:` line each (and, for
+    precision auto, its decision on one `note:` line)."""
     import warnings
 
     import tinydl
@@ -87,11 +89,18 @@ def _compile(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         session = tinydl.compile(
-            graph, backends=names, precision=precision, strict=strict, optimize=optimize
+            graph,
+            backends=names,
+            precision=precision,
+            strict=strict,
+            optimize=optimize,
+            calibration=calibration,
         )
     if not quiet:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
+        if session.precision_decision is not None:
+            print(f"note: {session.precision_decision.summary()}", file=sys.stderr)
     return session
 
 

@@ -38,6 +38,14 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="list every node's backend and the reasons for fallbacks",
     )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "auto"),
+        default="fp32",
+        help="compile at this precision; auto also reports which values stay in float32 "
+        "(decided on random inputs in [0, 1); models with symbolic input shapes need "
+        "tinydl.compile(..., calibration=...))",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_inspect)
 
@@ -46,7 +54,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import tinydl
 
     graph = tinydl.load(args.model)
-    session = _compile(graph, args.backends, strict=False, quiet=True, optimize=args.optimize)
+    session = _compile(
+        graph,
+        args.backends,
+        strict=False,
+        quiet=True,
+        optimize=args.optimize,
+        precision=args.precision,
+    )
     placement = session.placement
     optimized = session.optimization
     fallbacks = placement.fallbacks()
@@ -79,6 +94,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "bytes_per_run": placement.bytes_per_run(),
         },
     }
+    decision = session.precision_decision
+    if decision is not None:
+        report["precision"] = {
+            "summary": decision.summary(),
+            "fp32": decision.fp32,
+            "overflow": decision.overflow,
+            "fp16": decision.fp16,
+            "error": decision.error,
+            "fp16_error": decision.fp16_error,
+            "tolerance": decision.tolerance,
+        }
+        if args.verbose:
+            report["precision"]["nodes"] = decision.nodes()
     if args.verbose:
         report["placement"]["nodes"] = [
             {
@@ -132,6 +160,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     say(_plan_table(placement))
     if args.verbose:
         say(_nodes_table(placement))
+    if decision is not None:
+        say(decision.summary())
+        kept = ", ".join(decision.fp32) or "none"
+        say(f"kept in float32: {kept}")
     return 0
 
 

@@ -117,9 +117,11 @@ def add_parser(subparsers) -> None:
     add_backend_options(p)
     p.add_argument(
         "--precision",
-        choices=("fp32", "fp16"),
+        choices=("fp32", "fp16", "auto"),
         default="fp32",
-        help="compute precision (default: fp32)",
+        help="fp32 (default); fp16: GPU backends store intermediate values in fp16; auto: fp16 "
+        "except the values that need float32, decided on this run's inputs (tinydl.compile's "
+        "precision='auto')",
     )
     p.add_argument(
         "--strict",
@@ -174,10 +176,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"{prep.given()}: for image inputs only, and no --input is an image"
         )
-    session = _compile(
-        graph, args.backends, strict=args.strict, precision=args.precision, optimize=args.optimize
-    )
-
     feeds: dict[str, Any] = {}
     generated = []
     rng = np.random.default_rng(args.seed)
@@ -195,6 +193,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     if generated:
         print(f"note: random inputs (seed {args.seed}): {', '.join(generated)}", file=sys.stderr)
+    session = _compile(
+        graph,
+        args.backends,
+        strict=args.strict,
+        precision=args.precision,
+        optimize=args.optimize,
+        calibration=feeds if args.precision == "auto" else None,
+    )
 
     outputs = session.run(feeds)
     _print_outputs(outputs)

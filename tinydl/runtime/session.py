@@ -27,7 +27,7 @@ from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
 from tinydl.passes import PassManager
 
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "auto")
 
 
 class CompiledPartition(NamedTuple):
@@ -75,6 +75,8 @@ class Session:
         memory_limit: int | None = None,
         device: str | int | None = None,
         threads: int | None = None,
+        calibration: Any = None,
+        fp16_tolerance: float | None = None,
     ):
         if precision not in PRECISIONS:
             raise InvalidInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -116,6 +118,17 @@ class Session:
         _check_sizes(graph, graph.values, self.memory_limit)
         self.optimization = manager.report
         self.precision = precision
+        # precision="auto": fp16 storage except for the values the calibration runs say need
+        # float32 (runtime/precision.py); backends compile at fp16 with those kept.
+        self.precision_decision = None
+        fp32_values: frozenset[str] = frozenset()
+        if precision == "auto":
+            from tinydl.runtime.precision import decide
+
+            self.precision_decision = decide(graph, calibration, fp16_tolerance)
+            fp32_values = frozenset(self.precision_decision.fp32)
+        elif calibration is not None or fp16_tolerance is not None:
+            raise InvalidInputError("calibration and fp16_tolerance go with precision='auto'")
         self.backends = [b.name for b in chosen]
         self._backends = {b.name: b for b in chosen}
         self._first_group = first_group
@@ -136,7 +149,8 @@ class Session:
         host_threads = {"threads": threads} if threads is not None else {}
         options = {
             name: CompileOptions(
-                precision=precision,
+                precision="fp16" if precision == "auto" else precision,
+                fp32_values=fp32_values,
                 extra={
                     **environment_options(name),
                     **(host_threads if self._backends[name].memory == HOST else {}),
@@ -535,9 +549,19 @@ def compile(
     memory_limit: int | None = None,
     device: str | int | None = None,
     threads: int | None = None,
+    calibration: Any = None,
+    fp16_tolerance: float | None = None,
 ) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order (default: ("cpu",),
     the fastest CPU path here).
+
+    precision: "fp32" (default), "fp16" (GPU backends store intermediate values in fp16 and
+    compute in float32; host backends stay float32), or "auto": fp16 storage except for the
+    values that need float32, decided at compile by emulating fp16 storage on the NumPy
+    reference over `calibration` inputs (a feed dict or a list of them; default: one made from
+    the input spec) until every output is within `fp16_tolerance` (default 1e-2: max |fp16 -
+    fp32| / max |fp32|) of float32; values past fp16's range always stay float32. The
+    decision: `session.precision_decision` (tinydl.runtime.precision).
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
     optimize: the graph optimizer's level, "all" (default), "basic" or "none" (tinydl.passes).
@@ -572,6 +596,8 @@ def compile(
         memory_limit=memory_limit,
         device=device,
         threads=threads,
+        calibration=calibration,
+        fp16_tolerance=fp16_tolerance,
     )
 
 

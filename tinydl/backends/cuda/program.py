@@ -175,7 +175,8 @@ class Plan(planned.Plan):
     def arrange(self, keep, types) -> None:
         from tinydl.backends.cuda.kernels.chain import fuse_chains
 
-        self.nodes = fuse_chains(self, self.nodes, keep, types)
+        # A value kept in float32 (precision="auto") ends a chain: it is stored, in float32.
+        self.nodes = fuse_chains(self, self.nodes, keep | self.owner.fp32_values, types)
 
     def nbytes(self, info: Info) -> int:
         return info.nbytes
