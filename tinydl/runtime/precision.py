@@ -33,10 +33,11 @@ import numpy as np
 
 from tinydl.errors import InvalidInputError
 from tinydl.ir.graph import Graph
+from tinydl.ops import infer_graph
 
 FP16_MAX = 65504.0
 DEFAULT_TOLERANCE = 1e-2
-MAX_RUNS = 96  # emulated runs at most; past them undecided values stay in float32
+MAX_RUNS = 200  # emulated runs at most; past them undecided values stay in float32
 CHUNKS = 16  # the values are first judged in this many chunks, in graph order
 
 
@@ -112,34 +113,59 @@ def calibration_feeds(graph: Graph, given: Any, seed: int = 0) -> list[dict[str,
 
 
 class _Emulator:
-    """The graph on the NumPy reference, with chosen float32 values rounded to fp16."""
+    """The graph with a switch per candidate value: Where(flags[i], fp16(v), v), and each
+    value's max |v| as an extra output; compiled once for the fast CPU path (onnxruntime,
+    the NumPy reference for what it lacks), so each trial is one run with other flags."""
 
-    def __init__(self, graph: Graph, feeds: list[dict[str, np.ndarray]]):
-        from tinydl.ops import schema_of
+    def __init__(self, graph: Graph, feeds: list[dict[str, np.ndarray]], candidates: list[str]):
+        from tinydl.ir.graph import Node, Value
+        from tinydl.ops import validate
+        from tinydl.runtime.session import Session
 
-        self.graph, self.feeds = graph, feeds
-        self.steps = [(node, schema_of(node.op)) for node in graph.nodes]
+        self.feeds = feeds
+        self.candidates = candidates
         self.outputs = [v.name for v in graph.outputs]
+        index = {name: i for i, name in enumerate(candidates)}
+        nodes, extra, consts = [], [], {}
+        for node in graph.nodes:
+            outs = [f"{o}/f32" if o in index else o for o in node.outputs]
+            nodes.append(Node(node.op, list(node.inputs), outs, dict(node.attrs), name=node.name))
+            for o in node.outputs:
+                if o not in index:
+                    continue
+                i, raw = index[o], f"{o}/f32"
+                consts[f"{o}/i"] = np.array(i, np.int64)
+                nodes += [
+                    Node("Cast", [raw], [f"{o}/h"], {"to": 10}, name=f"{o}/to16"),
+                    Node("Cast", [f"{o}/h"], [f"{o}/r"], {"to": 1}, name=f"{o}/to32"),
+                    Node("Gather", ["precision/flags", f"{o}/i"], [f"{o}/on"], name=f"{o}/on"),
+                    Node("Where", [f"{o}/on", f"{o}/r", raw], [o], name=f"{o}/pick"),
+                    Node("Abs", [raw], [f"{o}/abs"], name=f"{o}/abs"),
+                    Node("ReduceMax", [f"{o}/abs"], [f"{o}/max"], {"keepdims": 0}, name=f"{o}/max"),
+                ]
+                extra.append(Value(f"{o}/max", "float32", ()))
+        flags = Value("precision/flags", "bool", (max(len(candidates), 1),))
+        emulated = validate(
+            Graph(
+                [*graph.inputs, flags],
+                [*graph.outputs, *extra],
+                nodes,
+                {**graph.initializers, **consts},
+                name=f"{graph.name}+fp16",
+            )
+        )
+        self.session = Session(emulated, backends=("cpu",), optimize="none")
+        self.size = flags.shape[0]
         self.runs = 0
 
     def run(self, feed: dict[str, np.ndarray], rounded: set[str], ranges=None) -> list:
-        env: dict[str, Any] = dict(self.graph.initializers)
-        env.update(feed)
-        for node, schema in self.steps:
-            with np.errstate(all="ignore"):  # infs and NaNs of fp16 overflow are expected
-                values = schema.run(node, [env[n] if n else None for n in node.inputs])
-            for name, value in zip(node.outputs, values, strict=False):
-                if not name:
-                    continue
-                value = np.asarray(value)
-                if ranges is not None and value.dtype == np.float32 and value.size:
-                    top = float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
-                    ranges[name] = max(ranges.get(name, 0.0), top)
-                if name in rounded and value.dtype == np.float32:
-                    with np.errstate(over="ignore"):
-                        value = value.astype(np.float16).astype(np.float32)
-                env[name] = value
-        return [env[n] for n in self.outputs]
+        flags = np.array([name in rounded for name in self.candidates] or [False])
+        with np.errstate(all="ignore"):  # infs and NaNs of fp16 overflow are expected
+            out = self.session.run({**feed, "precision/flags": flags})
+        if ranges is not None:
+            for name in self.candidates:
+                ranges[name] = max(ranges.get(name, 0.0), float(out[f"{name}/max"]))
+        return [out[n] for n in self.outputs]
 
     def error(self, rounded: set[str], reference: list[list]) -> float:
         self.runs += 1
@@ -178,14 +204,18 @@ def decide(
         raise InvalidInputError(f"fp16_tolerance must be positive, got {tolerance}")
     t0 = time.perf_counter()
     feeds = calibration_feeds(graph, calibration)
-    emu = _Emulator(graph, feeds)
-    outputs = set(emu.outputs)
+    outputs = {v.name for v in graph.outputs}
     producers = {o: n.name for n in graph.nodes for o in n.outputs if o}
+    types = infer_graph(graph)
+    candidates = [
+        o
+        for n in graph.nodes
+        for o in n.outputs
+        if o and o not in outputs and o in types and types[o].dtype == "float32"
+    ]
+    emu = _Emulator(graph, feeds, candidates)
     ranges: dict[str, float] = {}
     reference = [emu.run(feed, set(), ranges) for feed in feeds]
-    candidates = [
-        o for n in graph.nodes for o in n.outputs if o and o in ranges and o not in outputs
-    ]
     overflow = [v for v in candidates if ranges[v] > FP16_MAX]
     free = [v for v in candidates if ranges[v] <= FP16_MAX]
     fp16_error = emu.error(set(candidates), reference)
