@@ -223,6 +223,8 @@ MODELS = {
     "yolov8n": _yolov8n,
     "resnet18": _torchvision("resnet18", 224),
     "mobilenet_v3_large": _torchvision("mobilenet_v3_large", 224),
+    "mobilenet_v2": _torchvision("mobilenet_v2", 224),
+    "mobilenet_v3_small": _torchvision("mobilenet_v3_small", 224),
     "vit_b_16": _torchvision("vit_b_16", 224),
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
     "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
