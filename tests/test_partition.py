@@ -332,3 +332,64 @@ def test_summary_lists_whole_op_names_never_cut():
     assert line.endswith("+3 more ops")
     listed = line.split("nodes", 1)[1].split(", +")[0].strip().split(", ")
     assert all(entry.split()[0] in ops and entry.split()[1] == "1" for entry in listed)
+
+
+def test_cost_mode_keeps_a_cpu_only_ops_neighbours_on_the_cpu(rng):
+    """A GPU-capable node on each side of a CPU-only one: the support-greedy placement pays
+    four copies (in, out, in, out); with copies dear and the work small, partition="cost"
+    keeps the whole chain on the CPU. With copies cheap and the CPU slow, it keeps the
+    greedy placement. Results equal either way."""
+    from helpers.fakes import FakeGPU
+
+    from tinydl.backends.cost import BackendCost
+
+    register_backend(FakeGPU("fgpu", {"Relu", "Sigmoid"}))
+    try:
+        g = chain("Relu", "Tanh", "Sigmoid", shape=(256, 256))
+        x = rng.standard_normal((256, 256)).astype(np.float32)
+        greedy = td.compile(g, backends=("fgpu", "numpy"))
+        assert placed(greedy.placement) == [
+            ("fgpu", ["relu0"]),
+            ("numpy", ["tanh1"]),
+            ("fgpu", ["sigmoid2"]),
+        ]
+        dear = {
+            "fgpu": BackendCost(
+                1e-5, 1e12, 1e12, transfer_latency_s=1e-3, transfer_bytes_per_s=1e9
+            ),
+            "numpy": BackendCost(1e-5, 1e9, 1e10),
+        }
+        cost = td.compile(g, backends=("fgpu", "numpy"), partition="cost", costs=dear)
+        assert placed(cost.placement) == [("numpy", ["relu0", "tanh1", "sigmoid2"])]
+        plan = cost.cost_assignment
+        assert plan.predicted_s < plan.greedy_s and plan.greedy_s > 4e-3  # four copies
+        assert cost.placement.refusals["relu0"]["fgpu"].startswith("cost: runs on numpy")
+        np.testing.assert_array_equal(cost.run({"x": x})["y"], greedy.run({"x": x})["y"])
+        report = greedy.cost_report()
+        assert [r["kind"] for r in report].count("transfer") == 4
+        assert all(r["predicted_s"] is None and r["measured_s"] >= 0 for r in report)
+        (row,) = cost.cost_report()
+        assert row["kind"] == "partition" and row["predicted_s"] > 0
+
+        cheap = {
+            "fgpu": BackendCost(
+                1e-6, 1e13, 1e12, transfer_latency_s=1e-6, transfer_bytes_per_s=1e11
+            ),
+            "numpy": BackendCost(1e-5, 1e6, 1e8),
+        }
+        kept = td.compile(g, backends=("fgpu", "numpy"), partition="cost", costs=cheap)
+        assert placed(kept.placement) == placed(greedy.placement)
+        assert kept.cost_assignment.predicted_s == pytest.approx(kept.cost_assignment.greedy_s)
+        with pytest.raises(td.TinyDLError, match="partition must be one of"):
+            td.compile(g, backends=("fgpu", "numpy"), partition="fastest")
+    finally:
+        unregister_backend("fgpu")
+
+
+def test_calibrated_costs_of_a_host_backend():
+    from tinydl.backends.cost import calibrate
+
+    cost = calibrate(td.backends.get_backend("numpy"))
+    assert cost is calibrate(td.backends.get_backend("numpy"))  # once per process
+    assert 0 < cost.launch_s < 1e-2 and cost.flops_per_s > 1e6 and cost.bytes_per_s > 1e6
+    assert cost.transfer_seconds(1 << 20) == 0.0  # host memory: nothing to move

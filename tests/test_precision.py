@@ -73,7 +73,7 @@ def test_session_auto_options_and_result_on_the_cpu():
     assert sess.precision == "auto" and sess.precision_decision.tolerance == 1e-3
     assert "big" in sess.precision_decision.fp32
     np.testing.assert_allclose(sess.run({"x": x})["y"], want)  # host backends stay float32
-    with pytest.raises(InvalidInputError, match="go with precision='auto'"):
+    with pytest.raises(InvalidInputError, match="goes with precision='auto'"):
         td.compile(graph, backends=("numpy",), fp16_tolerance=1e-3)
     with pytest.raises(InvalidInputError, match="precision must be one of"):
         td.compile(graph, precision="bf16")

@@ -13,8 +13,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tinydl.backends import CompileOptions, get_backend
+from tinydl.backends import partition as partitioning
 from tinydl.backends.base import Kernel, environment_options, stacked_shape
-from tinydl.backends.partition import HOST, Partition, Placement, Transfer, partition
+from tinydl.backends.partition import HOST, Partition, Placement, Transfer
 from tinydl.errors import (
     BackendUnavailableError,
     BufferSizeError,
@@ -28,6 +29,7 @@ from tinydl.ops.base import infer_graph
 from tinydl.passes import PassManager
 
 PRECISIONS = ("fp32", "fp16", "auto")
+PARTITION_MODES = ("greedy", "cost")
 
 
 class CompiledPartition(NamedTuple):
@@ -77,6 +79,8 @@ class Session:
         threads: int | None = None,
         calibration: Any = None,
         fp16_tolerance: float | None = None,
+        partition: str = "greedy",
+        costs: Mapping[str, Any] | None = None,
     ):
         if precision not in PRECISIONS:
             raise InvalidInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -112,7 +116,11 @@ class Session:
             chosen.append(backend)
         self.source_graph = graph
         t_start = time.perf_counter()
-        manager = PassManager(optimize, accepts=_accepted_by(chosen))
+        if partition not in PARTITION_MODES:
+            raise InvalidInputError(
+                f"partition must be one of {PARTITION_MODES}, got {partition!r}"
+            )
+        manager = PassManager(optimize, accepts=_accepted_by(chosen, every=partition == "cost"))
         self.graph = graph = manager.run(graph)
         self.memory_limit = memory_limit_bytes(memory_limit)
         _check_sizes(graph, graph.values, self.memory_limit)
@@ -127,13 +135,35 @@ class Session:
 
             self.precision_decision = decide(graph, calibration, fp16_tolerance)
             fp32_values = frozenset(self.precision_decision.fp32)
-        elif calibration is not None or fp16_tolerance is not None:
-            raise InvalidInputError("calibration and fp16_tolerance go with precision='auto'")
+        elif fp16_tolerance is not None:
+            raise InvalidInputError("fp16_tolerance goes with precision='auto'")
+        elif calibration is not None and partition != "cost":
+            raise InvalidInputError("calibration goes with precision='auto' or partition='cost'")
         self.backends = [b.name for b in chosen]
         self._backends = {b.name: b for b in chosen}
         self._first_group = first_group
         t_opt = time.perf_counter()
-        self.placement: Placement = partition(graph, chosen, min_partition_size)
+        # partition="cost": each node on the first backend or its fallback by predicted time
+        # (backends/cost.py); the partitioner then runs with the backends steered so.
+        self.cost_assignment = None
+        placed = chosen
+        if partition == "cost":
+            from tinydl.backends.cost import Steered, assign, calibrate
+
+            given = dict(costs or {})
+            model = {b.name: given.get(b.name) or calibrate(b) for b in chosen}
+            shapes = None
+            if calibration is not None:
+                from tinydl.runtime.precision import calibration_feeds
+
+                first = calibration_feeds(graph, calibration)[0]
+                shapes = {name: tuple(np.shape(a)) for name, a in first.items()}
+            self.cost_assignment = assign(graph, chosen, model, shapes)
+            if self.cost_assignment is not None:
+                placed = [Steered(b, self.cost_assignment) for b in chosen]
+        elif costs is not None:
+            raise InvalidInputError("costs go with partition='cost'")
+        self.placement: Placement = partitioning.partition(graph, placed, min_partition_size)
         self._report_fallbacks(strict)
         t1 = time.perf_counter()
         # Backend options: the environment's (read once, here), then the caller's; profile=True
@@ -241,10 +271,12 @@ class Session:
             )
 
     def _report_fallbacks(self, strict: bool) -> None:
+        # A node partition="cost" moved off a backend that runs it is a choice, not a fallback.
         fallbacks = {
             n: why
             for n, why in self.placement.fallbacks().items()
             if self.placement.nodes[n] not in self._first_group
+            and not all(r.startswith("cost: ") for r in why.values())
         }
         if not fallbacks:
             return
@@ -532,6 +564,35 @@ class Session:
             "bytes_moved": sum(m["bytes"] for m in moved),
         }
 
+    def cost_report(self) -> list[dict[str, Any]]:
+        """Per partition and per transfer of the last run, in run order: what it is, its
+        measured seconds and, with partition="cost", its predicted seconds (None otherwise)."""
+        plan = self.cost_assignment
+        rows: list[dict[str, Any]] = []
+        for (part, _), (backend, seconds) in zip(self._kernels, self._last_run, strict=False):
+            predicted = None
+            if plan is not None:
+                predicted = sum(plan.seconds[n.name].get(part.backend, 0.0) for n in part.nodes)
+            rows.append(
+                {
+                    "kind": "partition",
+                    "what": f"{backend}: {len(part.nodes)} node(s)",
+                    "predicted_s": predicted,
+                    "measured_s": seconds,
+                }
+            )
+        for t, nbytes, seconds in self._last_moved:
+            predicted = None if plan is None else plan.transfer_s.get(t.value)
+            rows.append(
+                {
+                    "kind": "transfer",
+                    "what": f"{t.value} {t.src} -> {t.dst} ({nbytes:,} bytes)",
+                    "predicted_s": predicted,
+                    "measured_s": seconds,
+                }
+            )
+        return rows
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{b}: {n}" for b, n in self.placement.counts().items())
         return f"Session({self.graph.name!r}, backends={self.backends}, nodes: {counts})"
@@ -551,6 +612,8 @@ def compile(
     threads: int | None = None,
     calibration: Any = None,
     fp16_tolerance: float | None = None,
+    partition: str = "greedy",
+    costs: Mapping[str, Any] | None = None,
 ) -> Session:
     """Compile a model (a Graph or a path) for backends in priority order (default: ("cpu",),
     the fastest CPU path here).
@@ -562,6 +625,11 @@ def compile(
     the input spec) until every output is within `fp16_tolerance` (default 1e-2: max |fp16 -
     fp32| / max |fp32|) of float32; values past fp16's range always stay float32. The
     decision: `session.precision_decision` (tinydl.runtime.precision).
+    partition: "greedy" (default: each node to the first backend that runs it) or "cost": each
+    node to the first backend or its fallback, whichever the predicted time says, transfers
+    included (tinydl.backends.cost; `costs`: {backend name: BackendCost} instead of measuring
+    the backends; `calibration` gives the input shapes where the model's are symbolic). The
+    choice: `session.cost_assignment`; predicted beside measured: `session.cost_report()`.
 
     profile=True times every op on the device (GPU timestamps) on each run; see profile().
     optimize: the graph optimizer's level, "all" (default), "basic" or "none" (tinydl.passes).
@@ -598,16 +666,23 @@ def compile(
         threads=threads,
         calibration=calibration,
         fp16_tolerance=fp16_tolerance,
+        partition=partition,
+        costs=costs,
     )
 
 
-def _accepted_by(backends: list) -> Callable[[Node, Node, Graph], bool]:
-    """Rewrites the backends agree to: the first backend that runs the old node runs the new."""
+def _accepted_by(backends: list, every: bool = False) -> Callable[[Node, Node, Graph], bool]:
+    """Rewrites the backends agree to: the first backend that runs the old node runs the new
+    (`every`: each backend that runs the old node runs the new, so that a choice between them
+    stays open, as partition="cost" needs)."""
 
     def accepts(new: Node, old: Node, graph: Graph) -> bool:
         for backend in backends:
             if backend.supports(old, graph):
-                return bool(backend.supports(new, graph))
+                if not backend.supports(new, graph):
+                    return False
+                if not every:
+                    return True
         return True
 
     return accepts
