@@ -364,6 +364,7 @@ def test_cost_mode_keeps_a_cpu_only_ops_neighbours_on_the_cpu(rng):
         plan = cost.cost_assignment
         assert plan.predicted_s < plan.greedy_s and plan.greedy_s > 4e-3  # four copies
         assert cost.placement.refusals["relu0"]["fgpu"].startswith("cost: runs on numpy")
+        assert cost.placement.predicted["tanh1"] > 0 and not greedy.placement.predicted
         np.testing.assert_array_equal(cost.run({"x": x})["y"], greedy.run({"x": x})["y"])
         report = greedy.cost_report()
         assert [r["kind"] for r in report].count("transfer") == 4

@@ -72,6 +72,7 @@ def test_session_auto_options_and_result_on_the_cpu():
     sess = td.compile(graph, backends=("numpy",), precision="auto", fp16_tolerance=1e-3)
     assert sess.precision == "auto" and sess.precision_decision.tolerance == 1e-3
     assert "big" in sess.precision_decision.fp32
+    assert sess.placement.precision["big"] == "fp32" and sess.placement.precision["act"] == "fp16"
     np.testing.assert_allclose(sess.run({"x": x})["y"], want)  # host backends stay float32
     with pytest.raises(InvalidInputError, match="goes with precision='auto'"):
         td.compile(graph, backends=("numpy",), fp16_tolerance=1e-3)

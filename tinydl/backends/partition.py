@@ -98,6 +98,12 @@ class Placement:
     min_partition_size: int = 1
     # backend -> the memory its tensors live in (Backend.memory)
     memory: dict[str, str] = field(default_factory=dict)
+    # node -> "fp16" / "fp32": precision="auto"'s decision (empty otherwise)
+    precision: dict[str, str] = field(default_factory=dict)
+    # node -> predicted seconds on its backend, value -> predicted seconds of its copies:
+    # partition="cost"'s model (empty otherwise; Session.cost_report has the measured beside)
+    predicted: dict[str, float] = field(default_factory=dict)
+    predicted_transfers: dict[str, float] = field(default_factory=dict)
 
     def __getitem__(self, node_name: str) -> str:
         return self.nodes[node_name]
@@ -128,6 +134,8 @@ class Placement:
         lines = [f"{'node':36} {'op':20} {'part':>4} {'backend':8} refused by"]
         for name, backend in self.nodes.items():
             why = "; ".join(f"{b}: {r}" for b, r in self.refusals.get(name, {}).items())
+            if name in self.precision:
+                why = f"[{self.precision[name]}] {why}"
             line = f"{name[:36]:36} {self.ops[name][:20]:20} {part_of[name]:>4} {backend:8} {why}"
             lines.append(line.rstrip())
         return "\n".join(lines)

@@ -176,6 +176,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"{prep.given()}: for image inputs only, and no --input is an image"
         )
+    # precision auto is decided on this run's inputs: compiled once they are made; otherwise
+    # first, so that a bad backend or model is reported before anything else.
+    session = None
+    if args.precision != "auto":
+        session = _compile(
+            graph,
+            args.backends,
+            strict=args.strict,
+            precision=args.precision,
+            optimize=args.optimize,
+        )
     feeds: dict[str, Any] = {}
     generated = []
     rng = np.random.default_rng(args.seed)
@@ -193,14 +204,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     if generated:
         print(f"note: random inputs (seed {args.seed}): {', '.join(generated)}", file=sys.stderr)
-    session = _compile(
-        graph,
-        args.backends,
-        strict=args.strict,
-        precision=args.precision,
-        optimize=args.optimize,
-        calibration=feeds if args.precision == "auto" else None,
-    )
+    if session is None:
+        session = _compile(
+            graph,
+            args.backends,
+            strict=args.strict,
+            precision=args.precision,
+            optimize=args.optimize,
+            calibration=feeds,
+        )
 
     outputs = session.run(feeds)
     _print_outputs(outputs)

@@ -164,6 +164,14 @@ class Session:
         elif costs is not None:
             raise InvalidInputError("costs go with partition='cost'")
         self.placement: Placement = partitioning.partition(graph, placed, min_partition_size)
+        if self.precision_decision is not None:
+            self.placement.precision = self.precision_decision.nodes()
+        if self.cost_assignment is not None:
+            plan = self.cost_assignment
+            self.placement.predicted = {
+                n: plan.seconds[n].get(b, 0.0) for n, b in self.placement.nodes.items()
+            }
+            self.placement.predicted_transfers = dict(plan.transfer_s)
         self._report_fallbacks(strict)
         t1 = time.perf_counter()
         # Backend options: the environment's (read once, here), then the caller's; profile=True
