@@ -581,3 +581,4 @@ def test_precision_auto_in_inspect_and_run(capsys, tmp_path):
     assert report["error"] <= report["tolerance"] and report["nodes"]["big"] == "fp32"
     assert main(["run", str(path), "--precision", "auto"]) == 0
     assert "note: precision auto:" in capsys.readouterr().err
+    assert main(["run", str(path), "--partition", "cost", "--backends", "numpy"]) == 0

@@ -78,6 +78,7 @@ def _compile(
     quiet: bool = False,
     optimize: str = "all",
     calibration=None,
+    partition: str = "greedy",
 ):
     """tinydl.compile, with fallback warnings printed as one `warning:` line each (and, for
     precision auto, its decision on one `note:` line)."""
@@ -95,6 +96,7 @@ def _compile(
             strict=strict,
             optimize=optimize,
             calibration=calibration,
+            partition=partition,
         )
     if not quiet:
         for w in caught:

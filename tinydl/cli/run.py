@@ -124,6 +124,14 @@ def add_parser(subparsers) -> None:
         "precision='auto')",
     )
     p.add_argument(
+        "--partition",
+        choices=("greedy", "cost"),
+        default="greedy",
+        help="greedy (default): each node to the first backend that runs it; cost: to the "
+        "first backend or its fallback, whichever the measured cost model predicts faster, "
+        "copies included",
+    )
+    p.add_argument(
         "--strict",
         action="store_true",
         help="fail instead of falling back when the first backend refuses a node",
@@ -179,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # precision auto is decided on this run's inputs: compiled once they are made; otherwise
     # first, so that a bad backend or model is reported before anything else.
     session = None
-    if args.precision != "auto":
+    if args.precision != "auto" and args.partition != "cost":
         session = _compile(
             graph,
             args.backends,
@@ -212,6 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             precision=args.precision,
             optimize=args.optimize,
             calibration=feeds,
+            partition=args.partition,
         )
 
     outputs = session.run(feeds)
