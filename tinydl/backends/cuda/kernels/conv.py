@@ -4,6 +4,9 @@
   row). Each thread makes one output pixel x a block of output channels in fp32; the epilogue
   adds the bias (BatchNormalization folded in), the activations in order, and stores through a
   fused DepthToSpace when there is one.
+- conv_tc.cu: at fp16 storage on sm_80 and newer, an ungrouped convolution is an implicit GEMM
+  on tensor cores instead (M = output pixels, N = output channels, K = channels x taps; fp16
+  operands, fp32 accumulation, the same epilogue). Option "conv_tensor_cores" (default True).
 - conv_transpose.cu: the transposed convolution as a gather over the taps that land on each
   output pixel.
 Chains of small convolutions (ESPCN) are fused further into one kernel: see chain.py.
@@ -75,6 +78,71 @@ def _block(mg: int) -> int:
     return 8 if mg >= 8 else mg
 
 
+def _tensor_cores(b, g: dict, group: int) -> bool:
+    """Whether conv_tc.cu takes the node: fp16 input, one group, no fused DepthToSpace, a
+    device with mma.sync on fp16 (sm_80+), and the option left on."""
+    return (
+        b.info(0).ctype == "half_t"
+        and group == 1
+        and b.node.meta.get("d2s") is None
+        and tuple(b.ctx.cc) >= (8, 0)
+        and bool(b.option("conv_tensor_cores", True))
+        and g["C"] * g["KH"] * g["KW"] >= 16
+    )
+
+
+# (BM, BN, WM, WN): output pixels x channels per block of 4 warps, per warp.
+TC_TILES = {"wide": (64, 64, 32, 32), "narrow": (128, 32, 32, 32)}
+TC_THREADS, TC_BK = 128, 32
+
+
+def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
+    yo = b.out()
+    oc = g["OC"]
+    bm, bn, wm, wn = TC_TILES["wide" if oc > 32 else "narrow"]
+    k = g["C"] * g["KH"] * g["KW"]
+    kp = math.ceil(k / TC_BK) * TC_BK
+    ocp = math.ceil(oc / bn) * bn
+    pack = np.zeros((ocp, kp), np.float16)  # [OC][ci, ky, kx]: the weights' own order
+    pack[:oc, :k] = w.reshape(oc, k)
+    m = g["N"] * g["OH"] * g["OW"]
+    acts, slope = epilogue(b, oc)
+    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
+    args = [
+        b.inputs[0],
+        b.upload("weights_tc", pack),
+        b.upload("channels", np.concatenate(chan), "float32"),
+    ]
+    residual = b.node.meta.get("residual")
+    if residual is not None:
+        args.append(residual)
+    res_index = f"(((size_t)n * {oc} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
+    b.launch(
+        "conv_tc.cu",
+        [*args, b.outputs[0]],
+        (math.ceil(m / bm), ocp // bn, 1),
+        TC_THREADS,
+        **g,
+        M=m,
+        K=k,
+        KP=kp,
+        BM=bm,
+        BN=bn,
+        BK=TC_BK,
+        WM=wm,
+        WN=wn,
+        THREADS=TC_THREADS,
+        yt=yo.ctype,
+        ystore=store(yo.ctype, "r"),
+        residual=residual is not None,
+        rt=b.info(residual).ctype if residual else "float",
+        rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
+        post=epilogue_code(b.node.meta.get("post", []), activation_code),
+        has_slope=slope is not None,
+        epilogue=epilogue_code(acts, activation_code),
+    )
+
+
 @kernel("Conv", FUSED, supports=conv_supports)
 def conv(b):
     b.label = conv_label(b.node)
@@ -82,6 +150,9 @@ def conv(b):
     g = geometry(b)
     group = b.attrs["group"]
     w, bias = weights_and_bias(b, 0)
+    if _tensor_cores(b, g, group):
+        conv_tensor_cores(b, g, w, bias)
+        return
     oc, cg = g["OC"], g["C"] // group
     mg = oc // group
     px, ocb = _work_split(g, group, mg, b.ctx.sm_count)

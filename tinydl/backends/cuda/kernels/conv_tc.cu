@@ -1,0 +1,166 @@
+// {{ label }}: convolution as an implicit GEMM on fp16 tensor cores (mma.sync m16n8k16, fp32
+// accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} (fp16), output
+// {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
+// channels, K = input channels x taps ({{ K }}, in the weights' own order ci, ky, kx).
+// A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
+// {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
+// weights (fp16, packed [OC padded][K padded] on the host) are staged in shared memory, rows
+// padded by 8 halves against bank conflicts, and read with ldmatrix. Each warp owns a
+// {{ WM }}x{{ WN }} piece. The next K step's tiles are loaded into registers while this one is
+// multiplied. The epilogue is conv.cu's: bias (BatchNormalization folded in), activations,
+// residual and what follows it.
+
+#define THREADS {{ THREADS }}
+#define BM {{ BM }}
+#define BN {{ BN }}
+#define BK {{ BK }}
+#define LDS (BK + 8)
+#define MT {{ WM // 16 }}
+#define NT {{ WN // 8 }}
+#define A_PER ({{ BM * BK }} / THREADS)
+#define B_VEC ({{ BN * BK // 8 }} / THREADS)
+
+{% raw %}
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned s;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(p));
+    return s;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* a, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
+}
+{% endraw %}
+
+extern "C" __global__ void __launch_bounds__(THREADS) k(
+    const half_t* __restrict__ x,
+    const half_t* __restrict__ w,
+    const float* __restrict__ chan,
+{% if residual %}
+    const {{ rt }}* __restrict__ res,
+{% endif %}
+    {{ yt }}* __restrict__ y)
+{
+    __shared__ __align__(16) half_t As[BM][LDS];
+    __shared__ __align__(16) half_t Bs[BN][LDS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int wm = (warp % {{ BM // WM }}) * {{ WM }}, wn = (warp / {{ BM // WM }}) * {{ WN }};
+
+    // This thread gathers pixel am of the A tile, k columns ak0 .. ak0 + A_PER - 1.
+    const int am = tid % BM, ak0 = (tid / BM) * A_PER;
+    const int pm = m0 + am;
+    const bool pin = pm < {{ M }};
+    const int pn = pin ? pm / {{ OH * OW }} : 0, pp = pin ? pm % {{ OH * OW }} : 0;
+    const int iy0 = (pp / {{ OW }}) * {{ SH }} - {{ PT }}, ix0 = (pp % {{ OW }}) * {{ SW }} - {{ PL }};
+    const half_t* xn = x + (size_t)pn * {{ C * IH * IW }};
+
+    half_t areg[A_PER];
+    uint4 breg[B_VEC];
+    auto load_tiles = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < A_PER; ++j) {
+            const int kk = k0 + ak0 + j;
+            half_t v = 0;
+            if (pin && kk < {{ K }}) {
+                const int ci = kk / {{ KH * KW }}, r = kk % {{ KH * KW }};
+                const int iy = iy0 + (r / {{ KW }}) * {{ DH }}, ix = ix0 + (r % {{ KW }}) * {{ DW }};
+                if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
+                    v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
+            }
+            areg[j] = v;
+        }
+#pragma unroll
+        for (int j = 0; j < B_VEC; ++j) {
+            const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
+            const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
+            breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+        }
+    };
+    auto store_tiles = [&]() {
+#pragma unroll
+        for (int j = 0; j < A_PER; ++j) As[am][ak0 + j] = areg[j];
+#pragma unroll
+        for (int j = 0; j < B_VEC; ++j) {
+            const int e = tid + j * THREADS;
+            const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
+            *(uint4*)&Bs[row][col] = breg[j];
+        }
+    };
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+
+    load_tiles(0);
+    for (int k0 = 0; k0 < {{ KP }}; k0 += BK) {
+        __syncthreads();
+        store_tiles();
+        __syncthreads();
+        if (k0 + BK < {{ KP }}) load_tiles(k0 + BK);  // the next step's, during this one's math
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+                ldmatrix_x4(a[i], smem_addr(&As[wm + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]));
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                unsigned b[4];
+                ldmatrix_x4(b, smem_addr(&Bs[wn + j * 8 + (lane & 7) + ((lane >> 4) << 3)]
+                                            [kk + ((lane >> 3) & 1) * 8]));
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    mma16816(acc[i][j], a[i], b[0], b[1]);
+                    mma16816(acc[i][j + 1], a[i], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    // acc[i][j]: rows (pixels) wm + i*16 + lane/4 (+8 for q >= 2), columns (channels)
+    // wn + j*8 + 2*(lane%4) (+1 for odd q).
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int q2 = 0; q2 < 2; ++q2) {
+        const int m = m0 + wm + i * 16 + (lane >> 2) + q2 * 8;
+        if (m >= {{ M }}) continue;
+        const unsigned n = m / {{ OH * OW }}, p = m % {{ OH * OW }};
+        const unsigned oy = p / {{ OW }}, ox = p % {{ OW }};
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q1 = 0; q1 < 2; ++q1) {
+            const unsigned oc = n0 + wn + j * 8 + 2 * (lane & 3) + q1;
+            if (oc >= {{ OC }}u) continue;
+            float r = acc[i][j][q2 * 2 + q1] + chan[oc];
+{% if has_slope %}
+            const float slope = chan[{{ OC }}u + oc];
+{% endif %}
+{% for e in epilogue %}
+            r = {{ e }};
+{% endfor %}
+{% if residual %}
+            r += {{ rload }};
+{% for e in post %}
+            r = {{ e }};
+{% endfor %}
+{% endif %}
+            y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
+        }
+    }
+}

@@ -1,0 +1,126 @@
+"""Convnets on the cuda backend against PyTorch on the same GPU, GPU-resident, batch 1 and 8: tinydl
+fp32, fp16 with convolutions on CUDA cores (conv_tensor_cores off) and on tensor cores (the
+default), PyTorch fp16 eager and CUDA graph (channels_last, cuDNN). Models from tools/zoo.py
+(seeded random weights, conditioned), built here with torchvision/timm and exported to ONNX
+once; every tinydl output is checked against PyTorch fp32 before timing.
+
+    python tools/bench_cuda_convnets.py [--models resnet18,mobilenet_v2] [--batches 1,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import zoo  # noqa: E402
+
+import tinydl as td  # noqa: E402
+
+
+def median_ms(fn, sync, runs: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,mobilenet_v3_large,efficientnet_b0")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--onnx-dir", default=".zoo", type=Path)
+    args = ap.parse_args()
+    import cupy as cp
+    import torch
+
+    sync = torch.cuda.synchronize
+    print(
+        "| model | batch | tinydl fp32 | fp16, CUDA cores | fp16, tensor cores "
+        "| torch fp16 eager | torch fp16 graph | tensor cores / torch graph | error fp16 |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in args.models.split(","):
+        torch.manual_seed(zoo.SEED)
+        model, example, names = zoo.MODELS[name]()
+        zoo._condition(model, tuple(torch.from_numpy(np.asarray(a)) for a in example))
+        model = model.eval().cuda()
+        path = args.onnx_dir / f"{name}_dyn.onnx"
+        if not path.exists():
+            args.onnx_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    model.cpu(), tuple(torch.from_numpy(np.asarray(a)) for a in example),
+                    str(path), input_names=names, opset_version=17, dynamo=False,
+                    dynamic_axes={names[0]: {0: "n"}},
+                )  # fmt: skip
+            model = model.cuda()
+        graph = td.load(path)
+        for batch in [int(b) for b in args.batches.split(",")]:
+            x = np.repeat(np.asarray(example[0]), batch, axis=0)
+            xt = torch.from_numpy(x).cuda()
+            with torch.no_grad():
+                ref = model(xt).float().cpu().numpy()
+            row = [name, str(batch)]
+            err = None
+            for precision, tc in (("fp32", True), ("fp16", False), ("fp16", True)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    sess = td.compile(
+                        graph, backends=("cuda",), precision=precision,
+                        backend_options={"cuda": {"conv_tensor_cores": tc}},
+                    )  # fmt: skip
+                xd = cp.asarray(x)
+                out = sess.run({names[0]: xd}, outputs="device")
+                got = cp.asnumpy(next(iter(out.values())))
+                e = float(np.abs(got - ref).max() / np.abs(ref).max())
+                if precision == "fp16" and tc:
+                    err = e
+                if precision == "fp32" and e > 1e-3:
+                    raise SystemExit(f"{name}: tinydl fp32 off by {e:.2e} from PyTorch")
+                feed = {names[0]: xd}
+                ms = median_ms(
+                    lambda s=sess, f=feed: s.run(f, outputs="device"),
+                    cp.cuda.Device().synchronize,
+                )
+                row.append(f"{ms:.3f}")
+            half = model.half().to(memory_format=torch.channels_last)
+            xh = xt.half().to(memory_format=torch.channels_last)
+            with torch.no_grad():
+                eager = median_ms(lambda h=half, v=xh: h(v), sync)
+                graph_pool = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(3):
+                        half(xh)
+                torch.cuda.current_stream().wait_stream(s)
+                with torch.cuda.graph(graph_pool):
+                    half(xh)
+                replay = median_ms(graph_pool.replay, sync)
+            model = half.float().to(memory_format=torch.contiguous_format)
+            tc_ms = float(row[4])
+            row += [f"{eager:.3f}", f"{replay:.3f}", f"{tc_ms / replay:.2f}x", f"{err:.1e}"]
+            print("| " + " | ".join(row) + " |")
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
