@@ -50,6 +50,9 @@ def main() -> int:
     import torch
 
     sync = torch.cuda.synchronize
+    # The fp32 reference in true fp32 (PyTorch's default lets cuDNN use TF32 for convolutions).
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     print(
         "| model | batch | tinydl fp32 | fp16, CUDA cores | fp16, tensor cores "
         "| torch fp16 eager | torch fp16 graph | tensor cores / torch graph | error fp16 |"

@@ -103,25 +103,31 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     k = g["C"] * g["KH"] * g["KW"]
     kp = math.ceil(k / TC_BK) * TC_BK
     ocp = math.ceil(oc / bn) * bn
-    pack = np.zeros((ocp, kp), np.float16)  # [OC][ci, ky, kx]: the weights' own order
-    pack[:oc, :k] = w.reshape(oc, k)
+    # [OC][ci, ky, kx] (the weights' own order) as hi + lo fp16 parts: float32's precision
+    # but for the low part's rounding (2^-22 relative), on fp16 tensor cores.
+    full = np.zeros((ocp, kp), np.float64)
+    full[:oc, :k] = w.reshape(oc, k)
+    hi = full.astype(np.float16)
+    lo = (full - hi.astype(np.float64)).astype(np.float16)
     m = g["N"] * g["OH"] * g["OW"]
+    # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
+    tiles = math.ceil(m / bm) * (ocp // bn)
+    steps = kp // TC_BK
+    split = 1
+    while (
+        tiles * split * 2 <= b.ctx.sm_count * 2
+        and steps % (split * 2) == 0
+        and steps // (split * 2) >= 4
+    ):
+        split *= 2
     acts, slope = epilogue(b, oc)
     chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
-    args = [
-        b.inputs[0],
-        b.upload("weights_tc", pack),
-        b.upload("channels", np.concatenate(chan), "float32"),
-    ]
+    channels = b.upload("channels", np.concatenate(chan), "float32")
+    weights = [b.inputs[0], b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
     residual = b.node.meta.get("residual")
-    if residual is not None:
-        args.append(residual)
+    tail = [residual] if residual is not None else []
     res_index = f"(((size_t)n * {oc} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
-    b.launch(
-        "conv_tc.cu",
-        [*args, b.outputs[0]],
-        (math.ceil(m / bm), ocp // bn, 1),
-        TC_THREADS,
+    params = dict(
         **g,
         M=m,
         K=k,
@@ -140,7 +146,20 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
         post=epilogue_code(b.node.meta.get("post", []), activation_code),
         has_slope=slope is not None,
         epilogue=epilogue_code(acts, activation_code),
+        SPLIT=split,
     )
+    grid = (math.ceil(m / bm), ocp // bn, split)
+    if split == 1:
+        args = [*weights, channels, *tail, b.outputs[0]]
+        b.launch("conv_tc.cu", args, grid, TC_THREADS, **params)
+        return
+    ws = b.scratch("partial", (m * oc,), "float32", precise=True)
+    b.launch("conv_tc.cu", [ws], blocks(m * oc, 256), 256, entry="zero", **params)
+    b.launch("conv_tc.cu", [*weights, ws], grid, TC_THREADS, **params)
+    b.launch(
+        "conv_tc.cu", [ws, channels, *tail, b.outputs[0]], blocks(m * oc, 256), 256,
+        entry="finish", **params,
+    )  # fmt: skip
 
 
 @kernel("Conv", FUSED, supports=conv_supports)

@@ -4,11 +4,14 @@
 // channels, K = input channels x taps ({{ K }}, in the weights' own order ci, ky, kx).
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
-// weights (fp16, packed [OC padded][K padded] on the host) are staged in shared memory, rows
-// padded by 8 halves against bank conflicts, and read with ldmatrix. Each warp owns a
-// {{ WM }}x{{ WN }} piece. The next K step's tiles are loaded into registers while this one is
-// multiplied. The epilogue is conv.cu's: bias (BatchNormalization folded in), activations,
-// residual and what follows it.
+// weights (packed [OC padded][K padded] on the host as two fp16 parts, hi + lo, so that only
+// the input's fp16 storage rounds: two MMAs per tile) are staged in shared memory, rows padded
+// by 8 halves against bank conflicts, and read with ldmatrix. Each warp owns a {{ WM }}x{{ WN }}
+// piece. The next K step's tiles are loaded into registers while this one is multiplied.
+// {% if SPLIT > 1 %}K is split {{ SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
+// each split adds its partial sums into a zeroed float32 workspace, and `finish` applies the
+// epilogue.{% else %}The epilogue is conv.cu's: bias (BatchNormalization folded in),
+// activations, residual and what follows it.{% endif %}
 
 #define THREADS {{ THREADS }}
 #define BM {{ BM }}
@@ -41,17 +44,64 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* a, unsigned addr) {
 }
 {% endraw %}
 
-extern "C" __global__ void __launch_bounds__(THREADS) k(
-    const half_t* __restrict__ x,
-    const half_t* __restrict__ w,
+{% macro finish_one() %}
+{% if has_slope %}
+            const float slope = chan[{{ OC }}u + oc];
+{% endif %}
+{% for e in epilogue %}
+            r = {{ e }};
+{% endfor %}
+{% if residual %}
+            r += {{ rload }};
+{% for e in post %}
+            r = {{ e }};
+{% endfor %}
+{% endif %}
+            y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
+{% endmacro %}
+
+{% if SPLIT > 1 %}
+extern "C" __global__ void zero(float* __restrict__ ws) {
+    const unsigned i = blockIdx.x * 256u + threadIdx.x;
+    if (i < {{ M * OC }}u) ws[i] = 0.0f;
+}
+
+// The epilogue over the workspace: one thread per output element, in output order.
+extern "C" __global__ void finish(
+    const float* __restrict__ ws,
     const float* __restrict__ chan,
 {% if residual %}
     const {{ rt }}* __restrict__ res,
 {% endif %}
     {{ yt }}* __restrict__ y)
 {
+    const unsigned i = blockIdx.x * 256u + threadIdx.x;
+    if (i >= {{ M * OC }}u) return;
+    const unsigned ox = i % {{ OW }}u, oy = (i / {{ OW }}u) % {{ OH }}u;
+    const unsigned oc = (i / {{ OH * OW }}u) % {{ OC }}u, n = i / {{ OC * OH * OW }}u;
+    const unsigned m = (n * {{ OH }}u + oy) * {{ OW }}u + ox;
+    float r = ws[(size_t)m * {{ OC }}u + oc] + chan[oc];
+{{ finish_one() }}
+}
+{% endif %}
+
+extern "C" __global__ void __launch_bounds__(THREADS) k(
+    const half_t* __restrict__ x,
+    const half_t* __restrict__ w,
+    const half_t* __restrict__ wl,
+{% if SPLIT > 1 %}
+    float* __restrict__ ws)
+{% else %}
+    const float* __restrict__ chan,
+{% if residual %}
+    const {{ rt }}* __restrict__ res,
+{% endif %}
+    {{ yt }}* __restrict__ y)
+{% endif %}
+{
     __shared__ __align__(16) half_t As[BM][LDS];
     __shared__ __align__(16) half_t Bs[BN][LDS];
+    __shared__ __align__(16) half_t Bl[BN][LDS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wm = (warp % {{ BM // WM }}) * {{ WM }}, wn = (warp / {{ BM // WM }}) * {{ WN }};
@@ -65,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     const half_t* xn = x + (size_t)pn * {{ C * IH * IW }};
 
     half_t areg[A_PER];
-    uint4 breg[B_VEC];
+    uint4 breg[B_VEC], lreg[B_VEC];
     auto load_tiles = [&](int k0) {
 #pragma unroll
         for (int j = 0; j < A_PER; ++j) {
@@ -84,6 +134,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
             const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
             breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+            lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ KP }} + k0 + col);
         }
     };
     auto store_tiles = [&]() {
@@ -94,6 +145,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             const int e = tid + j * THREADS;
             const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
             *(uint4*)&Bs[row][col] = breg[j];
+            *(uint4*)&Bl[row][col] = lreg[j];
         }
     };
 
@@ -105,12 +157,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
 #pragma unroll
             for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
 
-    load_tiles(0);
-    for (int k0 = 0; k0 < {{ KP }}; k0 += BK) {
+    // This block's share of K: {{ KP // SPLIT }} of it per split.
+    const int kbeg = blockIdx.z * {{ KP // SPLIT }}, kend = kbeg + {{ KP // SPLIT }};
+    load_tiles(kbeg);
+    for (int k0 = kbeg; k0 < kend; k0 += BK) {
         __syncthreads();
         store_tiles();
         __syncthreads();
-        if (k0 + BK < {{ KP }}) load_tiles(k0 + BK);  // the next step's, during this one's math
+        if (k0 + BK < kend) load_tiles(k0 + BK);  // the next step's, during this one's math
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[MT][4];
@@ -119,13 +173,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
                 ldmatrix_x4(a[i], smem_addr(&As[wm + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]));
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
-                unsigned b[4];
-                ldmatrix_x4(b, smem_addr(&Bs[wn + j * 8 + (lane & 7) + ((lane >> 4) << 3)]
-                                            [kk + ((lane >> 3) & 1) * 8]));
+                unsigned b[4], l[4];
+                const int brow = wn + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+                const int bcol = kk + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(b, smem_addr(&Bs[brow][bcol]));
+                ldmatrix_x4(l, smem_addr(&Bl[brow][bcol]));
 #pragma unroll
                 for (int i = 0; i < MT; ++i) {
                     mma16816(acc[i][j], a[i], b[0], b[1]);
                     mma16816(acc[i][j + 1], a[i], b[2], b[3]);
+                    mma16816(acc[i][j], a[i], l[0], l[1]);
+                    mma16816(acc[i][j + 1], a[i], l[2], l[3]);
                 }
             }
         }
@@ -147,20 +205,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int q1 = 0; q1 < 2; ++q1) {
             const unsigned oc = n0 + wn + j * 8 + 2 * (lane & 3) + q1;
             if (oc >= {{ OC }}u) continue;
+{% if SPLIT > 1 %}
+            atomicAdd(ws + (size_t)m * {{ OC }}u + oc, acc[i][j][q2 * 2 + q1]);
+{% else %}
             float r = acc[i][j][q2 * 2 + q1] + chan[oc];
-{% if has_slope %}
-            const float slope = chan[{{ OC }}u + oc];
+{{ finish_one() }}
 {% endif %}
-{% for e in epilogue %}
-            r = {{ e }};
-{% endfor %}
-{% if residual %}
-            r += {{ rload }};
-{% for e in post %}
-            r = {{ e }};
-{% endfor %}
-{% endif %}
-            y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
         }
     }
 }
