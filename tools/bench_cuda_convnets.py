@@ -2,7 +2,7 @@
 fp32, fp16 with convolutions on CUDA cores (conv_tensor_cores off) and on tensor cores (the
 default), PyTorch fp16 eager and CUDA graph (channels_last, cuDNN). Models from tools/zoo.py
 (seeded random weights, conditioned), built here with torchvision/timm and exported to ONNX
-once; every tinydl output is checked against PyTorch fp32 before timing.
+once; every tinydl output is checked against onnxruntime (CPU, fp32) before timing.
 
     python tools/bench_cuda_convnets.py [--models resnet18,mobilenet_v2] [--batches 1,8]
 """
@@ -78,8 +78,11 @@ def main() -> int:
         for batch in [int(b) for b in args.batches.split(",")]:
             x = np.repeat(np.asarray(example[0]), batch, axis=0)
             xt = torch.from_numpy(x).cuda()
-            with torch.no_grad():
-                ref = model(xt).float().cpu().numpy()
+            import onnxruntime as ort
+
+            ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+                None, {names[0]: x}
+            )[0]
             row = [name, str(batch)]
             err = None
             for precision, tc in (("fp32", True), ("fp16", False), ("fp16", True)):
@@ -96,7 +99,7 @@ def main() -> int:
                 if precision == "fp16" and tc:
                     err = e
                 if precision == "fp32" and e > 1e-3:
-                    raise SystemExit(f"{name}: tinydl fp32 off by {e:.2e} from PyTorch")
+                    raise SystemExit(f"{name}: tinydl fp32 off by {e:.2e} from onnxruntime")
                 feed = {names[0]: xd}
                 ms = median_ms(
                     lambda s=sess, f=feed: s.run(f, outputs="device"),

@@ -151,14 +151,15 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     grid = (math.ceil(m / bm), ocp // bn, split)
     if split == 1:
         args = [*weights, channels, *tail, b.outputs[0]]
-        b.launch("conv_tc.cu", args, grid, TC_THREADS, **params)
+        b.launch("conv_tc.cu", args, grid, TC_THREADS, ENTRY="k", **params)
         return
     ws = b.scratch("partial", (m * oc,), "float32", precise=True)
-    b.launch("conv_tc.cu", [ws], blocks(m * oc, 256), 256, entry="zero", **params)
-    b.launch("conv_tc.cu", [*weights, ws], grid, TC_THREADS, **params)
+    each = blocks(m * oc, 256)
+    b.launch("conv_tc.cu", [ws], each, 256, entry="zero", ENTRY="zero", **params)
+    b.launch("conv_tc.cu", [*weights, ws], grid, TC_THREADS, ENTRY="k", **params)
     b.launch(
-        "conv_tc.cu", [ws, channels, *tail, b.outputs[0]], blocks(m * oc, 256), 256,
-        entry="finish", **params,
+        "conv_tc.cu", [ws, channels, *tail, b.outputs[0]], each, 256,
+        entry="finish", ENTRY="finish", **params,
     )  # fmt: skip
 
 

@@ -60,12 +60,13 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* a, unsigned addr) {
             y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
 {% endmacro %}
 
-{% if SPLIT > 1 %}
+{% if ENTRY == "zero" %}
+// (Each entry is rendered as a source of its own: the compile cache keys kernels by source.)
 extern "C" __global__ void zero(float* __restrict__ ws) {
     const unsigned i = blockIdx.x * 256u + threadIdx.x;
     if (i < {{ M * OC }}u) ws[i] = 0.0f;
 }
-
+{% elif ENTRY == "finish" %}
 // The epilogue over the workspace: one thread per output element, in output order.
 extern "C" __global__ void finish(
     const float* __restrict__ ws,
@@ -83,8 +84,7 @@ extern "C" __global__ void finish(
     float r = ws[(size_t)m * {{ OC }}u + oc] + chan[oc];
 {{ finish_one() }}
 }
-{% endif %}
-
+{% else %}
 extern "C" __global__ void __launch_bounds__(THREADS) k(
     const half_t* __restrict__ x,
     const half_t* __restrict__ w,
@@ -214,3 +214,4 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         }
     }
 }
+{% endif %}
