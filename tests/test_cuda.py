@@ -51,9 +51,64 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     fused = td.compile(graph, backends=("cuda",), precision="fp16").run({"y": y})["out"]
     sess = td.compile(graph, backends=("cuda",), precision="fp16")
     kernel_of(sess, "cuda").extra["chain_fusion"] = False  # symbolic shapes: nothing planned yet
+    kernel_of(sess, "cuda").extra["conv_tensor_cores"] = False  # one launch per conv
     unfused = sess.run({"y": y})["out"]
     assert len(only_plan(kernel_of(sess, "cuda")).steps) == 3
     assert rel_err(fused, unfused) <= 1e-2
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "oc", "hw", "k", "stride"),
+    [
+        (1, 64, 64, 56, 3, 1),  # one launch per conv
+        (1, 256, 256, 7, 3, 1),  # few tiles: K split over blocks, a workspace and an epilogue
+        (2, 3, 48, 33, 7, 2),  # a stem: 3 channels, 7x7, stride 2, odd sizes, 2 images
+        (1, 96, 24, 14, 1, 1),  # 1x1, fewer output channels than a tile
+    ],
+)
+def test_conv_tensor_cores_match_the_reference(n, c, oc, hw, k, stride, rng, monkeypatch):
+    """fp16 convolutions on tensor cores (implicit GEMM, weights as hi + lo fp16 parts), with
+    bias, ReLU and a residual fused, against the NumPy reference and the CUDA-core kernel."""
+    w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    bias = rng.standard_normal(oc).astype(np.float32)
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    nodes = [
+        Node("Relu", ["x"], ["a"], name="pre"),
+        Node(
+            "Conv", ["a", "w", "b"], ["c"], {"pads": [k // 2] * 4, "strides": [stride] * 2},
+            name="conv",
+        ),
+        Node("Add", ["c", "r"], ["s"], name="residual"),
+        Node("Relu", ["s"], ["y"], name="post"),
+    ]  # fmt: skip
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (n, c, hw, hw)), Value("r", "float32", (n, oc, out, out))],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w": w, "b": bias},
+        )
+    )
+    feeds = {
+        "x": rng.standard_normal((n, c, hw, hw)).astype(np.float32),
+        "r": rng.standard_normal((n, oc, out, out)).astype(np.float32),
+    }
+    import tinydl.backends.cuda.kernels.conv as conv_kernels
+
+    taken = []
+    real = conv_kernels.conv_tensor_cores
+    monkeypatch.setattr(
+        conv_kernels, "conv_tensor_cores", lambda b, *a: taken.append(b.node.name) or real(b, *a)
+    )
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    got = td.compile(graph, backends=("cuda",), precision="fp16").run(feeds)["y"]
+    assert taken == ["conv"]
+    cores = td.compile(
+        graph, backends=("cuda",), precision="fp16",
+        backend_options={"cuda": {"conv_tensor_cores": False}},
+    ).run(feeds)["y"]  # fmt: skip
+    assert taken == ["conv"]  # the CUDA-core session did not take it
+    assert rel_err(got, want) <= 1e-2 and rel_err(got, cores) <= 1e-2
 
 
 def test_espcn_fp32_matches_cpu(tmp_path, rng):
