@@ -5,7 +5,7 @@
   adds the bias (BatchNormalization folded in), the activations in order, and stores through a
   fused DepthToSpace when there is one.
 - conv_tc.cu: at fp16 storage on sm_80 and newer, an ungrouped convolution is an implicit GEMM
-  on tensor cores instead (M = output pixels, N = output channels, K = channels x taps; fp16
+  on tensor cores instead (M = output pixels, N = output channels, K = taps x channels; fp16
   operands, fp32 accumulation, the same epilogue). Option "conv_tensor_cores" (default True).
 - conv_transpose.cu: the transposed convolution as a gather over the taps that land on each
   output pixel.
@@ -103,10 +103,12 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     k = g["C"] * g["KH"] * g["KW"]
     kp = math.ceil(k / TC_BK) * TC_BK
     ocp = math.ceil(oc / bn) * bn
-    # [OC][ci, ky, kx] (the weights' own order) as hi + lo fp16 parts: float32's precision
-    # but for the low part's rounding (2^-22 relative), on fp16 tensor cores.
+    # [OC][ky, kx, ci] (tap-major, as the kernel walks K) as hi + lo fp16 parts: float32's
+    # precision but for the low part's rounding (2^-22 relative), on fp16 tensor cores.
     full = np.zeros((ocp, kp), np.float64)
-    full[:oc, :k] = w.reshape(oc, k)
+    full[:oc, :k] = (
+        np.asarray(w).reshape(oc, g["C"], g["KH"], g["KW"]).transpose(0, 2, 3, 1).reshape(oc, k)
+    )
     hi = full.astype(np.float16)
     lo = (full - hi.astype(np.float64)).astype(np.float16)
     m = g["N"] * g["OH"] * g["OW"]
@@ -138,6 +140,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
         WM=wm,
         WN=wn,
         THREADS=TC_THREADS,
+        A_PER=bm * TC_BK // TC_THREADS,
         yt=yo.ctype,
         ystore=store(yo.ctype, "r"),
         residual=residual is not None,

@@ -1,7 +1,7 @@
 // {{ label }}: convolution as an implicit GEMM on fp16 tensor cores (mma.sync m16n8k16, fp32
 // accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} (fp16), output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
-// channels, K = input channels x taps ({{ K }}, in the weights' own order ci, ky, kx).
+// channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
 // weights (packed [OC padded][K padded] on the host as two fp16 parts, hi + lo, so that only
@@ -20,7 +20,7 @@
 #define LDS (BK + 8)
 #define MT {{ WM // 16 }}
 #define NT {{ WN // 8 }}
-#define A_PER ({{ BM * BK }} / THREADS)
+#define A_PER {{ A_PER }}
 #define B_VEC ({{ BN * BK // 8 }} / THREADS)
 
 {% raw %}
@@ -117,18 +117,31 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     half_t areg[A_PER];
     uint4 breg[B_VEC], lreg[B_VEC];
     auto load_tiles = [&](int k0) {
+{% if C % A_PER == 0 %}
+        // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
+        // one tap: its position is worked out once, then A_PER loads a plane apart.
+        {
+            const int kk = k0 + ak0, tap = kk / {{ C }}, ci0 = kk % {{ C }};
+            const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
+            const bool ok = pin && kk < {{ K }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
+            const half_t* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
+#pragma unroll
+            for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : (half_t)0;
+        }
+{% else %}
 #pragma unroll
         for (int j = 0; j < A_PER; ++j) {
             const int kk = k0 + ak0 + j;
             half_t v = 0;
             if (pin && kk < {{ K }}) {
-                const int ci = kk / {{ KH * KW }}, r = kk % {{ KH * KW }};
-                const int iy = iy0 + (r / {{ KW }}) * {{ DH }}, ix = ix0 + (r % {{ KW }}) * {{ DW }};
+                const int tap = kk / {{ C }}, ci = kk % {{ C }};
+                const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
                 if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
                     v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
             }
             areg[j] = v;
         }
+{% endif %}
 #pragma unroll
         for (int j = 0; j < B_VEC; ++j) {
             const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
