@@ -184,17 +184,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"{prep.given()}: for image inputs only, and no --input is an image"
         )
-    # precision auto is decided on this run's inputs: compiled once they are made; otherwise
-    # first, so that a bad backend or model is reported before anything else.
-    session = None
-    if args.precision != "auto" and args.partition != "cost":
-        session = _compile(
+
+    def compile_for(calibration=None):
+        return _compile(
             graph,
             args.backends,
             strict=args.strict,
             precision=args.precision,
             optimize=args.optimize,
+            calibration=calibration,
+            partition=args.partition,
         )
+
+    # precision auto and partition cost are decided on this run's inputs: compiled once they
+    # are made; otherwise first, so that a bad backend or model is reported before anything else.
+    calibrated = args.precision == "auto" or args.partition == "cost"
+    session = None if calibrated else compile_for()
     feeds: dict[str, Any] = {}
     generated = []
     rng = np.random.default_rng(args.seed)
@@ -213,15 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if generated:
         print(f"note: random inputs (seed {args.seed}): {', '.join(generated)}", file=sys.stderr)
     if session is None:
-        session = _compile(
-            graph,
-            args.backends,
-            strict=args.strict,
-            precision=args.precision,
-            optimize=args.optimize,
-            calibration=feeds,
-            partition=args.partition,
-        )
+        session = compile_for(feeds)
 
     outputs = session.run(feeds)
     _print_outputs(outputs)

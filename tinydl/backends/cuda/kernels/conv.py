@@ -96,8 +96,29 @@ TC_TILES = {"wide": (64, 64, 32, 32), "narrow": (128, 32, 32, 32)}
 TC_THREADS, TC_BK = 128, 32
 
 
+def conv_epilogue(b, g: dict, bias: np.ndarray) -> tuple[str, list[str], dict]:
+    """What conv.cu and conv_tc.cu's epilogues take: the uploaded per-channel table (bias,
+    then PRelu slopes), the residual's value name (if one is fused) and the template params."""
+    oc = g["OC"]
+    acts, slope = epilogue(b, oc)
+    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
+    residual = b.node.meta.get("residual")
+    res_index = f"(((size_t)n * {oc} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
+    params = dict(
+        yt=b.out().ctype,
+        ystore=store(b.out().ctype, "r"),
+        residual=residual is not None,
+        rt=b.info(residual).ctype if residual else "float",
+        rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
+        post=epilogue_code(b.node.meta.get("post", []), activation_code),
+        has_slope=slope is not None,
+        epilogue=epilogue_code(acts, activation_code),
+    )
+    channels = b.upload("channels", np.concatenate(chan), "float32")
+    return channels, [residual] if residual is not None else [], params
+
+
 def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
-    yo = b.out()
     oc = g["OC"]
     bm, bn, wm, wn = TC_TILES["wide" if oc > 32 else "narrow"]
     k = g["C"] * g["KH"] * g["KW"]
@@ -122,13 +143,8 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
         and steps // (split * 2) >= 4
     ):
         split *= 2
-    acts, slope = epilogue(b, oc)
-    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
-    channels = b.upload("channels", np.concatenate(chan), "float32")
+    channels, tail, finish = conv_epilogue(b, g, bias)
     weights = [b.inputs[0], b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
-    residual = b.node.meta.get("residual")
-    tail = [residual] if residual is not None else []
-    res_index = f"(((size_t)n * {oc} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
     params = dict(
         **g,
         M=m,
@@ -141,15 +157,8 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
         WN=wn,
         THREADS=TC_THREADS,
         A_PER=bm * TC_BK // TC_THREADS,
-        yt=yo.ctype,
-        ystore=store(yo.ctype, "r"),
-        residual=residual is not None,
-        rt=b.info(residual).ctype if residual else "float",
-        rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
-        post=epilogue_code(b.node.meta.get("post", []), activation_code),
-        has_slope=slope is not None,
-        epilogue=epilogue_code(acts, activation_code),
         SPLIT=split,
+        **finish,
     )
     grid = (math.ceil(m / bm), ocp // bn, split)
     if split == 1:
@@ -169,7 +178,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
 @kernel("Conv", FUSED, supports=conv_supports)
 def conv(b):
     b.label = conv_label(b.node)
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
     g = geometry(b)
     group = b.attrs["group"]
     w, bias = weights_and_bias(b, 0)
@@ -185,17 +194,8 @@ def conv(b):
     wp = np.zeros((group, nb * ocb, cg, kh, kw))
     wp[:, :mg] = w.reshape(group, mg, cg, kh, kw)
     wp = wp.reshape(group, nb, ocb, cg, kh, kw).transpose(0, 1, 3, 4, 5, 2)
-    acts, slope = epilogue(b, oc)
-    chan = [bias] if slope is None else [bias, np.asarray(slope, np.float64)]
-    args = [
-        b.inputs[0],
-        b.upload("weights", wp, "float32"),
-        b.upload("channels", np.concatenate(chan), "float32"),
-    ]
-    residual = b.node.meta.get("residual")
-    if residual is not None:
-        args.append(residual)
-    res_index = f"(((size_t)n * {g['OC']} + oc) * {g['OH']} + oy) * {g['OW']} + ox"
+    channels, tail, finish = conv_epilogue(b, g, bias)
+    args = [b.inputs[0], b.upload("weights", wp, "float32"), channels, *tail]
     d2s = b.node.meta.get("d2s")
     owg = math.ceil(g["OW"] / px)
     b.launch(
@@ -213,15 +213,8 @@ def conv(b):
         OWG=owg,
         BLOCK=BLOCK,
         xt=xi.ctype,
-        yt=yo.ctype,
         xload=load(xi.ctype, f"xc[iy * {g['IW']} + ix]"),
-        ystore=store(yo.ctype, "r"),
-        residual=residual is not None,
-        rt=b.info(residual).ctype if residual else "float",
-        rload=load(b.info(residual).ctype, f"res[{res_index}]") if residual else "",
-        post=epilogue_code(b.node.meta.get("post", []), activation_code),
-        has_slope=slope is not None,
-        epilogue=epilogue_code(acts, activation_code),
+        **finish,
         d2s=d2s is not None,
         BS=d2s[0] if d2s else 1,
         dcr=d2s is not None and d2s[1] == "DCR",
