@@ -355,3 +355,28 @@ def test_pipeline_frames_are_page_locked_for_a_cuda_inference():
     assert kinds and set(kinds) == {cp.cuda.runtime.memoryTypeHost}
     assert len(sums) == 12 and all(a == b for a, b in sums), sums
     assert not isinstance(out.packets[0].payload, Batch)
+
+
+def test_process_worker_page_locks_the_frame_blocks_it_uploads():
+    """A GPU stage in a worker process maps the app's shared-memory frame blocks and page-locks
+    them (cudaHostRegister), so a batch uploads asynchronously; every frame arrives whole and
+    in time though its block is reused as soon as the call returns."""
+    from helpers.pipeline import PoolFrames, StackOnGPU
+
+    from tinydl.pipeline import App, components
+
+    app = App("locked")
+    app.add("cam", PoolFrames(n=48, height=90, width=160))
+    app.add("batch", components.Batch(max_size=8, max_wait=0.01))
+    app.add("gpu", StackOnGPU("cuda"), executor="process")
+    app.add("unbatch", components.Unbatch())
+    out = components.Collect()
+    app.add("out", out)
+    for a, b in [("cam", "batch"), ("batch", "gpu"), ("gpu", "unbatch"), ("unbatch", "out")]:
+        app.connect(a, b)
+    report = app.run(timeout=120)
+    assert report.balanced and report.frames_out == 48, report.accounting()
+    rows = sorted(tuple(p.payload.data) for p in out.packets)
+    assert [int(r[0]) for r in rows] == list(range(48))
+    assert all(r[1] == (int(r[0]) % 251) * 90 * 160 * 3 for r in rows), rows
+    assert all(r[2] == 1.0 for r in rows), "frames read from pageable memory"

@@ -1,6 +1,8 @@
 """Frame pools: frames made with ctx.empty cross worker processes by reference (no pixel is
 copied or pickled), and a block is reused only once no process can still read it."""
 
+import os
+
 import numpy as np
 from helpers.pipeline import CheckFrames, PoolFrames
 
@@ -96,3 +98,33 @@ def test_thread_sources_make_frames_in_the_gpu_backends_host_memory(monkeypatch)
         assert len(made) == want
         if want:
             assert [p.payload.image.ctypes.data for p in out.packets] == made
+
+
+def test_a_receiver_locks_each_block_once_and_unlocks_it_before_closing():
+    """A worker that drives a GPU page-locks each block as it first maps it (Receiver.on_map,
+    the backend's lock_host) and undoes it before the block is closed."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    block = SharedMemory(name=f"tinydl_test_lock_{os.getpid()}", create=True, size=1 << 20)
+    locked, undone = [], []
+
+    def lock(whole):
+        locked.append((whole.ctypes.data, whole.nbytes))
+        return lambda: undone.append(whole.ctypes.data)
+
+    rx = Receiver(counts=False)
+    rx.on_map = lock
+    try:
+        block.buf[:] = bytes(range(256)) * 4096
+        views = [rx.view(block.name, 256 * i, (16, 16), "|u1", None) for i in range(3)]
+        assert all((v == np.arange(256).reshape(16, 16)).all() for v in views)
+        assert locked and locked[0][1] == 1 << 20 and len(locked) == 1  # mapped once
+        start, n = locked[0]
+        assert start <= views[2].ctypes.data < start + n
+        assert not undone
+        del views
+        rx.close()
+        assert undone == [start]
+    finally:
+        block.close()
+        block.unlink()

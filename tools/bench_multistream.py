@@ -179,7 +179,11 @@ def cpu_times() -> tuple[float, float]:
 def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
     rate = streams * FPS
     app = make_app(args, graph, streams, args.seconds)
-    plan = deploy(app, rate, scale=scale, cores=args.cores, gpus=gpus, profile=prof)
+    pin = None
+    if args.sr:
+        batch, instances = (int(x) for x in args.sr.lower().split("x"))
+        pin = {"sr": {"batch": batch, "instances": instances}}
+    plan = deploy(app, rate, scale=scale, cores=args.cores, gpus=gpus, profile=prof, pin=pin)
     sr = plan.components["sr"]
     total0, idle0 = cpu_times()
     busy = GPUBusy()
@@ -301,6 +305,12 @@ def main() -> None:
     ap.add_argument("--max-wait", type=float, default=0.02, help="Batch max_wait, s (0.02)")
     ap.add_argument("--profile-s", type=float, default=4.0, help="profiling run, s (4)")
     ap.add_argument("--json", default=None, help="append result rows to this JSON-lines file")
+    ap.add_argument(
+        "--sr",
+        default=None,
+        metavar="BATCHxINSTANCES",
+        help="pin the GPU stage's batch size and instance count, e.g. 16x1 (the rest is planned)",
+    )
     ap.add_argument(
         "--switch-ms",
         type=float,

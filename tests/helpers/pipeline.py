@@ -140,3 +140,31 @@ class CheckFrames(Component):
         if image.min() != want or image.max() != want:
             raise ValueError(f"frame {packet.request_id} changed under its reader")
         return {"out": packet.payload}
+
+
+class StackOnGPU(Component):
+    """A GPU stage for the process executor: stacks a batch of frames on `backend` with
+    `stack_to_device` (asynchronous copies from page-locked memory), sums each frame there, and
+    answers per frame (request id, device sum, whether its memory was page-locked here)."""
+
+    inputs = {"in": Batch[Frame]}
+    outputs = {"out": Batch[Tensor]}
+    resource = "gpu"
+
+    def __init__(self, backends: str = "cuda"):
+        self.backends = backends
+
+    def process(self, ctx, inputs):
+        from tinydl.backends import get_backend
+
+        backend = get_backend(self.backends)
+        items = inputs["in"].payload.items
+        images = [p.payload.image[None] for p in items]
+        locked = [backend._context().locked(im.ctypes.data, im.nbytes) for im in images]
+        stacked = backend.stack_to_device(images)
+        sums = stacked.reshape(len(images), -1).sum(axis=1, dtype="float64")
+        out = [
+            p.derive(Tensor(np.array([p.request_id, float(s), lk])))
+            for p, s, lk in zip(items, backend.to_host(sums), locked, strict=True)
+        ]
+        return {"out": Batch(out)}

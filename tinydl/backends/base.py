@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,6 +220,17 @@ class Backend(ABC):
         """An uninitialized host array that this backend uploads from fastest (page-locked
         memory on cuda); plain NumPy memory by default."""
         return np.empty(shape, dtype)
+
+    def lock_host(self, array: np.ndarray) -> Callable[[], None] | None:
+        """Make host memory this backend did not allocate (a shared-memory frame block) upload
+        as fast as `empty_host`'s, for as long as it stays mapped; returns the call that undoes
+        it, or None where the backend has nothing to do."""
+        return None
+
+    def wait_host_reads(self) -> None:
+        """Wait until the device has read every host array given to an asynchronous upload
+        (`stack_to_device`): before memory another process owns is handed back."""
+        return None
 
     def is_device_tensor(self, tensor: Any) -> bool:
         return False

@@ -216,6 +216,8 @@ def _worker_main(
     except BaseException as exc:
         reply(*failure(exc))
         return
+    backend = _host_locker(component)
+    rx.on_map = backend and backend.lock_host
     reply("ready", ctx.flow_id, os.getpid(), pool.prefix)
     guarded = (
         type(component).wait_for_resource is not Component.wait_for_resource
@@ -238,6 +240,8 @@ def _worker_main(
                     finally:
                         if guarded:
                             component.release_resource(ctx)
+                        if backend is not None:  # the app may reuse the input frames' blocks
+                            backend.wait_host_reads()
                     del inputs
                 else:
                     ctx.stop_reason = body  # why the app stopped early, or None
@@ -254,6 +258,26 @@ def _worker_main(
         rx.close()
         arena.release()
         pool.close()
+
+
+def _host_locker(component: Component):
+    """The GPU backend a component drives, when it page-locks host memory (cuda): this
+    worker page-locks the frame blocks it maps with it, so a batch of frames from other
+    processes uploads asynchronously, as frames from `empty_host` do in one process."""
+    from tinydl.backends import get_backend
+    from tinydl.backends.base import Backend
+    from tinydl.pipeline.profile import backend_of
+
+    name = backend_of(component)
+    if name is None:
+        return None
+    try:
+        backend = get_backend(name)
+        if type(backend).lock_host is Backend.lock_host or not backend.available():
+            return None
+    except Exception:  # noqa: BLE001 - no such backend here: blocks stay pageable
+        return None
+    return backend
 
 
 # -- the node in the app's process -----------------------------------------------------------

@@ -180,6 +180,10 @@ class Receiver:
         self.attached: dict[str, SharedMemory] = {}
         self.returns: list[tuple[str, int]] = []  # list.append is atomic: finalizers add here
         self.copy = False  # give copies, not views (for a component that holds its inputs)
+        # Called with each block as it is first mapped (a worker that drives a GPU page-locks
+        # it: Backend.lock_host); returns the call that undoes it before the block is closed.
+        self.on_map = None
+        self.undo: list = []
 
     def take_returns(self) -> list[tuple[str, int]]:
         out, self.returns = self.returns, []
@@ -193,6 +197,8 @@ class Receiver:
                 shm = self.attached.get(name)
                 if shm is None:
                     shm = self.attached[name] = _Segment(name)
+                    if self.on_map is not None:
+                        self._lock_block(shm)
                 owner = _map(shm)
                 count = _Count() if counted else None
                 _register(owner, name, count)
@@ -207,7 +213,19 @@ class Receiver:
         if count is not None and count.n:
             self.returns.append((name, count.n))
 
+    def _lock_block(self, shm: SharedMemory) -> None:
+        try:
+            undo = self.on_map(np.frombuffer(shm.buf, np.uint8))
+        except Exception:  # noqa: BLE001 - the block is read as pageable memory then
+            return
+        if undo is not None:
+            self.undo.append(undo)
+
     def close(self) -> None:
+        for undo in self.undo:
+            with contextlib.suppress(Exception):
+                undo()
+        self.undo.clear()
         for shm in self.attached.values():
             try:
                 shm.close()

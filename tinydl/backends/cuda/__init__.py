@@ -145,6 +145,14 @@ class CUDABackend(Backend):
         # Portable page-locked memory: any device uploads from it; no device need be current.
         return empty_pinned(self._context().cp, shape, dtype)
 
+    def lock_host(self, array: np.ndarray):
+        """Page-locks the array's memory (cudaHostRegister): a worker process does so for the
+        shared-memory frame blocks it maps, so their uploads are asynchronous too."""
+        return self._context().lock_host(array)
+
+    def wait_host_reads(self) -> None:
+        self._context().wait_host_reads()
+
     def to_host(self, tensor: Any) -> np.ndarray:
         tensor = self.adopt(tensor)
         ctx = self._context()

@@ -125,6 +125,8 @@ class Context:
         # Host arrays under asynchronous copies, with the event that says they are done.
         self._kept: collections.deque = collections.deque()
         self._kept_lock = threading.Lock()
+        # Host ranges page-locked with cudaHostRegister (`lock_host`): sorted starts, ends.
+        self._locked: tuple[list[int], list[int]] = ([], [])
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
 
     def _arch(self) -> str:
@@ -326,7 +328,7 @@ class Context:
                     # makes it current lazily), CuPy's call does it and raises what it must.
                     if (
                         enqueue is None
-                        or type(base) is not pinned_type
+                        or (type(base) is not pinned_type and not self.locked(src, n))
                         or enqueue(ptr, src, n, stream.ptr)
                     ):
                         runtime.memcpyAsync(ptr, src, n, runtime.memcpyHostToDevice, stream.ptr)
@@ -339,6 +341,51 @@ class Context:
                 self._kept.popleft()
             self._kept.append((done, kept))
         return out
+
+    def wait_host_reads(self) -> None:
+        """Wait until every asynchronous copy from host memory (`stack`) has read its array."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, collections.deque()
+        for done, _ in kept:
+            done.synchronize()
+
+    def lock_host(self, array):
+        """Page-lock the memory of a host array CUDA did not allocate (cudaHostRegister,
+        portable: for every device), so copies from it are asynchronous, at the bus's speed.
+        Returns the call that undoes it (before the memory is unmapped)."""
+        import bisect
+
+        runtime = self.cp.cuda.runtime
+        ptr, n = array.__array_interface__["data"][0], array.nbytes
+        with self.device:
+            runtime.hostRegister(ptr, n, 1)  # cudaHostRegisterPortable
+        with self._kept_lock:
+            starts, ends = (list(x) for x in self._locked)
+            i = bisect.bisect(starts, ptr)
+            starts.insert(i, ptr)
+            ends.insert(i, ptr + n)
+            self._locked = (starts, ends)
+
+        def unlock() -> None:
+            with self._kept_lock:
+                starts, ends = (list(x) for x in self._locked)
+                if ptr not in starts:
+                    return
+                i = starts.index(ptr)
+                del starts[i], ends[i]
+                self._locked = (starts, ends)
+            with self.device:
+                runtime.hostUnregister(ptr)
+
+        return unlock
+
+    def locked(self, ptr: int, n: int) -> bool:
+        """Whether [ptr, ptr + n) lies in memory page-locked by `lock_host`."""
+        import bisect
+
+        starts, ends = self._locked
+        i = bisect.bisect(starts, ptr) - 1
+        return i >= 0 and ptr + n <= ends[i]
 
     def sync(self) -> None:
         with self.device:
