@@ -151,7 +151,12 @@ class CUDABackend(Backend):
         return self._context().lock_host(array)
 
     def wait_host_reads(self) -> None:
-        self._context().wait_host_reads()
+        from tinydl.backends.cuda import context
+
+        with context._context_lock:  # every device's: a session may run on another than ours
+            contexts = list(context._contexts.values())
+        for ctx in contexts:
+            ctx.wait_host_reads()
 
     def to_host(self, tensor: Any) -> np.ndarray:
         tensor = self.adopt(tensor)
