@@ -318,7 +318,9 @@ def test_session_stacks_a_batch_on_the_device(rng):
 def test_pipeline_frames_are_page_locked_for_a_cuda_inference():
     """A thread app whose Inference runs on cuda gets its sources' frames in page-locked
     memory, and the device batches it makes hold exactly those frames."""
-    from tinydl.pipeline import App, components
+    from helpers.pipeline import batched_app
+
+    from tinydl.pipeline import components
     from tinydl.pipeline.packet import Batch, Frame
 
     kinds, sums = [], []
@@ -340,16 +342,9 @@ def test_pipeline_frames_are_page_locked_for_a_cuda_inference():
         outputs=[Value("y", "float32", None)],
         nodes=[Node("Cast", ["x"], ["y"], {"to": 1})],
     )
-    app = App("pinned")
-    app.add("cam", components.SyntheticSource(count=6, width=32, height=24), instances=2)
-    app.add("batch", components.Batch(max_size=4, max_wait=0.01))
     infer = Check(graph, backends="cuda", normalize=False, layout="NHWC", output_as="device")
-    app.add("sr", infer)
-    app.add("unbatch", components.Unbatch())
-    out = components.Collect()
-    app.add("out", out)
-    for a, b in [("cam", "batch"), ("batch", "sr"), ("sr", "unbatch"), ("unbatch", "out")]:
-        app.connect(a, b)
+    source = components.SyntheticSource(count=6, width=32, height=24)
+    app, out = batched_app("pinned", source, infer, 4, sources=2)
     report = app.run(timeout=60)
     assert report.balanced and report.frames_out == 12, report.accounting()
     assert kinds and set(kinds) == {cp.cuda.runtime.memoryTypeHost}
@@ -361,19 +356,10 @@ def test_process_worker_page_locks_the_frame_blocks_it_uploads():
     """A GPU stage in a worker process maps the app's shared-memory frame blocks and page-locks
     them (cudaHostRegister), so a batch uploads asynchronously; every frame arrives whole and
     in time though its block is reused as soon as the call returns."""
-    from helpers.pipeline import PoolFrames, StackOnGPU
+    from helpers.pipeline import PoolFrames, StackOnGPU, batched_app
 
-    from tinydl.pipeline import App, components
-
-    app = App("locked")
-    app.add("cam", PoolFrames(n=48, height=90, width=160))
-    app.add("batch", components.Batch(max_size=8, max_wait=0.01))
-    app.add("gpu", StackOnGPU("cuda"), executor="process")
-    app.add("unbatch", components.Unbatch())
-    out = components.Collect()
-    app.add("out", out)
-    for a, b in [("cam", "batch"), ("batch", "gpu"), ("gpu", "unbatch"), ("unbatch", "out")]:
-        app.connect(a, b)
+    source = PoolFrames(n=48, height=90, width=160)
+    app, out = batched_app("locked", source, StackOnGPU("cuda"), 8, executor="process")
     report = app.run(timeout=120)
     assert report.balanced and report.frames_out == 48, report.accounting()
     rows = sorted(tuple(p.payload.data) for p in out.packets)

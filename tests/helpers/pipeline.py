@@ -168,3 +168,19 @@ class StackOnGPU(Component):
             for p, s, lk in zip(items, backend.to_host(sums), locked, strict=True)
         ]
         return {"out": Batch(out)}
+
+
+def batched_app(name: str, source: Component, stage: Component, batch: int, **stage_options):
+    """An app: source -> Batch(batch) -> stage -> Unbatch -> Collect; returns (app, collect)."""
+    from tinydl.pipeline import App, components
+
+    app = App(name)
+    app.add("cam", source, instances=stage_options.pop("sources", 1))
+    app.add("batch", components.Batch(max_size=batch, max_wait=0.01))
+    app.add("stage", stage, **stage_options)
+    app.add("unbatch", components.Unbatch())
+    out = components.Collect()
+    app.add("out", out)
+    for a, b in [("cam", "batch"), ("batch", "stage"), ("stage", "unbatch"), ("unbatch", "out")]:
+        app.connect(a, b)
+    return app, out

@@ -13,6 +13,7 @@ calling thread, where the device is current.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import concurrent.futures
 import functools
@@ -353,8 +354,6 @@ class Context:
         """Page-lock the memory of a host array CUDA did not allocate (cudaHostRegister,
         portable: for every device), so copies from it are asynchronous, at the bus's speed.
         Returns the call that undoes it (before the memory is unmapped)."""
-        import bisect
-
         runtime = self.cp.cuda.runtime
         ptr, n = array.__array_interface__["data"][0], array.nbytes
         with self.device:
@@ -381,8 +380,6 @@ class Context:
 
     def locked(self, ptr: int, n: int) -> bool:
         """Whether [ptr, ptr + n) lies in memory page-locked by `lock_host`."""
-        import bisect
-
         starts, ends = self._locked
         i = bisect.bisect(starts, ptr) - 1
         return i >= 0 and ptr + n <= ends[i]
