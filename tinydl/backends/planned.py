@@ -285,7 +285,7 @@ class Plan:
         self.arrange(keep, types)
         self.steps: list = []
         for node in self.nodes:
-            self.registry[node.op].build(self.build_class(self, node))
+            self.build(node)
         self.finish()
         self._allocate()
         self.init = {
@@ -294,6 +294,10 @@ class Plan:
         }
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def build(self, node: Node) -> None:
+        """Emit the steps of one node (its kernel builder's)."""
+        self.registry[node.op].build(self.build_class(self, node))
+
     def finish(self) -> None:
         """Called once every node is built: complete work the builders started."""
 
@@ -424,6 +428,10 @@ class PlannedKernel(Kernel):
             self._plan(static)
 
     # -- what a backend supplies ---------------------------------------------------------------
+    def build(self, node: Node) -> None:
+        """Emit the steps of one node (its kernel builder's)."""
+        self.registry[node.op].build(self.build_class(self, node))
+
     def finish(self) -> None:
         """Called once every node is built: complete work the builders started."""
 

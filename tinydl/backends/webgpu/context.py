@@ -27,7 +27,7 @@ MAX_PIPELINES = 2048
 
 ADAPTER_ENV = "TINYDL_WEBGPU_ADAPTER"
 # Features used when the adapter has them; none is required.
-OPTIONAL_FEATURES = ("shader-f16", "timestamp-query")
+OPTIONAL_FEATURES = ("shader-f16", "timestamp-query", "float32-filterable")
 # Limits raised to the adapter's maxima (WebGPU's defaults are far below what GPUs allow).
 RAISED_LIMITS = (
     "max-buffer-size",
@@ -37,6 +37,12 @@ RAISED_LIMITS = (
     "max-compute-workgroup-size-x",
     "max-compute-workgroup-size-y",
     "max-storage-buffers-per-shader-stage",
+    # the render path (kernels/fragment.py): render targets per pass, texture sizes
+    "max-color-attachments",
+    "max-color-attachment-bytes-per-sample",
+    "max-texture-array-layers",
+    "max-texture-dimension-2d",
+    "max-uniform-buffer-binding-size",
 )
 
 
@@ -129,6 +135,7 @@ class Context:
         # Held while a command buffer is recorded and submitted, and around the fence.
         self.queue_lock = threading.RLock()
         self._fence = None
+        self._sampler = None
         self._serials: dict[int, tuple[int, Any]] = {}
         self._next_serial = 0
         self.stats = {
@@ -185,6 +192,65 @@ class Context:
         self.stats["pipelines"] += 1
         self.stats["compile_s"] += time.perf_counter() - t0
         return pipeline
+
+    def render_pipeline(self, source: str, formats: list[str], label: str = ""):
+        """A render pipeline for WGSL `source` (entry points `vs` and `fs`) drawing a triangle
+        list into color targets of `formats`, cached by a hash of both."""
+        key = hashlib.sha256((source + "|" + ",".join(formats)).encode()).hexdigest()
+        with self._pipelines_lock:
+            cached = self._pipelines.get(key)
+            if cached is not None:
+                self._pipelines.move_to_end(key)
+                return cached
+        t0 = time.perf_counter()
+        with self.guard(f"compiling {label or 'a shader'}"):
+            module = self.device.create_shader_module(label=label, code=source)
+            pipeline = self.device.create_render_pipeline(
+                label=label,
+                layout="auto",
+                vertex={"module": module, "entry_point": "vs"},
+                primitive={"topology": "triangle-list"},
+                fragment={
+                    "module": module,
+                    "entry_point": "fs",
+                    "targets": [{"format": f} for f in formats],
+                },
+            )
+        with self._pipelines_lock:
+            self._pipelines[key] = pipeline
+            while len(self._pipelines) > MAX_PIPELINES:
+                self._pipelines.popitem(last=False)
+        self.stats["pipelines"] += 1
+        self.stats["compile_s"] += time.perf_counter() - t0
+        return pipeline
+
+    def sampler(self):
+        """The nearest, clamp-to-edge sampler (edge padding through the address mode)."""
+        if self._sampler is None:
+            self._sampler = self.device.create_sampler(
+                address_mode_u="clamp-to-edge",
+                address_mode_v="clamp-to-edge",
+                mag_filter="nearest",
+                min_filter="nearest",
+            )
+        return self._sampler
+
+    def create_texture(self, width: int, height: int, layers: int, fmt: str, what: str):
+        """A 2-D texture array the render path draws into and reads from."""
+        most = int(self.limits.get("max-texture-dimension-2d", 8192))
+        most_layers = int(self.limits.get("max-texture-array-layers", 256))
+        if max(width, height) > most or layers > most_layers:
+            raise BufferSizeError(
+                f"{what} needs a {width}x{height} texture of {layers} layers, but this adapter "
+                f"allows {most}x{most} and {most_layers} layers"
+            )
+        u = self.wgpu.TextureUsage
+        with self.guard("allocating a texture"):
+            return self.device.create_texture(
+                size=(width, height, layers),
+                format=fmt,
+                usage=u.RENDER_ATTACHMENT | u.TEXTURE_BINDING | u.COPY_SRC | u.COPY_DST,
+            )
 
     # -- buffers -------------------------------------------------------------------------------
     @property

@@ -1,8 +1,13 @@
 """WebGPU plans (backends/planned.py makes them): one encoder and one submit per run.
 
 What is WebGPU's own: storage types and the packed-4 layout of values between direct
-convolutions, buffers as Storage, dispatches recorded into one compute pass (per-op timestamp
+convolutions, buffers as Storage, dispatches recorded into compute passes (per-op timestamp
 passes when profiling), and host outputs read back in a submission right after the compute.
+
+The render path (kernels/fragment.py): with the option "shaders" at "fragment" (or "auto", by
+measurement, shaders.py), the nodes a fragment kernel takes are drawn into textures; a value
+crossing between the two paths goes through an explicit step (`to texture`, `from texture`),
+labelled in the profile like any op. Textures are shared by liveness as buffers are.
 """
 
 from __future__ import annotations
@@ -19,8 +24,20 @@ from tinydl.backends import planned
 from tinydl.backends.fusion import fuse, fuse_attention, fuse_elementwise
 from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
+from tinydl.backends.webgpu.kernels import grid as kernel_grid
 from tinydl.backends.webgpu.kernels.attention import MAX_DIM
 from tinydl.backends.webgpu.kernels.conv import direct_ok
+from tinydl.backends.webgpu.kernels.fragment import (
+    FRAGMENT,
+    SHADER_MODES,
+    TEXEL_BYTES,
+    TEXTURE_FORMATS,
+    TexRef,
+    slices,
+    why_not,
+)
+from tinydl.backends.webgpu.kernels.fragment import passes as _passes
+from tinydl.ir.graph import Node
 from tinydl.backends.webgpu.tensor import (
     LOGICAL,
     STORAGE_TYPES,
@@ -32,6 +49,14 @@ from tinydl.backends.webgpu.tensor import (
 )
 
 
+def planned_copy(node: Node, **meta) -> Node:
+    """A copy of `node` with `meta` added (a plan's rewrites leave the graph's nodes alone)."""
+    return Node(
+        node.op, list(node.inputs), list(node.outputs), dict(node.attrs), name=node.name,
+        meta={**node.meta, **meta},
+    )  # fmt: skip
+
+
 @functools.cache
 def _header(f16: bool) -> str:
     """What every kernel starts with: the f16 extension when the device has it, and helpers."""
@@ -41,10 +66,48 @@ def _header(f16: bool) -> str:
 @dataclass
 class Dispatch:
     pipeline: Any
-    args: list  # value names (str) or Storage
+    args: list  # value names (str: the buffer; TexRef: the texture), Storage, samplers, textures
     grid: tuple[int, int, int]
     label: str
     bind_groups: dict = field(default_factory=dict)
+    node: str = ""
+
+
+@dataclass
+class Pass:
+    """One render pass of a Draw: attachments = output layers s0..s0+a-1 of each image."""
+
+    pipeline: Any
+    args: list
+    s0: int
+    a: int
+    bind_groups: dict = field(default_factory=dict)
+
+
+@dataclass
+class Draw:
+    """A node drawn into texture value `target`: its passes, once per image of the batch."""
+
+    target: TexRef
+    passes: list
+    label: str
+    node: str = ""
+
+    @property
+    def args(self) -> list:
+        return [a for p in self.passes for a in p.args] + [self.target]
+
+
+@dataclass
+class TexInfo:
+    """A value held as a texture array: (N, C, H, W), W x H texels, N x ceil(C/4) layers."""
+
+    shape: tuple[int, int, int, int]
+    format: str
+
+    @property
+    def layers(self) -> int:
+        return self.shape[0] * slices(self.shape[1])
 
 
 class Build(planned.Build):
@@ -56,13 +119,15 @@ class Build(planned.Build):
         limit = int(self.ctx.limits.get("max-compute-workgroups-per-dimension", 65535))
         if max(grid) > limit:
             raise ValueError(f"{self.label}: grid {grid} exceeds {limit} workgroups per dimension")
-        self.plan.steps.append(
-            Dispatch(pipeline, [self._resolve(a) for a in bindings], grid, label)
-        )
+        args = [self._resolve(a) for a in bindings]
+        self.plan.steps.append(Dispatch(pipeline, args, grid, label, node=self.node.name))
 
     def _resolve(self, arg):
         """A value name stays a name unless it is a constant (a weight, or a value the plan
-        computed from shapes): then its uploaded storage."""
+        computed from shapes): then its uploaded storage. A value drawn into a texture is
+        copied into its buffer first (once)."""
+        if isinstance(arg, str):
+            self.plan.as_buffer(arg)
         if isinstance(arg, str) and arg not in self.plan.input_names:
             value = self.plan.const(arg)
             if value is not None:
@@ -78,9 +143,104 @@ class Build(planned.Build):
         )
 
 
+    # -- the render path (kernels/fragment.py) ---------------------------------------------------
+    def texture(self, name: str) -> TexRef:
+        """Value `name` as a texture binding (drawn into one first when it is a buffer)."""
+        return self.plan.as_texture(name)
+
+    def max_attachments(self, info: Info) -> int:
+        return self.plan.attachments(TEXTURE_FORMATS.get(info.stype, "rgba32float"))
+
+    def filterable(self, info: Info) -> bool:
+        """Whether a texture of this value may be sampled (rgba32float needs a feature)."""
+        fmt = TEXTURE_FORMATS.get(info.stype, "rgba32float")
+        return fmt != "rgba32float" or "float32-filterable" in self.ctx.features
+
+    def sampler(self):
+        return self.ctx.sampler()
+
+    def weight_texture(self, key, texels: np.ndarray, width: int):
+        """Constants as a rgba32float texture, `width` texels a row, uploaded once."""
+        rows = -(-len(texels) // width)
+        data = np.zeros((rows * width, 4), np.float32)
+        data[: len(texels)] = texels
+        return self.plan.owner.constant(
+            (self.node.name, key, "texture"), data.reshape(rows, width, 4), texture=True
+        )
+
+    def draw(self, template: str, bindings: list, out: str, s0: int, a: int, **params) -> None:
+        """One render pass (per image) drawing output slices s0..s0+a-1 of value `out`."""
+        bindings = [self._resolve(x) if isinstance(x, str) else x for x in bindings]
+        self.plan.draw(self.label, self.node.name, template, bindings, out, s0, a, **params)
+
+
+class _Texture:
+    """A texture of the plan with its views: the whole array (bindings) and each layer (render
+    targets)."""
+
+    def __init__(self, texture, layers: int):
+        self.texture = texture
+        self.view = texture.create_view(dimension="2d-array", array_layer_count=layers)
+        self._layers: dict[int, Any] = {}
+
+    def layer(self, i: int):
+        view = self._layers.get(i)
+        if view is None:
+            view = self._layers[i] = self.texture.create_view(
+                dimension="2d", base_array_layer=i, array_layer_count=1
+            )
+        return view
+
+
+class WeightTexture:
+    """Constants held in a texture (the "texture" weight mode)."""
+
+    def __init__(self, ctx, data: np.ndarray):
+        rows, width, _ = data.shape
+        self.texture = ctx.device.create_texture(
+            size=(width, rows, 1),
+            format="rgba32float",
+            usage=ctx.wgpu.TextureUsage.TEXTURE_BINDING | ctx.wgpu.TextureUsage.COPY_DST,
+        )
+        ctx.queue.write_texture(
+            {"texture": self.texture},
+            np.ascontiguousarray(data),
+            {"bytes_per_row": width * 16, "rows_per_image": rows},
+            (width, rows, 1),
+        )
+        self.view = self.texture.create_view()
+
+
 class Plan(planned.Plan):
     build_class = Build
     registry = REGISTRY
+
+    def __init__(self, owner, inputs, shaders: str | None = None, choice: dict | None = None):
+        mode = shaders or owner.extra.get("shaders", "compute")
+        if mode not in SHADER_MODES:
+            raise ValueError(f"shaders must be one of {SHADER_MODES}, got {mode!r}")
+        self.shaders = mode
+        # node name -> "fragment" | "compute" (auto's measured choice; see shaders.py)
+        self.choice = choice
+        self.tex: dict[str, TexInfo] = {}  # values held as textures
+        self.drawn: set[str] = set()  # ... of them, made by fragment kernels
+        self.buffered: set[str] = set()  # drawn values also copied into their buffer
+        self.feeds = inputs
+        super().__init__(owner, inputs)
+
+    def build(self, node) -> None:
+        if node.meta.get("shader") != "fragment":
+            super().build(node)
+        elif "u8_in" in node.meta:
+            self.to_texture(node.outputs[0], node.inputs[0], "nhwc-u8", node.name)
+        elif "u8_out" in node.meta:
+            self.from_texture(node.inputs[0], node.outputs[0], "nhwc-u8", node.name)
+        else:
+            FRAGMENT[node.op].build(self.build_class(self, node))
+
+    def finish(self) -> None:
+        for name in self.output_names:
+            self.as_buffer(name)
 
     def rewrite(self, body, keep, shape_of, types):
         nodes = fuse(
@@ -92,7 +252,166 @@ class Plan(planned.Plan):
         # elementwise op, for comparisons.
         if self.owner.extra.get("fuse_elementwise", True):
             nodes = fuse_elementwise(nodes, keep, body, types)
+        if self.shaders != "compute":
+            nodes = self._mark_fragment(nodes, keep, shape_of, types)
         return nodes
+
+    # -- the render path -----------------------------------------------------------------------
+    def _mark_fragment(self, nodes, keep, shape_of, types) -> list:
+        """The nodes drawn as fragment shaders get meta["shader"] = "fragment": every one a
+        fragment kernel takes ("fragment"), or those `choice` (auto's measurement) picks; the
+        Cast and Transpose that turn a u8 NHWC frame into a float NCHW texture (or back) fold
+        into the transition step."""
+
+        def shape(v):
+            c = self.const(v)
+            if c is not None:
+                return tuple(np.shape(c))
+            try:
+                return tuple(shape_of(v))
+            except (KeyError, TypeError):
+                return None
+
+        def dtype(v):
+            c = self.const(v)
+            if c is not None:
+                return np.asarray(c).dtype.name
+            t = self.feeds.get(v) or types.get(v)
+            return None if t is None else t.dtype
+
+        most = int(self.ctx.limits.get("max-texture-dimension-2d", 8192))
+        layers = int(self.ctx.limits.get("max-texture-array-layers", 256))
+
+        def fits(v) -> bool:
+            s = shape(v)
+            return s is not None and len(s) == 4 and max(s[2:]) <= most and s[0] * slices(s[1]) <= layers
+
+        chosen = set()
+        self.refused: dict[str, str] = {}
+        for node in nodes:
+            reason = why_not(node, shape, dtype, self.const)
+            if reason is None and not all(fits(v) for v in [node.inputs[0], node.outputs[0]]):
+                reason = "over the adapter's texture size"
+            if reason is None and self.choice is not None:
+                reason = None if self.choice.get(node.name) == "fragment" else "measured slower"
+            if reason is None:
+                chosen.add(node.name)
+            else:
+                self.refused[node.name] = reason
+        producers = {o: n for n in nodes for o in n.outputs if o}
+        readers: dict[str, list] = {}
+        for n in nodes:
+            for i in n.inputs:
+                if i:
+                    readers.setdefault(i, []).append(n)
+        out, dropped = [], set()
+        for node in nodes:
+            if node.name in chosen:
+                node = planned_copy(node, shader="fragment")
+            elif node.op == "Transpose" and list(node.attrs.get("perm", [])) == [0, 3, 1, 2]:
+                cast = producers.get(node.inputs[0])
+                users = readers.get(node.outputs[0], [])
+                if (
+                    cast is not None
+                    and cast.op == "Cast"
+                    and dtype(cast.inputs[0]) == "uint8"
+                    and dtype(node.outputs[0]) in ("float32", "float16")
+                    and len(readers.get(cast.outputs[0], [])) == 1
+                    and cast.outputs[0] not in keep
+                    and node.outputs[0] not in keep
+                    and users
+                    and all(u.name in chosen for u in users)
+                ):
+                    dropped.add(cast.name)
+                    node = planned_copy(node, shader="fragment", u8_in=True)
+                    node.inputs = [cast.inputs[0]]
+            elif node.op == "Cast" and node.attrs.get("to") == 2:
+                tr = producers.get(node.inputs[0])
+                if (
+                    tr is not None
+                    and tr.op == "Transpose"
+                    and list(tr.attrs.get("perm", [])) == [0, 2, 3, 1]
+                    and tr.inputs[0] in producers
+                    and producers[tr.inputs[0]].name in chosen
+                    and len(readers.get(tr.outputs[0], [])) == 1
+                    and tr.outputs[0] not in keep
+                ):
+                    dropped.add(tr.name)
+                    node = planned_copy(node, shader="fragment", u8_out=True)
+                    node.inputs = [tr.inputs[0]]
+            out.append(node)
+        return [n for n in out if n.name not in dropped]
+
+    def attachments(self, fmt: str) -> int:
+        """Color attachments per render pass for textures of `fmt`."""
+        most = int(self.ctx.limits.get("max-color-attachments", 4))
+        per_sample = int(self.ctx.limits.get("max-color-attachment-bytes-per-sample", 32))
+        return max(1, min(most, per_sample // TEXEL_BYTES[fmt]))
+
+    def tex_value(self, name: str, shape: tuple, stype: str) -> None:
+        """A texture only one node's draws use (a value of no graph node)."""
+        self.tex[name] = TexInfo(tuple(shape), TEXTURE_FORMATS.get(stype, "rgba32float"))
+
+    def _tex_info(self, name: str) -> TexInfo:
+        info = self.tex.get(name)
+        if info is None:
+            v = self.infos[name]
+            if len(v.shape) != 4:
+                raise ValueError(f"value '{name}' {v.shape} is not 4-D: it cannot be a texture")
+            info = self.tex[name] = TexInfo(
+                tuple(v.shape), TEXTURE_FORMATS.get(v.stype, "rgba32float")
+            )
+        return info
+
+    def draw(self, label, node, template, bindings, out, s0, a, **params) -> None:
+        info = self._tex_info(out)
+        self.drawn.add(out)
+        source = render(template, header=_header(self.ctx.has_f16), label=label, S0=s0, A=a, **params)
+        pipeline = self.ctx.render_pipeline(source, [info.format] * a, label)
+        step = self.steps[-1] if self.steps else None
+        if not (isinstance(step, Draw) and step.node == node and step.target.name == out):
+            step = Draw(TexRef(out), [], label, node)
+            self.steps.append(step)
+        step.passes.append(Pass(pipeline, list(bindings), s0, a))
+
+    def as_texture(self, name: str) -> TexRef:
+        if name not in self.tex:
+            self.to_texture(name, name, "nchw", "")
+        return TexRef(name)
+
+    def to_texture(self, out: str, src: str, source: str, node: str) -> None:
+        """The step that draws buffer value `src` (NCHW, or a u8 NHWC frame) into texture `out`."""
+        info = self._tex_info(out)
+        n, c, h, w = info.shape
+        label = f"to texture ({source}) {out}"
+        st = self.infos[src].stype if src in self.infos else "f32"
+        for s0, a in _passes(slices(c), self.attachments(info.format)):
+            self.draw(
+                label, node or f"to texture {out}", "texture_in.wgsl", [src], out, s0, a,
+                source=source, st=st, C=c, H=h, W=w,
+            )  # fmt: skip
+
+    def as_buffer(self, name: str) -> None:
+        """Copy a drawn value into its buffer (once), for a compute kernel or the caller."""
+        root = self.root(name)
+        if root in self.drawn and root not in self.buffered:
+            self.buffered.add(root)
+            self.from_texture(root, root, "nchw", "")
+
+    def from_texture(self, src: str, out: str, target: str, node: str) -> None:
+        info = self._tex_info(src)
+        n, c, h, w = info.shape
+        total = n * c * h * w
+        units = -(-total // 4) if target == "nhwc-u8" else total
+        g = kernel_grid(units, 256)
+        label = f"from texture ({target}) {src}"
+        source = render(
+            "texture_out.wgsl", header=_header(self.ctx.has_f16), label=label, target=target,
+            C=c, H=h, W=w, C4=slices(c), wg=256, gx=g[0], units=units, total=total,
+            ot=self.infos[out].stype,
+        )  # fmt: skip
+        pipeline = self.ctx.pipeline(source, label)
+        self.steps.append(Dispatch(pipeline, [TexRef(src), out], g, label, node=node or label))
 
     @classmethod
     def holds(cls, dtype: str) -> bool:
@@ -118,6 +437,47 @@ class Plan(planned.Plan):
                     info = self.infos[self.root(a)]
                     self.ctx.check_size(self.nbytes(info), f"value '{self.root(a)}' {info.shape}")
         super()._allocate()
+        self._allocate_textures()
+
+    def _allocate_textures(self) -> None:
+        """Every texture value gets a texture; values whose lives do not overlap share one of
+        the same size and format (a value ending at a step is not reused by one the same step
+        draws: a pass cannot read and write one texture)."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            for a in step.args:
+                if isinstance(a, TexRef):
+                    first.setdefault(a.name, i)
+                    last[a.name] = i
+        self.textures: dict[str, Any] = {}
+        free: dict[tuple, list] = {}
+        ending: dict[int, list[str]] = {}
+        for name, i in last.items():
+            ending.setdefault(i, []).append(name)
+        for i in range(len(self.steps)):
+            for name, f in first.items():
+                if f != i:
+                    continue
+                info = self.tex[name]
+                n, c, h, w = info.shape
+                key = (w, h, info.layers, info.format)
+                if free.get(key):
+                    self.textures[name] = free[key].pop()
+                else:
+                    texture = self.ctx.create_texture(w, h, info.layers, info.format, name)
+                    self.textures[name] = _Texture(texture, info.layers)
+            for name in ending.get(i, []):
+                info = self.tex[name]
+                n, c, h, w = info.shape
+                free.setdefault((w, h, info.layers, info.format), []).append(self.textures[name])
+        # Consecutive dispatches share a compute pass; each draw is its render passes.
+        self.units: list[list] = []
+        for step in self.steps:
+            if isinstance(step, Draw) or not self.units or isinstance(self.units[-1][0], Draw):
+                self.units.append([step])
+            else:
+                self.units[-1].append(step)
 
     def new_buffer(self, nbytes: int) -> Storage:
         return Storage(
@@ -151,6 +511,12 @@ class Plan(planned.Plan):
                 for u, i in readers
             ):
                 self.infos[name].layout = "nc4hw4"
+        # Values a fragment kernel reads or draws cross as NCHW (texture_in/texture_out.wgsl).
+        for node in self.nodes:
+            if node.meta.get("shader") == "fragment":
+                for name in [*node.inputs, *node.outputs]:
+                    if name in self.infos:
+                        self.infos[name].layout = "nchw"
 
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: dict[str, GPUTensor], host: Collection[str], timing: str | None):
@@ -169,29 +535,7 @@ class Plan(planned.Plan):
                 if timing and ctx.has_timestamps:
                     count = 2 * (len(self.steps) if timing == "ops" else 1)
                     queries = ctx.device.create_query_set(type="timestamp", count=max(count, 2))
-                if queries is not None and timing == "ops":
-                    for k, step in enumerate(self.steps):
-                        cp = encoder.begin_compute_pass(
-                            timestamp_writes={
-                                "query_set": queries,
-                                "beginning_of_pass_write_index": 2 * k,
-                                "end_of_pass_write_index": 2 * k + 1,
-                            }
-                        )
-                        self._record(cp, step, env)
-                        cp.end()
-                else:
-                    tw = None
-                    if queries is not None:
-                        tw = {
-                            "query_set": queries,
-                            "beginning_of_pass_write_index": 0,
-                            "end_of_pass_write_index": 1,
-                        }
-                    cp = encoder.begin_compute_pass(timestamp_writes=tw)
-                    for step in self.steps:
-                        self._record(cp, step, env)
-                    cp.end()
+                self._encode(encoder, env, queries, timing)
                 staging = {}
                 u = ctx.wgpu.BufferUsage
                 if host:
@@ -245,23 +589,97 @@ class Plan(planned.Plan):
             pending = (ts_buf, 8 * queries.count, labels)
         return results, pending
 
-    def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
-        stores = [env[self.root(b)] if isinstance(b, str) else b for b in step.args]
-        key = tuple(s.serial for s in stores)
-        bind_group = step.bind_groups.get(key)
+    def _encode(self, encoder, env: dict[str, Storage], queries, timing) -> None:
+        """Record every step: consecutive dispatches in one compute pass, each draw as its
+        render passes; timestamps around each step ("ops") or around all of them."""
+        units = [[s] for s in self.steps] if timing == "ops" else self.units
+        for u, unit in enumerate(units):
+            begin = end = None
+            if queries is not None:
+                if timing == "ops":
+                    begin, end = 2 * u, 2 * u + 1
+                else:
+                    begin = 0 if u == 0 else None
+                    end = 1 if u == len(units) - 1 else None
+            if isinstance(unit[0], Draw):
+                self._draw(encoder, unit[0], env, queries, begin, end)
+                continue
+            cp = encoder.begin_compute_pass(timestamp_writes=_writes(queries, begin, end))
+            for step in unit:
+                self._record(cp, step, env)
+            cp.end()
+
+    def _bind_group(self, item, env: dict[str, Storage]):
+        """The bind group of a dispatch or a render pass, made once per set of buffers."""
+        resources, key = [], []
+        for b in item.args:
+            if isinstance(b, str):
+                b = env[self.root(b)]
+            if isinstance(b, Storage):
+                resources.append({"buffer": b.buffer})
+                key.append(b.serial)
+            elif isinstance(b, TexRef):
+                resources.append(self.textures[b.name].view)
+            elif isinstance(b, WeightTexture):
+                resources.append(b.view)
+            else:
+                resources.append(b)  # a sampler
+        key = tuple(key)
+        bind_group = item.bind_groups.get(key)
         if bind_group is None:
-            if len(step.bind_groups) > 16:
-                step.bind_groups.clear()
+            if len(item.bind_groups) > 16:
+                item.bind_groups.clear()
             bind_group = self.ctx.device.create_bind_group(
-                layout=step.pipeline.get_bind_group_layout(0),
-                entries=[
-                    {"binding": i, "resource": {"buffer": s.buffer}} for i, s in enumerate(stores)
-                ],
+                layout=item.pipeline.get_bind_group_layout(0),
+                entries=[{"binding": i, "resource": r} for i, r in enumerate(resources)],
             )
-            step.bind_groups[key] = bind_group
+            item.bind_groups[key] = bind_group
+        return bind_group
+
+    def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
         cp.set_pipeline(step.pipeline)
-        cp.set_bind_group(0, bind_group)
+        cp.set_bind_group(0, self._bind_group(step, env))
         cp.dispatch_workgroups(*step.grid)
+
+    def _draw(self, encoder, step: Draw, env, queries, begin, end) -> None:
+        target = self.textures[step.target.name]
+        info = self.tex[step.target.name]
+        c4 = slices(info.shape[1])
+        count = info.shape[0] * len(step.passes)
+        k = 0
+        for n in range(info.shape[0]):
+            for p in step.passes:
+                rp = encoder.begin_render_pass(
+                    color_attachments=[
+                        {
+                            "view": target.layer(n * c4 + p.s0 + j),
+                            "load_op": "clear",
+                            "store_op": "store",
+                            "clear_value": (0.0, 0.0, 0.0, 0.0),
+                        }
+                        for j in range(p.a)
+                    ],
+                    timestamp_writes=_writes(
+                        queries, begin if k == 0 else None, end if k == count - 1 else None
+                    ),
+                )
+                rp.set_pipeline(p.pipeline)
+                rp.set_bind_group(0, self._bind_group(p, env))
+                rp.draw(3, 1, 0, n)
+                rp.end()
+                k += 1
+
+
+def _writes(queries, begin: int | None, end: int | None) -> dict | None:
+    """A pass's timestamp_writes (None when it writes none)."""
+    if queries is None or (begin is None and end is None):
+        return None
+    writes: dict[str, Any] = {"query_set": queries}
+    if begin is not None:
+        writes["beginning_of_pass_write_index"] = begin
+    if end is not None:
+        writes["end_of_pass_write_index"] = end
+    return writes
 
 
 class WebGPUKernel(planned.PlannedKernel):
@@ -277,7 +695,9 @@ class WebGPUKernel(planned.PlannedKernel):
             raise ValueError(f"input '{name}' must have the nchw layout, got {t.layout}")
         return Info(t.shape, t.dtype.name, t.stype)
 
-    def upload(self, data: np.ndarray, uniform: bool = False) -> Storage:
+    def upload(self, data: np.ndarray, uniform: bool = False, texture: bool = False) -> Any:
+        if texture:
+            return WeightTexture(self.ctx, data)
         stype = LOGICAL.get(data.dtype.name)
         if stype is not None and STORAGE_TYPES[stype] != data.dtype:
             data = to_storage(data, stype)  # a constant output of int64 or bool: held as i32

@@ -1,0 +1,256 @@
+"""The webgpu backend's render path: ops as fragment shaders drawing into textures
+(backend_options={"webgpu": {"shaders": "fragment"}}), each against the NumPy reference on fresh
+random inputs, in fp32 and fp16 (intermediates in rgba16float textures), with every weight mode.
+
+Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.models import kernel_of, only_plan, rel_err
+
+import tinydl as td
+from tinydl.backends import get_backend
+from tinydl.ir.graph import Graph, Node, Value
+from tinydl.ops import validate
+
+BACKEND = get_backend("webgpu")
+if not BACKEND.available():
+    pytest.skip(BACKEND.unavailable_reason(), allow_module_level=True)
+
+TOL = {"fp32": 1e-5, "fp16": 2e-2}
+
+
+def compile_fragment(graph, precision="fp32", **options):
+    return td.compile(
+        graph,
+        backends=("webgpu",),
+        precision=precision,
+        strict=True,
+        profile=True,
+        backend_options={"webgpu": {"shaders": "fragment", **options}},
+    )
+
+
+def labels(sess) -> list[str]:
+    return [op["op"] for op in sess.profile()["ops"]]
+
+
+def check(graph, feeds, precision, **options):
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
+    sess = compile_fragment(graph, precision, **options)
+    got = sess.run(feeds)
+    for name, ref in want.items():
+        assert got[name].shape == ref.shape
+        assert rel_err(got[name], ref) < TOL[precision], name
+    return sess
+
+
+def conv_graph(rng, c, oc, k, group=1, stride=1, pad=1, dilation=1, after=None, d2s=None):
+    """x -> Conv (+ `after`: an activation node) (+ DepthToSpace) -> Mul by a per-channel
+    constant: the conv's output is an intermediate (a texture, rgba16float at fp16)."""
+    inits = {
+        "w": (rng.standard_normal((oc, c // group, k, k)) / np.sqrt(c * k)).astype(np.float32),
+        "b": rng.standard_normal(oc).astype(np.float32),
+    }
+    attrs = {"group": group, "strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dilation] * 2}
+    nodes = [Node("Conv", ["x", "w", "b"], ["c"], attrs, name="conv")]
+    last = "c"
+    if after == "PRelu":
+        inits["slope"] = rng.random((oc, 1, 1)).astype(np.float32)
+        nodes.append(Node("PRelu", [last, "slope"], ["a"], name="act"))
+        last = "a"
+    elif after is not None:
+        nodes.append(Node(after, [last], ["a"], name="act"))
+        last = "a"
+    out_c = oc
+    if d2s is not None:
+        nodes.append(Node("DepthToSpace", [last], ["d"], {"blocksize": 2, "mode": d2s}, name="ps"))
+        last, out_c = "d", oc // 4
+    inits["k"] = rng.random((1, out_c, 1, 1)).astype(np.float32) + 0.5
+    nodes.append(Node("Mul", [last, "k"], ["y"], name="scale"))
+    graph = Graph([Value("x", "float32", (2, c, 13, 17))], [Value("y", "float32", None)], nodes, inits)
+    return validate(graph)
+
+
+CONVS = {
+    "3x3": dict(c=6, oc=10, k=3),
+    "1x1+relu": dict(c=9, oc=5, k=1, pad=0, after="Relu"),
+    "5x5 stride 2 wide": dict(c=9, oc=20, k=5, stride=2, pad=2, after="Tanh"),
+    "dilated+prelu": dict(c=4, oc=8, k=3, pad=2, dilation=2, after="PRelu"),
+    "depthwise stride 2": dict(c=12, oc=12, k=3, group=12, stride=2),
+    "grouped": dict(c=6, oc=9, k=3, group=3, after="Sigmoid"),
+    "pixel shuffle CRD": dict(c=5, oc=12, k=3, d2s="CRD"),
+    "pixel shuffle DCR": dict(c=5, oc=8, k=3, d2s="DCR", after="LeakyRelu"),
+}
+
+
+@pytest.mark.parametrize("weights", ["uniform", "texture", "const"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", list(CONVS))
+def test_fragment_conv_matches_reference(rng, case, precision, weights):
+    graph = conv_graph(rng, **CONVS[case])
+    x = rng.standard_normal((2, CONVS[case]["c"], 13, 17)).astype(np.float32)
+    sess = check(graph, {"x": x}, precision, weights=weights)
+    convs = [label for label in labels(sess) if label.startswith("Conv") and "shuffle" not in label]
+    assert convs and all(f"[fragment, {weights} weights]" in label for label in convs), convs
+
+
+def test_weights_over_the_uniform_limit_take_a_texture(rng):
+    """A 3x3 conv of 512 input channels: 9 x 128 mat4x4 = 73 KB per output slice, over the
+    64 KiB uniform limit even at one attachment a pass."""
+    graph = conv_graph(rng, c=512, oc=4, k=3)
+    x = rng.standard_normal((2, 512, 13, 17)).astype(np.float32)
+    sess = check(graph, {"x": x}, "fp32", weights="uniform")
+    assert any("uniform limit: texture" in label for label in labels(sess))
+
+
+def graph_of(nodes, inputs, inits=None):
+    return validate(
+        Graph(
+            [Value(name, "float32", shape) for name, shape in inputs.items()],
+            [Value("y", "float32", None)],
+            nodes,
+            inits or {},
+        )
+    )
+
+
+def movement_cases(rng):
+    """(name, graph, feeds): each op of the render path's data movement, made an intermediate
+    by a Relu before it (so its input is a texture) and a Sigmoid after."""
+    x = rng.standard_normal((2, 7, 9, 11)).astype(np.float32)
+
+    def around(op: Node, inits=None):
+        nodes = [Node("Relu", ["x"], ["r"], name="pre"), op, Node("Sigmoid", ["m"], ["y"])]
+        return graph_of(nodes, {"x": x.shape}, inits), {"x": x}
+
+    i64 = np.int64
+    cases = {}
+    for mode, value in [("constant", 0.5), ("edge", None), ("reflect", None)]:
+        inits = {"pads": np.array([0, 0, 2, 3, 0, 0, 1, 2], i64)}
+        ins = ["r", "pads"]
+        if value is not None:
+            inits["value"] = np.array(value, np.float32)
+            ins.append("value")
+        cases[f"pad {mode}"] = around(Node("Pad", ins, ["m"], {"mode": mode}), inits)
+    for mode, ctm, scale in [
+        ("linear", "half_pixel", 2.0),
+        ("cubic", "half_pixel", 3.0),
+        ("nearest", "asymmetric", 2.0),
+        ("linear", "align_corners", 1.5),
+    ]:
+        inits = {"scales": np.array([1, 1, scale, scale], np.float32)}
+        attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+        cases[f"resize {mode} {ctm}"] = around(Node("Resize", ["r", "", "scales"], ["m"], attrs), inits)
+    inits = {"s": np.array([1], i64), "e": np.array([6], i64), "ax": np.array([1], i64)}
+    cases["slice channels"] = around(Node("Slice", ["r", "s", "e", "ax"], ["m"]), inits)
+    x8 = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    nodes = [
+        Node("Relu", ["x"], ["r2"], name="pre"),
+        Node("DepthToSpace", ["r2"], ["m"], {"blocksize": 2, "mode": "CRD"}),
+        Node("Sigmoid", ["m"], ["y"]),
+    ]
+    cases["depth to space CRD"] = (graph_of(nodes, {"x": x8.shape}), {"x": x8})
+    nodes[1] = Node("DepthToSpace", ["r2"], ["m"], {"blocksize": 2, "mode": "DCR"})
+    cases["depth to space DCR"] = (graph_of(nodes, {"x": x8.shape}), {"x": x8})
+    a = rng.standard_normal((2, 1, 9, 11)).astype(np.float32)
+    b = rng.standard_normal((2, 6, 9, 11)).astype(np.float32)
+    nodes = [
+        Node("Relu", ["x"], ["r"]),
+        Node("Tanh", ["a"], ["ra"]),
+        Node("Concat", ["ra", "r", "b"], ["m"], {"axis": 1}),
+        Node("Sigmoid", ["m"], ["y"]),
+    ]
+    cases["concat channels"] = (
+        graph_of(nodes, {"x": x.shape, "a": a.shape, "b": b.shape}),
+        {"x": x, "a": a, "b": b},
+    )
+    return cases
+
+
+MOVEMENT = [
+    "pad constant",
+    "pad edge",
+    "pad reflect",
+    "resize linear half_pixel",
+    "resize cubic half_pixel",
+    "resize nearest asymmetric",
+    "resize linear align_corners",
+    "slice channels",
+    "depth to space CRD",
+    "depth to space DCR",
+    "concat channels",
+]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", MOVEMENT)
+def test_fragment_data_movement_matches_reference(rng, case, precision):
+    graph, feeds = movement_cases(rng)[case]
+    sess = check(graph, feeds, precision)
+    drawn = [label for label in labels(sess) if "[fragment" in label]
+    assert len(drawn) >= 3, labels(sess)  # Relu, the op, Sigmoid
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fragment_elementwise_matches_reference(rng, precision):
+    """Same-shape operands (textures), per-channel and scalar constants, an elementwise chain
+    and a per-channel PRelu, all drawn."""
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    z = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    inits = {
+        "k": rng.standard_normal((6, 1, 1)).astype(np.float32),
+        "two": np.array(2.0, np.float32),
+        "slope": rng.random((6, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        Node("Sub", ["x", "z"], ["d"]),
+        Node("Mul", ["d", "k"], ["m"]),
+        Node("Add", ["two", "m"], ["s"]),
+        Node("HardSwish", ["s"], ["h"]),
+        Node("Div", ["h", "z"], ["q"]),
+        Node("PRelu", ["q", "slope"], ["y"]),
+    ]
+    graph = graph_of(nodes, {"x": x.shape, "z": z.shape}, inits)
+    sess = check(graph, {"x": x, "z": z}, precision)
+    assert all("[fragment]" in label or "texture" in label for label in labels(sess))
+
+
+def test_values_cross_between_paths_through_explicit_steps(rng):
+    """An op the render path does not take (Softmax) between two convs: its input comes out of
+    a texture and its output goes back in, each a step of its own in the profile."""
+    inits = {
+        "w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        Node("Conv", ["x", "w1"], ["a"], {"pads": [1, 1, 1, 1]}),
+        Node("Softmax", ["a"], ["s"], {"axis": 1}),
+        Node("Conv", ["s", "w2"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 3, 10, 12)).astype(np.float32)
+    sess = check(graph_of(nodes, {"x": x.shape}, inits), {"x": x}, "fp32")
+    ops = labels(sess)
+    assert [op.split(" ")[0] for op in ops] == [
+        "to", "Conv", "from", "Softmax", "to", "Conv", "from",
+    ], ops  # fmt: skip
+    # x, a, s and y as textures; those of one size whose lives do not overlap share one
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    assert sorted(plan.textures) == ["a", "s", "x", "y"]
+    assert plan.textures["x"] is plan.textures["y"] and plan.textures["a"] is plan.textures["s"]
+    assert plan.textures["x"] is not plan.textures["a"]
+
+
+def test_compute_is_the_default_and_options_are_checked(rng):
+    graph = conv_graph(rng, **CONVS["3x3"])
+    x = rng.standard_normal((2, 6, 13, 17)).astype(np.float32)
+    sess = td.compile(graph, backends=("webgpu",), strict=True, profile=True)
+    sess.run({"x": x})
+    assert not any("fragment" in label or "texture" in label for label in labels(sess))
+    with pytest.raises(ValueError, match="shaders must be one of"):
+        compile_fragment(graph, shaders="pixel").run({"x": x})
+    with pytest.raises(ValueError, match="weights must be one of"):
+        compile_fragment(graph, weights="registers").run({"x": x})
