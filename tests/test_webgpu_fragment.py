@@ -254,3 +254,77 @@ def test_compute_is_the_default_and_options_are_checked(rng):
         compile_fragment(graph, shaders="pixel").run({"x": x})
     with pytest.raises(ValueError, match="weights must be one of"):
         compile_fragment(graph, weights="registers").run({"x": x})
+
+
+# -- the superres frame graph ----------------------------------------------------------------------
+
+
+def skimage_image(name: str) -> np.ndarray:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("skimage")
+    image = pytest.importorskip("PIL.Image")
+    if spec is None:
+        pytest.skip("scikit-image is not installed: pip install 'tinydl[test]'")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / name
+    return np.asarray(image.open(path).convert("RGB"))
+
+
+@pytest.mark.parametrize("weights", ["uniform", "texture", "const"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_superres_fragment_equals_compute_within_one_level(precision, weights):
+    """Every op of ESPCN x3 and of the frame path (u8 in, colour conversion, bicubic chroma,
+    pixel shuffles, u8 out) drawn; the frame equals the compute path's within 1 level."""
+    from tinydl.apps.superres import frame_graph
+    from tinydl.models import load_espcn
+
+    graph = frame_graph(load_espcn(3), 3)
+    frames = np.stack([skimage_image("chelsea.png")[:40, :56], skimage_image("coffee.png")[:40, :56]])
+    want = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    want = want.run({"frame": frames})["upscaled"]
+    sess = compile_fragment(graph, precision, weights=weights)
+    got = sess.run({"frame": frames})["upscaled"]
+    assert got.shape == want.shape == (2, 120, 168, 3)
+    assert np.abs(got.astype(int) - want).max() <= 1
+    ops = labels(sess)
+    assert ops[0] == "to texture (nhwc-u8) rgb" and ops[-1] == "from texture (nhwc-u8) rgb_clipped"
+    assert all("[fragment" in op for op in ops[1:-1]), ops
+
+
+def test_auto_measures_each_node_and_caches_the_choice(rng, tmp_path, monkeypatch):
+    """shaders="auto": both paths timed per node; the plan follows the choice; a new session
+    (a new process alike) reads the choice from the cache without measuring."""
+    from tinydl.apps.superres import frame_graph
+    from tinydl.backends.webgpu import shaders
+    from tinydl.models import load_espcn
+
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path))
+    graph = frame_graph(load_espcn(2), 2)
+    frame = rng.integers(0, 256, (1, 24, 32, 3), dtype=np.uint8)
+    want = td.compile(graph, backends=("numpy",)).run({"frame": frame})["upscaled"]
+    sess = td.compile(
+        graph, backends=("webgpu",), strict=True, profile=True,
+        backend_options={"webgpu": {"shaders": "auto"}},
+    )  # fmt: skip
+    got = sess.run({"frame": frame})["upscaled"]
+    assert np.abs(got.astype(int) - want).max() <= 1
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    auto = plan.auto
+    assert auto["mode"] in ("mixed", "compute", "fragment")
+    assert set(auto["choice"]) == set(auto["nodes"]) and len(auto["nodes"]) >= 10
+    assert all(c > 0 and f > 0 for c, f in auto["nodes"].values())
+    drawn = {n.name for n in plan.nodes if n.meta.get("shader") == "fragment"}
+    assert drawn == {n for n, c in auto["choice"].items() if c == "fragment"}
+    assert shaders.cache_path().is_file()
+
+    def no_measuring(*args):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(shaders, "_per_step", no_measuring)
+    again = td.compile(
+        graph, backends=("webgpu",), strict=True,
+        backend_options={"webgpu": {"shaders": "auto"}},
+    )  # fmt: skip
+    assert np.array_equal(again.run({"frame": frame})["upscaled"], got)
+    assert only_plan(kernel_of(again, "webgpu")).choice == auto["choice"]

@@ -226,6 +226,12 @@ class Plan(planned.Plan):
         self.drawn: set[str] = set()  # ... of them, made by fragment kernels
         self.buffered: set[str] = set()  # drawn values also copied into their buffer
         self.feeds = inputs
+        self.auto: dict | None = None  # auto's measurements (shaders.py)
+        if mode == "auto" and choice is None:
+            from tinydl.backends.webgpu.shaders import choose
+
+            self.auto = choose(type(self), owner, inputs)
+            self.choice = self.auto["choice"]
         super().__init__(owner, inputs)
 
     def build(self, node) -> None:
