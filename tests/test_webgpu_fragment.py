@@ -55,7 +55,12 @@ def conv_graph(rng, c, oc, k, group=1, stride=1, pad=1, dilation=1, after=None, 
         "w": (rng.standard_normal((oc, c // group, k, k)) / np.sqrt(c * k)).astype(np.float32),
         "b": rng.standard_normal(oc).astype(np.float32),
     }
-    attrs = {"group": group, "strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dilation] * 2}
+    attrs = {
+        "group": group,
+        "strides": [stride] * 2,
+        "pads": [pad] * 4,
+        "dilations": [dilation] * 2,
+    }
     nodes = [Node("Conv", ["x", "w", "b"], ["c"], attrs, name="conv")]
     last = "c"
     if after == "PRelu":
@@ -71,7 +76,9 @@ def conv_graph(rng, c, oc, k, group=1, stride=1, pad=1, dilation=1, after=None, 
         last, out_c = "d", oc // 4
     inits["k"] = rng.random((1, out_c, 1, 1)).astype(np.float32) + 0.5
     nodes.append(Node("Mul", [last, "k"], ["y"], name="scale"))
-    graph = Graph([Value("x", "float32", (2, c, 13, 17))], [Value("y", "float32", None)], nodes, inits)
+    graph = Graph(
+        [Value("x", "float32", (2, c, 13, 17))], [Value("y", "float32", None)], nodes, inits
+    )
     return validate(graph)
 
 
@@ -144,7 +151,9 @@ def movement_cases(rng):
     ]:
         inits = {"scales": np.array([1, 1, scale, scale], np.float32)}
         attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
-        cases[f"resize {mode} {ctm}"] = around(Node("Resize", ["r", "", "scales"], ["m"], attrs), inits)
+        cases[f"resize {mode} {ctm}"] = around(
+            Node("Resize", ["r", "", "scales"], ["m"], attrs), inits
+        )
     inits = {"s": np.array([1], i64), "e": np.array([6], i64), "ax": np.array([1], i64)}
     cases["slice channels"] = around(Node("Slice", ["r", "s", "e", "ax"], ["m"]), inits)
     x8 = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
@@ -280,7 +289,9 @@ def test_superres_fragment_equals_compute_within_one_level(precision, weights):
     from tinydl.models import load_espcn
 
     graph = frame_graph(load_espcn(3), 3)
-    frames = np.stack([skimage_image("chelsea.png")[:40, :56], skimage_image("coffee.png")[:40, :56]])
+    frames = np.stack(
+        [skimage_image("chelsea.png")[:40, :56], skimage_image("coffee.png")[:40, :56]]
+    )
     want = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
     want = want.run({"frame": frames})["upscaled"]
     sess = compile_fragment(graph, precision, weights=weights)
@@ -328,3 +339,25 @@ def test_auto_measures_each_node_and_caches_the_choice(rng, tmp_path, monkeypatc
     )  # fmt: skip
     assert np.array_equal(again.run({"frame": frame})["upscaled"], got)
     assert only_plan(kernel_of(again, "webgpu")).choice == auto["choice"]
+
+
+def test_cli_superres_with_fragment_shaders(tmp_path, capsys):
+    """`tinydl superres --backend webgpu --shaders fragment` writes the image the compute path
+    writes (within 1 level); the option on another backend is refused, naming it."""
+    from tinydl.cli import main
+
+    image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "cat.png"
+    image.fromarray(skimage_image("chelsea.png")[:40, :60]).save(src)
+    outs = {}
+    for shaders in ("compute", "fragment"):
+        dst = tmp_path / f"cat_{shaders}.png"
+        argv = ["superres", str(src), "-o", str(dst), "--backend", "webgpu", "--shaders", shaders]
+        assert main(argv) == 0
+        outs[shaders] = np.asarray(image.open(dst)).astype(int)
+    assert outs["fragment"].shape == (120, 180, 3)
+    assert np.abs(outs["fragment"] - outs["compute"]).max() <= 1
+    argv = ["superres", str(src), "-o", str(tmp_path / "x.png"), "--backend", "cpu"]
+    assert main([*argv, "--shaders", "auto"]) != 0
+    assert "shaders='auto' is a webgpu option; the backend is cpu" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()

@@ -2,7 +2,8 @@
 
 Inputs:  an RGB frame, uint8 (N, H, W, 3) — as decoders and image readers hand it over.
 Outputs: the upscaled RGB frame, uint8 (N, rH, rW, 3).
-Options: scale (2 or 3), backend, precision (fp32 or fp16).
+Options: scale (2 or 3), backend, precision (fp32 or fp16), shaders (webgpu: compute, fragment or
+auto — the render path of backends/webgpu/kernels/fragment.py, or per layer by measurement).
 
     from tinydl.apps.superres import Upscaler
     up = Upscaler(scale=3, backend="auto")
@@ -212,7 +213,12 @@ class Upscaler:
     """The frame graph compiled for one backend (with cpu after it for anything it refuses)."""
 
     def __init__(
-        self, scale: int = 3, backend: str = "auto", precision: str = "fp32", strict: bool = False
+        self,
+        scale: int = 3,
+        backend: str = "auto",
+        precision: str = "fp32",
+        strict: bool = False,
+        shaders: str | None = None,
     ):
         import tinydl
         from tinydl.models import load_espcn
@@ -223,10 +229,21 @@ class Upscaler:
         self.backend = pick_backend(backend)
         self.graph = frame_graph(load_espcn(scale), scale)
         names = (self.backend,) if self.backend == "cpu" else (self.backend, "cpu")
+        options = {}
+        if shaders is not None:
+            if self.backend != "webgpu":
+                raise InvalidInputError(
+                    f"shaders={shaders!r} is a webgpu option; the backend is {self.backend}"
+                )
+            options = {"webgpu": {"shaders": shaders}}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.session = tinydl.compile(
-                self.graph, backends=names, precision=precision, strict=strict
+                self.graph,
+                backends=names,
+                precision=precision,
+                strict=strict,
+                backend_options=options,
             )
         self.warnings = [str(w.message) for w in caught]
 
@@ -374,6 +391,7 @@ def upscale(
     backend: str = "auto",
     precision: str = "fp32",
     progress: bool = True,
+    shaders: str | None = None,
     **video_options: Any,
 ) -> Summary:
     """Upscale an image or a video file; the type is chosen by `src`'s suffix (images) or by
@@ -403,7 +421,7 @@ def upscale(
         except ImportError as exc:
             raise TinyDLError(f"videos need PyAV ({exc}): pip install 'tinydl[video]'") from None
         check_video_output(dst, video_options.get("max_frames"))
-    upscaler = Upscaler(scale, backend, precision)
+    upscaler = Upscaler(scale, backend, precision, shaders=shaders)
     for w in upscaler.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if is_image(src):

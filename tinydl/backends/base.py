@@ -58,7 +58,10 @@ class CompileOptions:
       per-shape tables).
     - webgpu: "fuse_elementwise" (bool, default True), "conv_configs" ({node name or "*":
       "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
-      "winograd" ("1", "0" or a blocking; or {node name or "*": ...}).
+      "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
+      the default; "fragment": every node the render path takes drawn into textures; "auto":
+      per node by measurement, webgpu/shaders.py), "weights" (the render path's conv weights:
+      "uniform", the default, "texture" or "const").
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]").
     """
@@ -114,6 +117,8 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_CONV": ("webgpu", lambda v: {"conv_configs": {"*": v}}),
     "TINYDL_WEBGPU_ACCUMULATE": ("webgpu", lambda v: {"accumulate": v}),
     "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),
+    "TINYDL_WEBGPU_SHADERS": ("webgpu", lambda v: {"shaders": v}),
+    "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",
         lambda v: {"chain_fusion": False} if v == "off" else {"chain_tile": v},

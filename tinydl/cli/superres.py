@@ -24,7 +24,8 @@ def add_parser(subparsers) -> None:
         "The output appears only when complete (written as OUTPUT.partial, then renamed).",
         epilog="examples:\n  tinydl superres --demo\n"
         "  tinydl superres clip.mp4 -o clip_x3.mp4 --scale 3 --backend webgpu\n"
-        "  tinydl superres photo.jpg -o photo_x2.png --scale 2",
+        "  tinydl superres photo.jpg -o photo_x2.png --scale 2\n"
+        "  tinydl superres clip.mp4 --backend webgpu --shaders fragment",
     )
     p.add_argument("input", nargs="?", help="image or video file")
     p.add_argument(
@@ -51,6 +52,13 @@ def add_parser(subparsers) -> None:
         default="fp32",
         help="compute precision (default: fp32); on cuda, fp16 runs ESPCN as one fused "
         "tensor-core kernel",
+    )
+    p.add_argument(
+        "--shaders",
+        choices=("compute", "fragment", "auto"),
+        help="webgpu only: compute shaders (the default), fragment shaders drawing into "
+        "textures (the render path), or auto: each layer both ways at the first frame, the "
+        "faster kept (cached)",
     )
     p.add_argument("--frames", type=_positive, metavar="N", help="stop after N video frames")
     p.add_argument(
@@ -112,6 +120,7 @@ def cmd_superres(args: argparse.Namespace) -> int:
         backend=backend,
         precision=args.precision,
         progress=not args.quiet,
+        shaders=args.shaders,
         **options,
     )
     print(summary.text())

@@ -37,7 +37,6 @@ from tinydl.backends.webgpu.kernels.fragment import (
     why_not,
 )
 from tinydl.backends.webgpu.kernels.fragment import passes as _passes
-from tinydl.ir.graph import Node
 from tinydl.backends.webgpu.tensor import (
     LOGICAL,
     STORAGE_TYPES,
@@ -47,6 +46,7 @@ from tinydl.backends.webgpu.tensor import (
     padded_shape,
     to_storage,
 )
+from tinydl.ir.graph import Node
 
 
 def planned_copy(node: Node, **meta) -> Node:
@@ -141,7 +141,6 @@ class Build(planned.Build):
         return self.plan.owner.constant(
             (self.node.name, key, stype, uniform), to_storage(array, stype), uniform=uniform
         )
-
 
     # -- the render path (kernels/fragment.py) ---------------------------------------------------
     def texture(self, name: str) -> TexRef:
@@ -290,7 +289,12 @@ class Plan(planned.Plan):
 
         def fits(v) -> bool:
             s = shape(v)
-            return s is not None and len(s) == 4 and max(s[2:]) <= most and s[0] * slices(s[1]) <= layers
+            return (
+                s is not None
+                and len(s) == 4
+                and max(s[2:]) <= most
+                and s[0] * slices(s[1]) <= layers
+            )
 
         chosen = set()
         self.refused: dict[str, str] = {}
@@ -372,7 +376,9 @@ class Plan(planned.Plan):
     def draw(self, label, node, template, bindings, out, s0, a, **params) -> None:
         info = self._tex_info(out)
         self.drawn.add(out)
-        source = render(template, header=_header(self.ctx.has_f16), label=label, S0=s0, A=a, **params)
+        source = render(
+            template, header=_header(self.ctx.has_f16), label=label, S0=s0, A=a, **params
+        )
         pipeline = self.ctx.render_pipeline(source, [info.format] * a, label)
         step = self.steps[-1] if self.steps else None
         if not (isinstance(step, Draw) and step.node == node and step.target.name == out):

@@ -43,7 +43,9 @@ def _key(plan_cls, owner, inputs) -> str:
         repr(sorted((n, i.shape, i.dtype, i.stype) for n, i in inputs.items())),
     ]
     for node in owner.graph.nodes:
-        parts.append(repr((node.op, node.name, node.inputs, node.outputs, sorted(node.attrs.items()))))
+        parts.append(
+            repr((node.op, node.name, node.inputs, node.outputs, sorted(node.attrs.items())))
+        )
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -154,7 +156,15 @@ def choose(plan_cls, owner, inputs) -> dict[str, Any]:
         cf = f + _crossing(node, held, crossed, "tex", compute, per_byte_to, False)
         cc = c + _crossing(node, held, crossed, "buf", compute, per_byte_from, False)
         side = "tex" if cf < cc else "buf"
-        total += _crossing(node, held, crossed, side, compute, per_byte_to if side == "tex" else per_byte_from, True)
+        total += _crossing(
+            node,
+            held,
+            crossed,
+            side,
+            compute,
+            per_byte_to if side == "tex" else per_byte_from,
+            True,
+        )
         total += f if side == "tex" else c
         entry["choice"][node.name] = "fragment" if side == "tex" else "compute"
         for o in node.outputs:
@@ -164,7 +174,9 @@ def choose(plan_cls, owner, inputs) -> dict[str, Any]:
     entry["mode"] = best[0]
     entry["predicted_s"] = {"mixed": total, "compute": total_c, "fragment": total_f}
     if best[0] != "mixed":
-        entry["choice"] = {n: ("fragment" if best[0] == "fragment" else "compute") for n in entry["choice"]}
+        entry["choice"] = {
+            n: ("fragment" if best[0] == "fragment" else "compute") for n in entry["choice"]
+        }
     _store(key, entry)
     return entry
 

@@ -28,10 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinydl.backends import lowering
-from tinydl.backends.fusion import CHAIN, as_2d, conv_label, epilogue_code
+from tinydl.backends.fusion import CHAIN, as_2d, conv_label, epilogue_code, weights_and_bias
 from tinydl.backends.fusion import epilogue as conv_epilogue
-from tinydl.backends.fusion import weights_and_bias
 from tinydl.backends.webgpu.kernels import activation_expr, wgsl_float
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.conv import _kernel, window_attrs, window_geometry
@@ -307,7 +305,7 @@ def _channels_ok(node, shape_of, dtype_of, const) -> str | None:
 def channels(b):
     y = b.out()
     oc = y.shape[1]
-    bs, names = 1, [b.inputs[0]]
+    names = [b.inputs[0]]
     if b.node.op == "Concat":
         names = [i for i in b.inputs if i]
         source = [(k, ch) for k, name in enumerate(names) for ch in range(b.info(name).shape[1])]
@@ -438,7 +436,9 @@ def _operand_ok(name, out_shape, shape_of, const) -> bool:
     if value is None:
         return tuple(shape_of(name)) == tuple(out_shape)
     shape = (1,) * (4 - np.ndim(value)) + np.shape(value)
-    return len(shape) == 4 and shape[0] == shape[2] == shape[3] == 1 and shape[1] in (1, out_shape[1])
+    return (
+        len(shape) == 4 and shape[0] == shape[2] == shape[3] == 1 and shape[1] in (1, out_shape[1])
+    )
 
 
 def _elementwise_ok(node, shape_of, dtype_of, const) -> str | None:
