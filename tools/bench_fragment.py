@@ -1,0 +1,233 @@
+"""The webgpu render path (fragment shaders into textures) against the compute path, per layer
+and per model, in one run.
+
+    python tools/bench_fragment.py [--models espcn360,espcn720,superres360,pose_landmark]
+                                   [--runs 50] [--out DIR]
+
+Models: the shipped ESPCN x3 on a luma plane, 640x360 -> 1920x1080 ("espcn360") and
+1280x720 -> 3840x2160 ("espcn720"); the whole super-resolution frame graph (u8 RGB in and out,
+tinydl.apps.superres) at 640x360 ("superres360"); MediaPipe 0.10.14's BlazePose landmark model
+(pose_landmark_full.tflite, from $TINYDL_TEST_MODELS or the mediapipe package).
+
+Paths: compute (WGSL compute shaders, the default); fragment with each weight mode (uniform,
+texture, const); auto (each node both ways, the faster kept). For each model x precision x path:
+- err: largest difference to the compute path's output, relative to its largest magnitude;
+- gpu: median GPU time of a run (timestamps before the first pass and after the last);
+- wall: median time per run of a loop with input and output on the GPU and one wait at the end;
+- init: compile + first run in this process (pipelines compiled here for each path);
+- drawn: how many steps are draws or texture transitions.
+Per layer (compute vs fragment with uniform weights): median GPU time of each step.
+Prints tables; writes results.json and table.md to --out (or $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tinydl as td
+from tinydl.backends import get_backend
+
+PATHS = [
+    ("compute", {"shaders": "compute"}),
+    ("fragment/uniform", {"shaders": "fragment", "weights": "uniform"}),
+    ("fragment/texture", {"shaders": "fragment", "weights": "texture"}),
+    ("fragment/const", {"shaders": "fragment", "weights": "const"}),
+    ("auto", {"shaders": "auto"}),
+]
+
+
+def pose_landmark_path() -> Path:
+    import importlib.util
+
+    root = os.environ.get("TINYDL_TEST_MODELS")
+    rel = Path("mediapipe/modules/pose_landmark/pose_landmark_full.tflite")
+    if root:
+        for p in Path(root).glob(f"*/{rel}"):
+            return p
+    spec = importlib.util.find_spec("mediapipe")
+    if spec is not None:
+        return Path(list(spec.submodule_search_locations)[0]).parent / rel
+    raise SystemExit("pose_landmark_full.tflite not found: set TINYDL_TEST_MODELS")
+
+
+def model(name: str, rng):
+    """(graph, feeds) of a named model."""
+    from tinydl.apps.superres import frame_graph
+    from tinydl.models import load_espcn
+
+    if name.startswith("espcn"):
+        h, w = (360, 640) if name == "espcn360" else (720, 1280)
+        graph = load_espcn(3)
+        x = rng.random((1, 1, h, w), dtype=np.float32)
+        return graph, {graph.inputs[0].name: x}
+    if name == "superres360":
+        graph = frame_graph(load_espcn(3), 3)
+        return graph, {"frame": rng.integers(0, 256, (1, 360, 640, 3), dtype=np.uint8)}
+    if name == "pose_landmark":
+        graph = td.load(pose_landmark_path())
+        v = graph.inputs[0]
+        return graph, {v.name: rng.random(v.shape, dtype=np.float32)}
+    raise SystemExit(f"unknown model {name}")
+
+
+def kernel_of(sess):
+    (k,) = [c.kernel for c in sess.partitions if c.backend == "webgpu"]
+    return k
+
+
+def measure(graph, feeds, precision, options, runs):
+    backend = get_backend("webgpu")
+    t0 = time.perf_counter()
+    sess = td.compile(
+        graph,
+        backends=("webgpu",),
+        precision=precision,
+        strict=True,
+        backend_options={"webgpu": {**options, "timing": "total"}},
+    )
+    dev = {k: backend.to_device(v) for k, v in feeds.items()}
+    out = sess.run(dev, outputs="device")
+    backend.sync()
+    init = time.perf_counter() - t0
+    kernel = kernel_of(sess)
+    kernel.timing_history.clear()
+    for _ in range(5):
+        sess.run(dev, outputs="device")
+    backend.sync()
+    walls = []
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(runs):
+            out = sess.run(dev, outputs="device")
+        backend.sync()
+        walls.append((time.perf_counter() - t) / runs)
+    kernel.timings  # noqa: B018 - reads the pending timestamps
+    gpu = [sum(s for _, s in t) for t in list(kernel.timing_history)[5:]]
+    host = {k: backend.to_host(v) for k, v in out.items()}
+    plan = next(iter(kernel.plans.values()))
+    drawn = sum(1 for s in plan.steps if "fragment" in s.label or "texture" in s.label)
+    return {
+        "gpu_ms": 1e3 * statistics.median(gpu) if gpu else None,
+        "wall_ms": 1e3 * min(walls),
+        "init_s": init,
+        "drawn_steps": drawn,
+        "steps": len(plan.steps),
+        "auto": plan.auto,
+    }, host
+
+
+def per_layer(graph, feeds, precision, options, runs):
+    backend = get_backend("webgpu")
+    sess = td.compile(
+        graph,
+        backends=("webgpu",),
+        precision=precision,
+        strict=True,
+        backend_options={"webgpu": {**options, "timing": "ops"}},
+    )
+    dev = {k: backend.to_device(v) for k, v in feeds.items()}
+    for _ in range(runs):
+        sess.run(dev, outputs="device")
+    backend.sync()
+    kernel = kernel_of(sess)
+    kernel.timings  # noqa: B018
+    hist = list(kernel.timing_history)[3:]
+    labels = [label for label, _ in hist[0]]
+    return [
+        (label, 1e3 * statistics.median(h[i][1] for h in hist)) for i, label in enumerate(labels)
+    ]
+
+
+def err(got, ref) -> float:
+    g = next(iter(got.values())).astype(np.float64)
+    r = next(iter(ref.values())).astype(np.float64)
+    return float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--models", default="espcn360,espcn720,superres360,pose_landmark")
+    ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    backend = get_backend("webgpu")
+    if not backend.available():
+        raise SystemExit(backend.unavailable_reason())
+    device = backend.devices()[0]
+    print(f"device: {device}", flush=True)
+    rng = np.random.default_rng(0)
+    results: dict = {"device": device, "models": {}}
+    lines = [f"device: {device}", ""]
+    for name in args.models.split(","):
+        graph, feeds = model(name, rng)
+        for precision in args.precisions.split(","):
+            key = f"{name} {precision}"
+            rows, ref = {}, None
+            for path, options in PATHS:
+                try:
+                    row, out = measure(graph, feeds, precision, options, args.runs)
+                except Exception as exc:  # noqa: BLE001 - a path that fails is reported, not fatal
+                    rows[path] = {"error": f"{type(exc).__name__}: {exc}"}
+                    print(f"{key} {path}: {rows[path]['error']}", flush=True)
+                    continue
+                ref = out if ref is None else ref
+                row["err"] = err(out, ref)
+                rows[path] = row
+                print(
+                    f"{key} {path}: {json.dumps({k: v for k, v in row.items() if k != 'auto'})}",
+                    flush=True,
+                )
+            layers = {}
+            for path in ("compute", "fragment/uniform"):
+                try:
+                    layers[path] = per_layer(graph, feeds, precision, dict(PATHS)[path], 20)
+                except Exception as exc:  # noqa: BLE001
+                    layers[path] = [("error", str(exc))]
+            results["models"][key] = {"paths": rows, "layers": layers}
+            lines.append(f"## {key}")
+            lines.append("| path | gpu ms | wall ms | init s | draws/steps | err |")
+            lines.append("|---|---|---|---|---|---|")
+            for path, row in rows.items():
+                if "error" in row:
+                    lines.append(f"| {path} | {row['error']} | | | | |")
+                    continue
+                gpu = f"{row['gpu_ms']:.3f}" if row["gpu_ms"] is not None else "-"
+                lines.append(
+                    f"| {path} | {gpu} | {row['wall_ms']:.3f} | {row['init_s']:.2f} | "
+                    f"{row['drawn_steps']}/{row['steps']} | {row['err']:.1e} |"
+                )
+            auto = rows.get("auto", {}).get("auto")
+            if auto:
+                picked = sum(1 for c in auto["choice"].values() if c == "fragment")
+                predicted = ", ".join(f"{k} {1e3 * v:.3f}" for k, v in auto["predicted_s"].items())
+                lines.append(
+                    f"\nauto: {auto['mode']}, {picked} of {len(auto['choice'])} nodes drawn; "
+                    f"predicted ms {predicted}"
+                )
+            lines.append("\nper layer (GPU ms): compute | fragment/uniform")
+            for path, ls in layers.items():
+                lines.append(
+                    f"- {path}: "
+                    + "; ".join(
+                        f"{lab} {t:.3f}" if isinstance(t, float) else f"{lab} {t}" for lab, t in ls
+                    )
+                )
+            lines.append("")
+    table = "\n".join(lines)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "table.md").write_text(table)
+
+
+if __name__ == "__main__":
+    main()
