@@ -94,7 +94,7 @@ CONVS = {
 }
 
 
-@pytest.mark.parametrize("weights", ["uniform", "texture", "const"])
+@pytest.mark.parametrize("weights", ["uniform", "storage", "texture", "const"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("case", list(CONVS))
 def test_fragment_conv_matches_reference(rng, case, precision, weights):
@@ -136,7 +136,7 @@ def movement_cases(rng):
 
     i64 = np.int64
     cases = {}
-    for mode, value in [("constant", 0.5), ("edge", None), ("reflect", None)]:
+    for mode, value in [("constant", 0.5), ("edge", None)]:
         inits = {"pads": np.array([0, 0, 2, 3, 0, 0, 1, 2], i64)}
         ins = ["r", "pads"]
         if value is not None:
@@ -183,7 +183,6 @@ def movement_cases(rng):
 MOVEMENT = [
     "pad constant",
     "pad edge",
-    "pad reflect",
     "resize linear half_pixel",
     "resize cubic half_pixel",
     "resize nearest asymmetric",

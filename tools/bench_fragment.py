@@ -10,13 +10,14 @@ tinydl.apps.superres) at 640x360 ("superres360"); MediaPipe 0.10.14's BlazePose 
 (pose_landmark_full.tflite, from $TINYDL_TEST_MODELS or the mediapipe package).
 
 Paths: compute (WGSL compute shaders, the default); fragment with each weight mode (uniform,
-texture, const); auto (each node both ways, the faster kept). For each model x precision x path:
+storage, texture, const); auto (each node both ways, the faster kept). For each model x precision x path:
 - err: largest difference to the compute path's output, relative to its largest magnitude;
 - gpu: median GPU time of a run (timestamps before the first pass and after the last);
 - wall: median time per run of a loop with input and output on the GPU and one wait at the end;
 - init: compile + first run in this process (pipelines compiled here for each path);
 - drawn: how many steps are draws or texture transitions.
-Per layer (compute vs fragment with uniform weights): median GPU time of each step.
+Per layer (compute, fragment with uniform weights, with const weights): median GPU time of each
+step.
 Prints tables; writes results.json and table.md to --out (or $OUT).
 """
 
@@ -37,6 +38,7 @@ from tinydl.backends import get_backend
 PATHS = [
     ("compute", {"shaders": "compute"}),
     ("fragment/uniform", {"shaders": "fragment", "weights": "uniform"}),
+    ("fragment/storage", {"shaders": "fragment", "weights": "storage"}),
     ("fragment/texture", {"shaders": "fragment", "weights": "texture"}),
     ("fragment/const", {"shaders": "fragment", "weights": "const"}),
     ("auto", {"shaders": "auto"}),
@@ -98,9 +100,12 @@ def measure(graph, feeds, precision, options, runs):
     init = time.perf_counter() - t0
     kernel = kernel_of(sess)
     kernel.timing_history.clear()
+    t = time.perf_counter()
     for _ in range(5):
         sess.run(dev, outputs="device")
     backend.sync()
+    # as many runs as take about a second (at least 3): the slow paths take 0.5 s a run
+    runs = max(3, min(runs, int(1.0 / ((time.perf_counter() - t) / 5))))
     walls = []
     for _ in range(3):
         t = time.perf_counter()
@@ -133,12 +138,16 @@ def per_layer(graph, feeds, precision, options, runs):
         backend_options={"webgpu": {**options, "timing": "ops"}},
     )
     dev = {k: backend.to_device(v) for k, v in feeds.items()}
+    t = time.perf_counter()
+    sess.run(dev, outputs="device")
+    backend.sync()
+    runs = max(4, min(runs, int(1.0 / (time.perf_counter() - t))))
     for _ in range(runs):
         sess.run(dev, outputs="device")
     backend.sync()
     kernel = kernel_of(sess)
     kernel.timings  # noqa: B018
-    hist = list(kernel.timing_history)[3:]
+    hist = list(kernel.timing_history)[2:]
     labels = [label for label, _ in hist[0]]
     return [
         (label, 1e3 * statistics.median(h[i][1] for h in hist)) for i, label in enumerate(labels)
@@ -186,7 +195,7 @@ def main():
                     flush=True,
                 )
             layers = {}
-            for path in ("compute", "fragment/uniform"):
+            for path in ("compute", "fragment/uniform", "fragment/const"):
                 try:
                     layers[path] = per_layer(graph, feeds, precision, dict(PATHS)[path], 20)
                 except Exception as exc:  # noqa: BLE001
@@ -212,7 +221,7 @@ def main():
                     f"\nauto: {auto['mode']}, {picked} of {len(auto['choice'])} nodes drawn; "
                     f"predicted ms {predicted}"
                 )
-            lines.append("\nper layer (GPU ms): compute | fragment/uniform")
+            lines.append("\nper layer (GPU ms):")
             for path, ls in layers.items():
                 lines.append(
                     f"- {path}: "

@@ -356,7 +356,8 @@ class Plan(planned.Plan):
         """Color attachments per render pass for textures of `fmt`."""
         most = int(self.ctx.limits.get("max-color-attachments", 4))
         per_sample = int(self.ctx.limits.get("max-color-attachment-bytes-per-sample", 32))
-        return max(1, min(most, per_sample // TEXEL_BYTES[fmt]))
+        most = min(most, per_sample // TEXEL_BYTES[fmt])
+        return max(1, min(most, int(self.owner.extra.get("attachments", most))))
 
     def tex_value(self, name: str, shape: tuple, stype: str) -> None:
         """A texture only one node's draws use (a value of no graph node)."""

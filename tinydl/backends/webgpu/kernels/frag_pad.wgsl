@@ -6,12 +6,6 @@
 @group(0) @binding(1) var S: sampler;
 {% endif %}
 
-fn reflect1(i: i32, n: i32) -> i32 {
-    let period = max(2 * (n - 1), 1);
-    let m = ((i % period) + period) % period;
-    return select(m, period - m, m >= n);
-}
-
 @fragment
 fn fs(in: VOut) -> FOut {
     let p = vec2<i32>(floor(in.pos.xy)) - vec2<i32>({{ PL }}, {{ PT }});
@@ -26,10 +20,8 @@ fn fs(in: VOut) -> FOut {
         }
 {% elif sampled %}
         let r = textureSampleLevel(X, S, (vec2<f32>(p) + 0.5) / vec2<f32>({{ IW }}.0, {{ IH }}.0), layer, 0.0);
-{% elif mode == "edge" %}
-        let r = textureLoad(X, clamp(p, vec2<i32>(0), vec2<i32>({{ IW - 1 }}, {{ IH - 1 }})), layer, 0);
 {% else %}
-        let r = textureLoad(X, vec2<i32>(reflect1(p.x, {{ IW }}), reflect1(p.y, {{ IH }})), layer, 0);
+        let r = textureLoad(X, clamp(p, vec2<i32>(0), vec2<i32>({{ IW - 1 }}, {{ IH - 1 }})), layer, 0);
 {% endif %}
         out.o{{ a }} = r;
     }

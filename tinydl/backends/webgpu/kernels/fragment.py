@@ -13,9 +13,9 @@ steps of their own (program.py): `texture_in.wgsl` (a buffer value into a textur
 also reads u8 NHWC frames, the Cast and Transpose of an image input folded in) and
 `texture_out.wgsl` (a texture into a buffer, a compute dispatch; also u8 NHWC).
 
-Convolution weights reach the shader in one of three ways (option "weights"): a uniform buffer
-("uniform", the default), a rgba32float texture ("texture"), or constants in the shader source
-("const", every loop unrolled). A layer whose weights do not fit the chosen way (64 KiB of
+Convolution weights reach the shader in one of four ways (option "weights"): a uniform buffer
+("uniform", the default), a storage buffer ("storage"), a rgba32float texture ("texture"), or
+literals in the shader code ("const", every loop unrolled). A layer whose weights do not fit the chosen way (64 KiB of
 uniforms even at one attachment per pass; 64K constants) takes the texture, and its label says
 so.
 """
@@ -36,7 +36,7 @@ from tinydl.ops.conv import _kernel, window_attrs, window_geometry
 from tinydl.ops.fused import FUSED_CONV
 from tinydl.ops.resize import _check_resize_attrs, _resize_targets, axis_taps
 
-WEIGHT_MODES = ("uniform", "texture", "const")
+WEIGHT_MODES = ("uniform", "storage", "texture", "const")
 SHADER_MODES = ("compute", "fragment", "auto")
 # Constants (mat4x4 count) past which "const" weights take the texture instead: the source of a
 # larger layer takes seconds to compile.
@@ -250,6 +250,9 @@ def conv(b):
         if mode == "uniform":
             data = np.concatenate([mats.ravel(), vecs.ravel()])
             bindings.append(b.upload(("uniform", s0), data.reshape(-1, 4), "f32", uniform=True))
+        elif mode == "storage":
+            data = np.concatenate([mats.ravel(), vecs.ravel()])
+            bindings.append(b.upload(("storage", s0), data.reshape(-1, 4), "f32"))
         elif mode == "texture":
             texels = np.concatenate([mats.reshape(-1, 4), vecs]).astype(np.float32)
             tw = min(len(texels), int(b.ctx.limits.get("max-texture-dimension-2d", 8192)))
@@ -353,7 +356,7 @@ def _pad_ok(node, shape_of, dtype_of, const) -> str | None:
     pads = [int(p) for p in pads]
     if pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
         return "pads other than non-negative spatial ones"
-    if node.attrs.get("mode", "constant") not in ("constant", "edge", "reflect"):
+    if node.attrs.get("mode", "constant") not in ("constant", "edge"):
         return f"mode {node.attrs.get('mode')}"
     return None
 
