@@ -10,7 +10,8 @@ tinydl.apps.superres) at 640x360 ("superres360"); MediaPipe 0.10.14's BlazePose 
 (pose_landmark_full.tflite, from $TINYDL_TEST_MODELS or the mediapipe package).
 
 Paths: compute (WGSL compute shaders, the default); fragment with each weight mode (uniform,
-storage, texture, const); auto (each node both ways, the faster kept). For each model x precision x path:
+storage, texture, const); auto (each node both ways, the faster kept). For each model x
+precision x path:
 - err: largest difference to the compute path's output, relative to its largest magnitude;
 - gpu: median GPU time of a run (timestamps before the first pass and after the last);
 - wall: median time per run of a loop with input and output on the GPU and one wait at the end;
