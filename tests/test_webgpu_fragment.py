@@ -321,8 +321,9 @@ def test_auto_measures_each_node_and_caches_the_choice(rng, tmp_path, monkeypatc
     assert np.abs(got.astype(int) - want).max() <= 1
     plan = only_plan(kernel_of(sess, "webgpu"))
     auto = plan.auto
-    assert auto["mode"] in ("mixed", "compute", "fragment")
-    assert set(auto["choice"]) == set(auto["nodes"]) and len(auto["nodes"]) >= 10
+    # the plan run whole that was fastest decides
+    assert auto["mode"] == min(auto["measured_s"], key=auto["measured_s"].get)
+    assert set(auto["nodes"]) <= set(auto["choice"]) and len(auto["nodes"]) >= 10
     times = [t for pair in auto["nodes"].values() for t in pair]
     assert all(t >= 0 for t in times) and sum(times) > 0
     drawn = {n.name for n in plan.nodes if n.meta.get("shader") == "fragment"}

@@ -15,9 +15,9 @@ also reads u8 NHWC frames, the Cast and Transpose of an image input folded in) a
 
 Convolution weights reach the shader in one of four ways (option "weights"): a uniform buffer
 ("uniform", the default), a storage buffer ("storage"), a rgba32float texture ("texture"), or
-literals in the shader code ("const", every loop unrolled). A layer whose weights do not fit the chosen way (64 KiB of
-uniforms even at one attachment per pass; 64K constants) takes the texture, and its label says
-so.
+literals in the shader code ("const", every loop unrolled). A layer whose weights do not fit
+the chosen way (64 KiB of uniforms even at one attachment per pass; 4096 mat4x4 of literals)
+takes the texture, and its label says so.
 """
 
 from __future__ import annotations
