@@ -362,3 +362,31 @@ def test_cli_superres_with_fragment_shaders(tmp_path, capsys):
     assert main([*argv, "--shaders", "auto"]) != 0
     assert "shaders='auto' is a webgpu option; the backend is cpu" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_view_headless_screenshot_matches_the_upscaled_frame(tmp_path, capsys):
+    """`tinydl superres CLIP --view --headless`: each frame drawn from the GPU buffer into an
+    offscreen canvas; the last one shown equals the Upscaler's frame exactly."""
+    pytest.importorskip("rendercanvas", reason="pip install 'tinydl[view]'")
+    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
+    image = pytest.importorskip("PIL.Image")
+    from tinydl.apps.superres import Upscaler, demo_clip
+    from tinydl.cli import main
+
+    try:
+        src = demo_clip().parent / "carphone_pristine.mp4"
+    except td.TinyDLError as exc:
+        pytest.skip(str(exc))
+    shot = tmp_path / "shot.png"
+    argv = ["superres", str(src), "--view", "--headless", "--frames", "3", "--scale", "2"]
+    assert main([*argv, "--backend", "webgpu", "--screenshot", str(shot)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 frame(s) 176x144 -> 352x288 (x2) on webgpu" in printed
+    assert "upscaled frame to screen (drawn, GPU idle) p50" in printed
+    with av.open(str(src)) as container:
+        decoded = container.decode(video=0)
+        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(3)]
+    want = Upscaler(2, "webgpu")(frames[-1])
+    assert np.array_equal(np.asarray(image.open(shot)), want)
+    assert main([*argv, "--backend", "cpu"]) != 0
+    assert "--view draws with the webgpu backend, not cpu" in capsys.readouterr().err

@@ -430,6 +430,75 @@ def upscale(
     return upscale_video(src, dst, upscaler, progress=progress, **video_options)
 
 
+# -- video on screen -------------------------------------------------------------------------------
+
+
+def view_video(
+    src: str | os.PathLike,
+    upscaler: Upscaler,
+    max_frames: int | None = None,
+    headless: bool = False,
+    screenshot: str | os.PathLike | None = None,
+) -> Summary:
+    """Decode `src`, upscale each frame on the webgpu backend and draw it in a window
+    (tinydl.apps.view) straight from the device buffer, paced to the clip's frame rate; `headless`
+    draws into an offscreen canvas, and `screenshot` saves the last frame shown (PNG)."""
+    from tinydl.apps.view import Viewer
+    from tinydl.backends import get_backend
+
+    if upscaler.backend != "webgpu":
+        raise InvalidInputError(f"--view draws with the webgpu backend, not {upscaler.backend}")
+    try:
+        import av
+    except ImportError as exc:
+        raise TinyDLError(f"videos need PyAV ({exc}): pip install 'tinydl[video]'") from None
+    backend = get_backend("webgpu")
+    src = Path(src)
+    t0 = time.perf_counter()
+    viewer = None
+    frames = 0
+    with av.open(str(src)) as container:
+        stream = container.streams.video[0]
+        rate = float(stream.average_rate or 30)
+        for decoded in container.decode(stream):
+            rgb = decoded.to_ndarray(format="rgb24")
+            out = upscaler.session.run({"frame": backend.to_device(rgb[None])}, outputs="device")
+            big = out["upscaled"]
+            if viewer is None:
+                _, h, w, _ = big.shape
+                title = f"tinydl superres x{upscaler.scale}"
+                viewer = Viewer((w, h), title=title, fps=rate, offscreen=headless)
+            viewer.show(big)
+            frames += 1
+            if (max_frames and frames >= max_frames) or viewer.closed():
+                break
+    if viewer is None:
+        raise InvalidInputError(f"{src}: no video frames")
+    if screenshot is not None:
+        from PIL import Image
+
+        Image.fromarray(np.ascontiguousarray(viewer.screenshot()[..., :3])).save(screenshot)
+    latency = sorted(viewer.latency)
+    viewer.close()
+    h, w = rgb.shape[:2]
+    _, bh, bw, _ = big.shape
+    shown = "offscreen canvas" if headless else "window"
+    return Summary(
+        input=str(src),
+        output=f"{shown} ({screenshot})" if screenshot else shown,
+        scale=upscaler.scale,
+        backend=upscaler.backend,
+        size_in=(w, h),
+        size_out=(bw, bh),
+        frames=frames,
+        seconds=time.perf_counter() - t0,
+        notes=[
+            f"paced to the clip's {rate:.2f} frames/s; upscaled frame to screen (drawn, GPU "
+            f"idle) p50 {1e3 * latency[len(latency) // 2]:.2f} ms, max {1e3 * latency[-1]:.2f} ms"
+        ],
+    )
+
+
 # -- video: an app of the pipeline framework -------------------------------------------------------
 
 # H.264 (libx264, yuv420p) goes into these containers. Any video FFmpeg reads is an input (an

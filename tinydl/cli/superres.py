@@ -25,7 +25,8 @@ def add_parser(subparsers) -> None:
         epilog="examples:\n  tinydl superres --demo\n"
         "  tinydl superres clip.mp4 -o clip_x3.mp4 --scale 3 --backend webgpu\n"
         "  tinydl superres photo.jpg -o photo_x2.png --scale 2\n"
-        "  tinydl superres clip.mp4 --backend webgpu --shaders fragment",
+        "  tinydl superres clip.mp4 --backend webgpu --shaders fragment\n"
+        "  tinydl superres clip.mp4 --view",
     )
     p.add_argument("input", nargs="?", help="image or video file")
     p.add_argument(
@@ -60,6 +61,18 @@ def add_parser(subparsers) -> None:
         "textures (the render path), or auto: each layer both ways at the first frame, the "
         "faster kept (cached)",
     )
+    p.add_argument(
+        "--view",
+        action="store_true",
+        help="show the upscaled video in a window as it plays (webgpu; nothing is written), "
+        "each frame drawn from the GPU buffer with no host copy",
+    )
+    p.add_argument(
+        "--headless",
+        action="store_true",
+        help="with --view: draw into an offscreen canvas instead of a window",
+    )
+    p.add_argument("--screenshot", metavar="PNG", help="with --view: save the last frame shown")
     p.add_argument("--frames", type=_positive, metavar="N", help="stop after N video frames")
     p.add_argument(
         "--crf", type=_crf, metavar="N", help="H.264 quality, 0 (lossless) to 51 (default: 18)"
@@ -107,6 +120,21 @@ def cmd_superres(args: argparse.Namespace) -> int:
         out = (
             Path(args.output) if args.output else src.with_name(f"{src.stem}_x{args.scale}{suffix}")
         )
+    if args.view:
+        from tinydl.apps.superres import Upscaler, view_video
+
+        if args.output:
+            raise InvalidInputError("--view shows the video and writes nothing; drop -o")
+        if backend != "webgpu":
+            if args.backend != "auto":
+                raise InvalidInputError(f"--view draws with the webgpu backend, not {backend}")
+            backend = "webgpu"
+        upscaler = Upscaler(args.scale, backend, args.precision, shaders=args.shaders)
+        summary = view_video(src, upscaler, args.frames, args.headless, args.screenshot)
+        print(summary.text())
+        return 0
+    if args.headless or args.screenshot:
+        raise InvalidInputError("--headless and --screenshot go with --view")
     if args.frames is not None:
         options["max_frames"] = args.frames
     if args.crf is not None:
