@@ -390,3 +390,31 @@ def test_view_headless_screenshot_matches_the_upscaled_frame(tmp_path, capsys):
     assert np.array_equal(np.asarray(image.open(shot)), want)
     assert main([*argv, "--backend", "cpu"]) != 0
     assert "--view draws with the webgpu backend, not cpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_any_mix_of_paths_gives_the_same_frame(rng, monkeypatch, seed):
+    """Whatever auto picks, node by node (here: at random), the transitions make the mixed plan
+    compute the same frame, and exactly the picked nodes are drawn (the u8 folds included)."""
+    from tinydl.apps.superres import frame_graph
+    from tinydl.backends.webgpu import shaders
+    from tinydl.models import load_espcn
+
+    graph = frame_graph(load_espcn(2), 2)
+    pick = np.random.default_rng(seed)
+    names = [n.name for n in graph.nodes] + [f"espcn/{n}" for n in ("conv1", "conv2", "conv3")]
+    choice = {n: ("fragment" if pick.random() < 0.5 else "compute") for n in names}
+    monkeypatch.setattr(
+        shaders, "choose", lambda *a: {"choice": choice, "nodes": {}, "mode": "mixed"}
+    )
+    frame = rng.integers(0, 256, (2, 20, 28, 3), dtype=np.uint8)
+    want = td.compile(graph, backends=("numpy",)).run({"frame": frame})["upscaled"]
+    sess = td.compile(
+        graph, backends=("webgpu",), strict=True,
+        backend_options={"webgpu": {"shaders": "auto"}},
+    )  # fmt: skip
+    got = sess.run({"frame": frame})["upscaled"]
+    assert np.abs(got.astype(int) - want).max() <= 1
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    drawn = {n.name for n in plan.nodes if n.meta.get("shader") == "fragment"}
+    assert drawn and drawn <= {n for n, c in choice.items() if c == "fragment"}

@@ -314,6 +314,9 @@ class Plan(planned.Plan):
             for i in n.inputs:
                 if i:
                     readers.setdefault(i, []).append(n)
+        def wanted(name: str) -> bool:  # auto's choice rules the folds too
+            return self.choice is None or self.choice.get(name) == "fragment"
+
         out, dropped = [], set()
         for node in nodes:
             if node.name in chosen:
@@ -331,6 +334,7 @@ class Plan(planned.Plan):
                     and node.outputs[0] not in keep
                     and users
                     and all(u.name in chosen for u in users)
+                    and wanted(node.name)
                 ):
                     dropped.add(cast.name)
                     node = planned_copy(node, shader="fragment", u8_in=True)
@@ -345,6 +349,7 @@ class Plan(planned.Plan):
                     and producers[tr.inputs[0]].name in chosen
                     and len(readers.get(tr.outputs[0], [])) == 1
                     and tr.outputs[0] not in keep
+                    and wanted(node.name)
                 ):
                     dropped.add(tr.name)
                     node = planned_copy(node, shader="fragment", u8_out=True)
