@@ -173,39 +173,20 @@ class Context:
     # -- pipelines -----------------------------------------------------------------------------
     def pipeline(self, source: str, label: str = ""):
         """A compute pipeline for WGSL `source` (entry point `main`), cached by a hash of it."""
-        key = hashlib.sha256(source.encode()).hexdigest()
-        with self._pipelines_lock:
-            cached = self._pipelines.get(key)
-            if cached is not None:
-                self._pipelines.move_to_end(key)
-                return cached
-        t0 = time.perf_counter()
-        with self.guard(f"compiling {label or 'a kernel'}"):
-            module = self.device.create_shader_module(label=label, code=source)
-            pipeline = self.device.create_compute_pipeline(
+
+        def make(module):
+            return self.device.create_compute_pipeline(
                 label=label, layout="auto", compute={"module": module, "entry_point": "main"}
             )
-        with self._pipelines_lock:
-            self._pipelines[key] = pipeline
-            while len(self._pipelines) > MAX_PIPELINES:
-                self._pipelines.popitem(last=False)
-        self.stats["pipelines"] += 1
-        self.stats["compile_s"] += time.perf_counter() - t0
-        return pipeline
+
+        return self._cached(source, label or "a kernel", make)
 
     def render_pipeline(self, source: str, formats: list[str], label: str = ""):
         """A render pipeline for WGSL `source` (entry points `vs` and `fs`) drawing a triangle
         list into color targets of `formats`, cached by a hash of both."""
-        key = hashlib.sha256((source + "|" + ",".join(formats)).encode()).hexdigest()
-        with self._pipelines_lock:
-            cached = self._pipelines.get(key)
-            if cached is not None:
-                self._pipelines.move_to_end(key)
-                return cached
-        t0 = time.perf_counter()
-        with self.guard(f"compiling {label or 'a shader'}"):
-            module = self.device.create_shader_module(label=label, code=source)
-            pipeline = self.device.create_render_pipeline(
+
+        def make(module):
+            return self.device.create_render_pipeline(
                 label=label,
                 layout="auto",
                 vertex={"module": module, "entry_point": "vs"},
@@ -216,6 +197,21 @@ class Context:
                     "targets": [{"format": f} for f in formats],
                 },
             )
+
+        return self._cached(source, label or "a shader", make, "|" + ",".join(formats))
+
+    def _cached(self, source: str, what: str, make, extra: str = ""):
+        """The pipeline `make(module)` builds from `source`, compiled once per hash of the
+        source (and `extra`), the least recently used dropped past MAX_PIPELINES."""
+        key = hashlib.sha256((source + extra).encode()).hexdigest()
+        with self._pipelines_lock:
+            cached = self._pipelines.get(key)
+            if cached is not None:
+                self._pipelines.move_to_end(key)
+                return cached
+        t0 = time.perf_counter()
+        with self.guard(f"compiling {what}"):
+            pipeline = make(self.device.create_shader_module(label=what, code=source))
         with self._pipelines_lock:
             self._pipelines[key] = pipeline
             while len(self._pipelines) > MAX_PIPELINES:

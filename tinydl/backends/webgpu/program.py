@@ -314,6 +314,7 @@ class Plan(planned.Plan):
             for i in n.inputs:
                 if i:
                     readers.setdefault(i, []).append(n)
+
         def wanted(name: str) -> bool:  # auto's choice rules the folds too
             return self.choice is None or self.choice.get(name) == "fragment"
 
