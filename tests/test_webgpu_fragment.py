@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.models import kernel_of, only_plan, rel_err
+from helpers.models import kernel_of, only_plan, rel_err, skimage_image
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -265,18 +265,6 @@ def test_compute_is_the_default_and_options_are_checked(rng):
 
 
 # -- the superres frame graph ----------------------------------------------------------------------
-
-
-def skimage_image(name: str) -> np.ndarray:
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("skimage")
-    image = pytest.importorskip("PIL.Image")
-    if spec is None:
-        pytest.skip("scikit-image is not installed: pip install 'tinydl[test]'")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / name
-    return np.asarray(image.open(path).convert("RGB"))
 
 
 @pytest.mark.parametrize("weights", ["uniform", "texture", "const"])

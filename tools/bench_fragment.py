@@ -85,17 +85,24 @@ def kernel_of(sess):
     return k
 
 
-def measure(graph, feeds, precision, options, runs):
+def session(graph, feeds, precision, options, timing):
+    """The graph compiled for webgpu with `options` and GPU timestamps ("total" or "ops"), and
+    its feeds uploaded."""
     backend = get_backend("webgpu")
-    t0 = time.perf_counter()
     sess = td.compile(
         graph,
         backends=("webgpu",),
         precision=precision,
         strict=True,
-        backend_options={"webgpu": {**options, "timing": "total"}},
+        backend_options={"webgpu": {**options, "timing": timing}},
     )
-    dev = {k: backend.to_device(v) for k, v in feeds.items()}
+    return sess, {k: backend.to_device(v) for k, v in feeds.items()}
+
+
+def measure(graph, feeds, precision, options, runs):
+    backend = get_backend("webgpu")
+    t0 = time.perf_counter()
+    sess, dev = session(graph, feeds, precision, options, "total")
     out = sess.run(dev, outputs="device")
     backend.sync()
     init = time.perf_counter() - t0
@@ -131,14 +138,7 @@ def measure(graph, feeds, precision, options, runs):
 
 def per_layer(graph, feeds, precision, options, runs):
     backend = get_backend("webgpu")
-    sess = td.compile(
-        graph,
-        backends=("webgpu",),
-        precision=precision,
-        strict=True,
-        backend_options={"webgpu": {**options, "timing": "ops"}},
-    )
-    dev = {k: backend.to_device(v) for k, v in feeds.items()}
+    sess, dev = session(graph, feeds, precision, options, "ops")
     t = time.perf_counter()
     sess.run(dev, outputs="device")
     backend.sync()

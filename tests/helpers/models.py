@@ -296,6 +296,16 @@ def only_plan(kernel):
 # -- real models and inputs -----------------------------------------------------------------------
 
 
+def skimage_image(name: str) -> np.ndarray:
+    """An image scikit-image ships (data/NAME), RGB uint8; a skip when it is not installed."""
+    image = pytest.importorskip("PIL.Image")
+    spec = importlib.util.find_spec("skimage")
+    if spec is None:
+        pytest.skip("scikit-image is not installed: pip install 'tinydl[test]'")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / name
+    return np.asarray(image.open(path).convert("RGB"))
+
+
 def page_image() -> np.ndarray:
     skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
     return skimage_data.page()  # 191x384 grayscale photo of a printed page

@@ -86,18 +86,27 @@ def _packed4(node, plan) -> bool:
     )
 
 
-@kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
-def conv(b):
-    b.label = conv_label(b.node)
-    xi, yo = b.info(0), b.out()
+def conv_window(b) -> tuple:
+    """A conv node's weights (BatchNormalization folded in), bias, and 2-D window: kernel shape,
+    strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W."""
     w, bias = _weights_and_bias(b, 0)
     kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
     strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
-    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    geo = window_geometry(
+        b.info(0).shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"]
+    )
     if len(kernel_shape) == 1:
         kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
         geo = [(0, 0, 1), *geo]
         w = w[:, :, None]
+    return w, bias, kernel_shape, strides, dilations, geo
+
+
+@kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
+def conv(b):
+    b.label = conv_label(b.node)
+    xi, yo = b.info(0), b.out()
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
     n, c, ih, iw = as_2d(xi.shape)
     oc = w.shape[0]
     _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])

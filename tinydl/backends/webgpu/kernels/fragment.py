@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinydl.backends.fusion import CHAIN, as_2d, conv_label, epilogue_code, weights_and_bias
+from tinydl.backends.fusion import CHAIN, as_2d, conv_label, epilogue_code
 from tinydl.backends.fusion import epilogue as conv_epilogue
 from tinydl.backends.webgpu.kernels import activation_expr, wgsl_float
+from tinydl.backends.webgpu.kernels.conv import conv_window
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
-from tinydl.ops.conv import _kernel, window_attrs, window_geometry
 from tinydl.ops.fused import FUSED_CONV
 from tinydl.ops.resize import _check_resize_attrs, _resize_targets, axis_taps
 
@@ -137,10 +137,7 @@ def _lanes(co_total: int, s: int, ph: int, bs: int, dcr: bool) -> list[int | Non
 def conv(b):
     b.label = conv_label(b.node)
     x, y = b.info(0), b.out()
-    w, bias = weights_and_bias(b, 0)
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
-    geo = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    w, bias, _, strides, dilations, geo = conv_window(b)
     n, c, ih, iw = as_2d(x.shape)
     oc, cg, kh, kw = w.shape
     group = b.attrs["group"]
