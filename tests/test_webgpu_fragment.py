@@ -7,6 +7,8 @@ Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers.models import kernel_of, only_plan, rel_err, skimage_image
@@ -354,29 +356,43 @@ def test_cli_superres_with_fragment_shaders(tmp_path, capsys):
 
 def test_view_headless_screenshot_matches_the_upscaled_frame(tmp_path, capsys):
     """`tinydl superres CLIP --view --headless`: each frame drawn from the GPU buffer into an
-    offscreen canvas; the last one shown equals the Upscaler's frame exactly."""
+    offscreen canvas; the last one shown equals the Upscaler's frame exactly, but for the frame
+    rate drawn over its corner (read back from the pixels) unless --no-overlay."""
     pytest.importorskip("rendercanvas", reason="pip install 'tinydl[view]'")
     av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
     image = pytest.importorskip("PIL.Image")
     from tinydl.apps.superres import Upscaler, demo_clip
+    from tinydl.apps.view import overlay_geometry, read_overlay
     from tinydl.cli import main
 
     try:
         src = demo_clip().parent / "carphone_pristine.mp4"
     except td.TinyDLError as exc:
         pytest.skip(str(exc))
-    shot = tmp_path / "shot.png"
-    argv = ["superres", str(src), "--view", "--headless", "--frames", "3", "--scale", "2"]
-    assert main([*argv, "--backend", "webgpu", "--screenshot", str(shot)]) == 0
-    printed = capsys.readouterr().out
-    assert "3 frame(s) 176x144 -> 352x288 (x2) on webgpu" in printed
-    assert "upscaled frame to screen (drawn, GPU idle) p50" in printed
     with av.open(str(src)) as container:
         decoded = container.decode(video=0)
-        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(3)]
-    want = Upscaler(2, "webgpu")(frames[-1])
-    assert np.array_equal(np.asarray(image.open(shot)), want)
-    assert main([*argv, "--backend", "cpu"]) != 0
+        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(12)]
+    upscaler = Upscaler(2, "webgpu")
+    argv = ["superres", str(src), "--view", "--headless", "--scale", "2", "--backend", "webgpu"]
+    shots = {}
+    for n, extra in [(3, ["--no-overlay"]), (12, [])]:
+        shots[n] = tmp_path / f"shot{n}.png"
+        assert main([*argv, "--frames", str(n), "--screenshot", str(shots[n]), *extra]) == 0
+        printed = capsys.readouterr().out
+        assert f"{n} frame(s) 176x144 -> 352x288 (x2) on webgpu" in printed
+        assert "decoded frame to screen (upscaled, drawn, GPU idle) p50" in printed
+    assert np.array_equal(np.asarray(image.open(shots[3])), upscaler(frames[2]))
+    shot, want = np.asarray(image.open(shots[12])), upscaler(frames[11])
+    text = read_overlay(shot)
+    assert re.fullmatch(r"\d+\.\d fps", text), text
+    k, x0, y0 = overlay_geometry(shot.shape[0])
+    box = np.zeros(shot.shape[:2], bool)
+    box[(y0 - 1) * k : (y0 + 6) * k, (x0 - 1) * k : (x0 + 4 * len(text)) * k] = True
+    assert np.array_equal(shot[~box], want[~box])
+    inside, under = shot[box].astype(float), want[box].astype(float)
+    lit = inside.min(-1) == 255  # the glyphs' pixels, white; the rest the frame darkened
+    assert lit.any() and np.abs(inside[~lit] - 0.25 * under[~lit]).max() <= 1
+    assert main([*argv[:-1], "cpu"]) != 0
     assert "--view draws with the webgpu backend, not cpu" in capsys.readouterr().err
 
 

@@ -10,9 +10,12 @@ round trip.
 
 The canvas is rendercanvas's (`pip install 'tinydl[view]'`): a glfw window where a display is,
 its offscreen canvas otherwise. The frame is drawn by `kernels/view.wgsl` into the canvas's own
-texture (rgba8unorm or bgra8unorm, never an sRGB format, so a level is shown as it is). The title
-carries the frame rate; `latency` holds, per frame, the seconds from `show` to the frame being
-drawn and the GPU idle (what `tinydl superres --view` reports from decode to screen).
+texture (rgba8unorm or bgra8unorm, never an sRGB format, so a level is shown as it is). The frame
+rate shown over the last second is drawn over the frame's top left corner by the same pass (a
+3x5 pixel font; `overlay=False` leaves the frame as it is) and put in the title. `latency` holds,
+per frame, the seconds from `since` (given to `show`; by default the call) to the frame being
+drawn and the GPU idle; `pace()` waits for the next frame's time, so a caller that upscales after
+it measures decode -> screen without the wait (what `tinydl superres --view` reports).
 """
 
 from __future__ import annotations
@@ -24,6 +27,58 @@ import numpy as np
 
 from tinydl.errors import BackendUnavailableError, InvalidInputError
 
+# The overlay's font: each glyph 5 rows of 3 pixels, top to bottom ("#" lit).
+GLYPHS = {
+    " ": ("...", "...", "...", "...", "..."),
+    "0": ("###", "#.#", "#.#", "#.#", "###"),
+    "1": (".#.", "##.", ".#.", ".#.", "###"),
+    "2": ("###", "..#", "###", "#..", "###"),
+    "3": ("###", "..#", "###", "..#", "###"),
+    "4": ("#.#", "#.#", "###", "..#", "..#"),
+    "5": ("###", "#..", "###", "..#", "###"),
+    "6": ("###", "#..", "###", "#.#", "###"),
+    "7": ("###", "..#", "..#", "..#", "..#"),
+    "8": ("###", "#.#", "###", "#.#", "###"),
+    "9": ("###", "#.#", "###", "..#", "###"),
+    ".": ("...", "...", "...", "...", ".#."),
+    "f": (".##", ".#.", "###", ".#.", ".#."),
+    "p": ("###", "#.#", "###", "#..", "#.."),
+    "s": (".##", "#..", ".#.", "..#", "##."),
+}
+CHARS = "".join(GLYPHS)
+TEXT_WORDS = 4  # vec4<u32>s of the overlay's uniform: the length and 15 glyphs
+
+
+def glyph_bits(rows) -> int:
+    lit = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "#"]
+    return sum(1 << (3 * r + c) for r, c in lit)
+
+
+def overlay_geometry(canvas_height: int) -> tuple[int, int, int]:
+    """(magnification, left, top) of the overlay text, in canvas and font pixels."""
+    return max(2, round(canvas_height / 200)), 2, 2
+
+
+def read_overlay(image: np.ndarray) -> str:
+    """The text the overlay drew into `image` (H, W, 3+): the inverse of the shader, for tests."""
+    k, x0, y0 = overlay_geometry(image.shape[0])
+    lit = image[..., :3].min(-1) == 255
+    text = []
+    for g in range(4 * TEXT_WORDS - 1):
+        rows = []
+        for r in range(5):
+            y = (y0 + r) * k + k // 2
+            row = ""
+            for c in range(3):
+                x = (x0 + 4 * g + c) * k + k // 2
+                row += "#" if x < image.shape[1] and lit[y, x] else "."
+            rows.append(row)
+        match = [ch for ch, glyph in GLYPHS.items() if tuple(rows) == glyph]
+        if not match:
+            break
+        text.append(match[0])
+    return "".join(text).rstrip()
+
 
 class Viewer:
     def __init__(
@@ -32,6 +87,7 @@ class Viewer:
         title: str = "tinydl",
         fps: float | None = None,
         offscreen: bool = False,
+        overlay: bool = True,
     ):
         try:
             if offscreen:
@@ -45,7 +101,7 @@ class Viewer:
         from tinydl.backends.webgpu.context import get_context
 
         self.ctx = get_context()
-        self.title, self.fps, self.offscreen = title, fps, offscreen
+        self.title, self.fps, self.offscreen, self.overlay = title, fps, offscreen, overlay
         kwargs: dict[str, Any] = {"size": tuple(size), "title": title}
         if offscreen:
             kwargs["pixel_ratio"] = 1
@@ -60,14 +116,35 @@ class Viewer:
         self.format = preferred.removesuffix("-srgb")
         self.present.configure(device=self.ctx.device, format=self.format)
         self.frames = 0
+        self.rate: float | None = None  # frames/s shown over the last second
         self.latency: list[float] = []
         self._next = None
         self._shown: list[float] = []
         self._last = None
         self._pending = None
+        self._text = None
+        if overlay:
+            import wgpu
 
-    def show(self, frame, index: int = 0) -> None:
-        """Draw image `index` of a (N, H, W, 3) uint8 webgpu tensor, at the pace of `fps`."""
+            self._text = self.ctx.device.create_buffer(
+                size=16 * TEXT_WORDS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+            )
+            self._set_text("")
+
+    def _set_text(self, text: str) -> None:
+        codes = [len(text)] + [CHARS.index(ch) for ch in text]
+        codes += [0] * (4 * TEXT_WORDS - len(codes))
+        self.ctx.queue.write_buffer(self._text, 0, np.asarray(codes, np.uint32).tobytes())
+
+    def pace(self) -> None:
+        """Wait until the next frame is due (at `fps`; no wait before the first)."""
+        now = time.perf_counter()
+        if self.fps and self._next is not None and now < self._next:
+            time.sleep(self._next - now)
+
+    def show(self, frame, index: int = 0, since: float | None = None) -> None:
+        """Draw image `index` of a (N, H, W, 3) uint8 webgpu tensor at the pace of `fps`;
+        the frame's latency is counted from `since` (a perf_counter time) or from the call."""
         from tinydl.backends.webgpu.tensor import GPUTensor
 
         if not isinstance(frame, GPUTensor):
@@ -78,9 +155,9 @@ class Viewer:
             raise InvalidInputError(
                 f"expected a (N, H, W, 3) uint8 frame, got {frame.dtype} {tuple(frame.shape)}"
             )
-        t0 = time.perf_counter()
-        if self.fps and self._next is not None and t0 < self._next:
-            time.sleep(self._next - t0)
+        if since is None:
+            self.pace()
+            since = time.perf_counter()
         self._pending = (frame, index)
         self.canvas.request_draw(self._draw)
         if self.offscreen:
@@ -89,15 +166,17 @@ class Viewer:
             self.canvas.force_draw()
             self.ctx.sync()
         now = time.perf_counter()
-        self.latency.append(now - t0)
+        self.latency.append(now - since)
         self._next = (self._next or now) + 1.0 / self.fps if self.fps else None
         self.frames += 1
         self._shown.append(now)
         recent = [t for t in self._shown if t > now - 1.0]
         self._shown = recent
         if len(recent) > 1 and self.frames % 10 == 0:
-            rate = (len(recent) - 1) / (recent[-1] - recent[0])
-            self.canvas.set_title(f"{self.title} — {rate:.1f} fps")
+            self.rate = (len(recent) - 1) / (recent[-1] - recent[0])
+            self.canvas.set_title(f"{self.title} — {self.rate:.1f} fps")
+            if self._text is not None:
+                self._set_text(f"{self.rate:.1f} fps")
 
     def _draw(self) -> None:
         from tinydl.backends.webgpu.kernels import render
@@ -108,14 +187,18 @@ class Viewer:
         target = self.present.get_current_texture()
         cw, ch = target.size[0], target.size[1]
         label = f"view {w}x{h}"
+        k, x0, y0 = overlay_geometry(ch)
         source = render(
             "view.wgsl", header=_header(self.ctx.has_f16), label=label,
-            W=w, H=h, CW=cw, CH=ch, n=index,
+            W=w, H=h, CW=cw, CH=ch, n=index, overlay=self.overlay, K=k, X0=x0, Y0=y0,
+            TEXT=TEXT_WORDS, font=[glyph_bits(GLYPHS[c]) for c in CHARS],
         )  # fmt: skip
         pipeline = self.ctx.render_pipeline(source, [self.format], label)
+        entries = [{"binding": 0, "resource": {"buffer": frame.storage.buffer}}]
+        if self._text is not None:
+            entries.append({"binding": 1, "resource": {"buffer": self._text}})
         bind_group = self.ctx.device.create_bind_group(
-            layout=pipeline.get_bind_group_layout(0),
-            entries=[{"binding": 0, "resource": {"buffer": frame.storage.buffer}}],
+            layout=pipeline.get_bind_group_layout(0), entries=entries
         )
         with self.ctx.queue_lock:
             encoder = self.ctx.device.create_command_encoder()

@@ -73,6 +73,11 @@ def add_parser(subparsers) -> None:
         help="with --view: draw into an offscreen canvas instead of a window",
     )
     p.add_argument("--screenshot", metavar="PNG", help="with --view: save the last frame shown")
+    p.add_argument(
+        "--no-overlay",
+        action="store_true",
+        help="with --view: no frame rate drawn over the frame's top left corner",
+    )
     p.add_argument("--frames", type=_positive, metavar="N", help="stop after N video frames")
     p.add_argument(
         "--crf", type=_crf, metavar="N", help="H.264 quality, 0 (lossless) to 51 (default: 18)"
@@ -130,11 +135,13 @@ def cmd_superres(args: argparse.Namespace) -> int:
                 raise InvalidInputError(f"--view draws with the webgpu backend, not {backend}")
             backend = "webgpu"
         upscaler = Upscaler(args.scale, backend, args.precision, shaders=args.shaders)
-        summary = view_video(src, upscaler, args.frames, args.headless, args.screenshot)
+        summary = view_video(
+            src, upscaler, args.frames, args.headless, args.screenshot, not args.no_overlay
+        )
         print(summary.text())
         return 0
-    if args.headless or args.screenshot:
-        raise InvalidInputError("--headless and --screenshot go with --view")
+    if args.headless or args.screenshot or args.no_overlay:
+        raise InvalidInputError("--headless, --screenshot and --no-overlay go with --view")
     if args.frames is not None:
         options["max_frames"] = args.frames
     if args.crf is not None:
