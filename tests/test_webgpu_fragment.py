@@ -138,7 +138,7 @@ def movement_cases(rng):
 
     i64 = np.int64
     cases = {}
-    for mode, value in [("constant", 0.5), ("edge", None)]:
+    for mode, value in [("constant", 0.5), ("edge", None), ("reflect", None), ("wrap", None)]:
         inits = {"pads": np.array([0, 0, 2, 3, 0, 0, 1, 2], i64)}
         ins = ["r", "pads"]
         if value is not None:
@@ -185,6 +185,8 @@ def movement_cases(rng):
 MOVEMENT = [
     "pad constant",
     "pad edge",
+    "pad reflect",
+    "pad wrap",
     "resize linear half_pixel",
     "resize cubic half_pixel",
     "resize nearest asymmetric",
@@ -203,6 +205,57 @@ def test_fragment_data_movement_matches_reference(rng, case, precision):
     sess = check(graph, feeds, precision)
     drawn = [label for label in labels(sess) if "[fragment" in label]
     assert len(drawn) >= 3, labels(sess)  # Relu, the op, Sigmoid
+    sampled = case.startswith("resize") and "nearest" not in case and precision == "fp16"
+    assert any("sampled]" in label for label in drawn) == sampled, drawn
+
+
+@pytest.mark.parametrize("n_in, n_out", [(7, 16), (16, 7), (9, 9), (5, 23)])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(mode="linear", coordinate_transformation_mode="half_pixel"),
+        dict(mode="linear", coordinate_transformation_mode="align_corners"),
+        dict(mode="linear", coordinate_transformation_mode="asymmetric"),
+        dict(mode="cubic", coordinate_transformation_mode="half_pixel"),
+        dict(mode="cubic", coordinate_transformation_mode="asymmetric", exclude_outside=1),
+        dict(mode="cubic", coordinate_transformation_mode="pytorch_half_pixel", cubic_coeff_a=-0.5),
+    ],
+)
+def test_resize_fetches_through_the_bilinear_filter_equal_the_taps(rng, n_in, n_out, attrs):
+    """The sampled Resize (fp16) reads two taps per bilinear fetch: with exact filtering the
+    fetches give what the taps give, for each mode and at the clamped edges."""
+    from tinydl.backends.webgpu.kernels.fragment import _fetches
+    from tinydl.ops.resize import axis_taps
+
+    attrs = {"cubic_coeff_a": -0.75, "exclude_outside": 0, **attrs}
+    idx, w, _ = axis_taps(n_in, n_out, n_out / n_in, attrs, (0.0, 1.0))
+    pos, weight = _fetches(idx, w)
+    v = rng.standard_normal(n_in)
+    lo = np.clip(np.floor(pos).astype(int), 0, n_in - 1)
+    hi = np.clip(lo + 1, 0, n_in - 1)
+    f = pos - np.floor(pos)
+    fetched = (weight * ((1 - f) * v[lo] + f * v[hi])).sum(1)
+    np.testing.assert_allclose(fetched, (w * v[idx]).sum(1), rtol=1e-12, atol=1e-12)
+    assert pos.shape[1] <= (1 if attrs["mode"] == "linear" else 3)  # of 2 and 4 taps
+
+
+@pytest.mark.parametrize(
+    "mode, top, why",
+    [
+        ("reflect", 2, None),
+        ("reflect", 3, "reflect padding as wide as the input"),
+        ("wrap", 3, None),
+        ("wrap", 4, "wrap padding wider than the input"),
+        ("constant", -1, "pads other than non-negative spatial ones"),
+    ],
+)
+def test_pad_the_render_path_cannot_draw_says_why(mode, top, why):
+    from tinydl.backends.webgpu.kernels.fragment import why_not
+
+    pads = np.array([0, 0, top, 1, 0, 0, 0, 1], np.int64)
+    node = Node("Pad", ["x", "pads"], ["y"], {"mode": mode})
+    const = {"pads": pads}.get
+    assert why_not(node, lambda n: (1, 5, 3, 6), lambda n: "float32", const) == why
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])

@@ -135,7 +135,7 @@ class Context:
         # Held while a command buffer is recorded and submitted, and around the fence.
         self.queue_lock = threading.RLock()
         self._fence = None
-        self._sampler = None
+        self._samplers: dict[str, Any] = {}
         self._serials: dict[int, tuple[int, Any]] = {}
         self._next_serial = 0
         self.stats = {
@@ -220,16 +220,18 @@ class Context:
         self.stats["compile_s"] += time.perf_counter() - t0
         return pipeline
 
-    def sampler(self):
-        """The nearest, clamp-to-edge sampler (edge padding through the address mode)."""
-        if self._sampler is None:
-            self._sampler = self.device.create_sampler(
+    def sampler(self, linear: bool = False):
+        """A clamp-to-edge sampler (edge padding through the address mode), nearest or linear
+        (Resize through the texture units' bilinear filter)."""
+        filt = "linear" if linear else "nearest"
+        if filt not in self._samplers:
+            self._samplers[filt] = self.device.create_sampler(
                 address_mode_u="clamp-to-edge",
                 address_mode_v="clamp-to-edge",
-                mag_filter="nearest",
-                min_filter="nearest",
+                mag_filter=filt,
+                min_filter=filt,
             )
-        return self._sampler
+        return self._samplers[filt]
 
     def create_texture(self, width: int, height: int, layers: int, fmt: str, what: str):
         """A 2-D texture array the render path draws into and reads from."""

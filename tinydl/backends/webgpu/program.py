@@ -155,8 +155,8 @@ class Build(planned.Build):
         fmt = TEXTURE_FORMATS.get(info.stype, "rgba32float")
         return fmt != "rgba32float" or "float32-filterable" in self.ctx.features
 
-    def sampler(self):
-        return self.ctx.sampler()
+    def sampler(self, linear: bool = False):
+        return self.ctx.sampler(linear)
 
     def weight_texture(self, key, texels: np.ndarray, width: int):
         """Constants as a rgba32float texture, `width` texels a row, uploaded once."""

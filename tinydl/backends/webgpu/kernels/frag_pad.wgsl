@@ -18,6 +18,12 @@ fn fs(in: VOut) -> FOut {
         if (all(p >= vec2<i32>(0)) && all(p < vec2<i32>({{ IW }}, {{ IH }}))) {
             r = textureLoad(X, p, layer, 0);
         }
+{% elif mode == "reflect" %}
+        let m = vec2<i32>({{ IW - 1 }}, {{ IH - 1 }});
+        let r = textureLoad(X, m - abs(m - abs(p)), layer, 0);
+{% elif mode == "wrap" %}
+        let n = vec2<i32>({{ IW }}, {{ IH }});
+        let r = textureLoad(X, (p + n) % n, layer, 0);
 {% elif sampled %}
         let r = textureSampleLevel(X, S, (vec2<f32>(p) + 0.5) / vec2<f32>({{ IW }}.0, {{ IH }}.0), layer, 0.0);
 {% else %}

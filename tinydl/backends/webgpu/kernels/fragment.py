@@ -353,8 +353,14 @@ def _pad_ok(node, shape_of, dtype_of, const) -> str | None:
     pads = [int(p) for p in pads]
     if pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
         return "pads other than non-negative spatial ones"
-    if node.attrs.get("mode", "constant") not in ("constant", "edge"):
-        return f"mode {node.attrs.get('mode')}"
+    mode = node.attrs.get("mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        return f"mode {mode}"
+    h, w = shape_of(node.inputs[0])[2:]
+    if mode == "reflect" and (max(pads[2], pads[6]) >= h or max(pads[3], pads[7]) >= w):
+        return "reflect padding as wide as the input"
+    if mode == "wrap" and (max(pads[2], pads[6]) > h or max(pads[3], pads[7]) > w):
+        return "wrap padding wider than the input"
     return None
 
 
@@ -394,14 +400,47 @@ def _resize_ok(node, shape_of, dtype_of, const) -> str | None:
     return None
 
 
+def _fetches(idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An axis's taps (input index, weight; [n_out, T]) as bilinear fetches (texel position,
+    weight; [n_out, F]): two neighbouring taps of one sign become one fetch between them, the
+    hardware weighting them; a tap on its own is a fetch at its texel's centre (exact)."""
+    rows = []
+    for ii, ww in zip(idx.tolist(), w.tolist(), strict=True):
+        row, t = [], 0
+        while t < len(ii):
+            if ww[t] == 0:
+                t += 1
+            elif t + 1 < len(ii) and ii[t + 1] == ii[t]:  # a tap clamped onto its neighbour
+                row.append((ii[t], ww[t] + ww[t + 1]))
+                t += 2
+            elif t + 1 < len(ii) and ii[t + 1] == ii[t] + 1 and ww[t] * ww[t + 1] > 0:
+                total = ww[t] + ww[t + 1]
+                row.append((ii[t] + ww[t + 1] / total, total))
+                t += 2
+            else:
+                row.append((ii[t], ww[t]))
+                t += 1
+        rows.append(row)
+    f = max(1, *(len(r) for r in rows))
+    pos, weight = np.zeros((len(rows), f)), np.zeros((len(rows), f))
+    for k, row in enumerate(rows):
+        for t, (p, wt) in enumerate(row):
+            pos[k, t], weight[k, t] = p, wt
+    return pos, weight
+
+
 @fragment("Resize", ok=_resize_ok)
 def resize(b):
+    """Per output row and column, the taps of the op reference's own coordinate rules; linear and
+    cubic at fp16 sample the texture through the bilinear filter, two taps a fetch (its weights
+    are 8-bit fixed point on most GPUs: within fp16's tolerance, not fp32's)."""
     x, y = b.info(0), b.out()
     attrs = dict(b.attrs)
     axes, scale, out = _resize_targets(
         x.shape, b.const(2), b.const(3), attrs["axes"], attrs["keep_aspect_ratio_policy"]
     )
     roi = b.const(1)
+    sampled = attrs["mode"] != "nearest" and x.stype == "f16" and b.filterable(x)
     tables = []
     for d in (2, 3):
         if d in axes:
@@ -413,16 +452,21 @@ def resize(b):
             idx, w, _ = axis_taps(x.shape[d], out[d], scale[d], attrs, bounds)
         else:
             idx, w = np.arange(x.shape[d])[:, None], np.ones((x.shape[d], 1))
+        if sampled:  # texel positions as texture coordinates
+            idx, w = _fetches(idx, w)
+            idx = (idx + 0.5) / x.shape[d]
         tables.append(np.stack([idx.astype(np.float32), w.astype(np.float32)], -1))
     ty, tx = tables[0].shape[1], tables[1].shape[1]
     taps = np.concatenate([tables[0].reshape(-1, 2), tables[1].reshape(-1, 2)])
     buf = b.upload("taps", taps.astype(np.float32), "f32")
-    tex = b.texture(b.inputs[0])
-    b.label += " [fragment]"
+    bindings = [b.texture(b.inputs[0]), buf]
+    if sampled:
+        bindings.append(b.sampler(linear=True))
+    b.label += " [fragment, sampled]" if sampled else " [fragment]"
     for s0, a in passes(slices(y.shape[1]), b.max_attachments(y)):
         b.draw(
-            "frag_resize.wgsl", [tex, buf], b.outputs[0], s0, a,
-            TY=ty, TX=tx, OH=y.shape[2], C4=slices(x.shape[1]),
+            "frag_resize.wgsl", bindings, b.outputs[0], s0, a,
+            TY=ty, TX=tx, OH=y.shape[2], C4=slices(x.shape[1]), sampled=sampled,
         )  # fmt: skip
 
 
