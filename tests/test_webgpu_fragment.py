@@ -8,6 +8,9 @@ Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -447,6 +450,35 @@ def test_view_headless_screenshot_matches_the_upscaled_frame(tmp_path, capsys):
     assert lit.any() and np.abs(inside[~lit] - 0.25 * under[~lit]).max() <= 1
     assert main([*argv[:-1], "cpu"]) != 0
     assert "--view draws with the webgpu backend, not cpu" in capsys.readouterr().err
+
+
+def test_view_in_a_window_shows_the_upscaled_frame(tmp_path):
+    """`tinydl superres CLIP --view` in a real glfw window (an X server of its own, Xvfb): the
+    window is the frame's size and its last frame, copied from the window's own texture, equals
+    the Upscaler's frame exactly."""
+    pytest.importorskip("rendercanvas", reason="pip install 'tinydl[view]'")
+    pytest.importorskip("glfw", reason="pip install 'tinydl[view]'")
+    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
+    image = pytest.importorskip("PIL.Image")
+    if shutil.which("xvfb-run") is None:
+        pytest.skip("no X server to open a window on: apt-get install xvfb")
+    from tinydl.apps.superres import Upscaler, demo_clip
+
+    try:
+        src = demo_clip().parent / "carphone_pristine.mp4"
+    except td.TinyDLError as exc:
+        pytest.skip(str(exc))
+    shot = tmp_path / "window.png"
+    argv = [sys.executable, "-m", "tinydl", "superres", str(src), "--view", "--frames", "4"]
+    argv += ["--scale", "2", "--backend", "webgpu", "--no-overlay", "--screenshot", str(shot)]
+    xvfb = ["xvfb-run", "-a", "-s", "-screen 0 800x600x24"]
+    done = subprocess.run([*xvfb, *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"window ({shot}): 4 frame(s) 176x144 -> 352x288 (x2) on webgpu" in done.stdout
+    with av.open(str(src)) as container:
+        decoded = container.decode(video=0)
+        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(4)]
+    assert np.array_equal(np.asarray(image.open(shot)), Upscaler(2, "webgpu")(frames[-1]))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

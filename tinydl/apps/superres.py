@@ -473,7 +473,9 @@ def view_video(
             if viewer is None:
                 _, h, w, _ = big.shape
                 title = f"tinydl superres x{upscaler.scale}"
-                viewer = Viewer((w, h), title, rate, offscreen=headless, overlay=overlay)
+                viewer = Viewer(
+                    (w, h), title, rate, headless, overlay, keep_last=screenshot is not None
+                )
             viewer.show(big, since=since)
             frames += 1
             if (max_frames and frames >= max_frames) or viewer.closed():

@@ -5,7 +5,7 @@ round trip.
     from tinydl.apps.view import Viewer
     viewer = Viewer((1920, 1080), title="superres x3", fps=30)   # offscreen=True: headless
     viewer.show(upscaled)        # a (N, H, W, 3) uint8 GPUTensor; paced to `fps`
-    viewer.screenshot()          # the last frame shown, (H, W, 4) uint8 (offscreen canvases)
+    viewer.screenshot()          # the last frame shown, (H, W, 4) uint8 (windows: keep_last=True)
     viewer.close()
 
 The canvas is rendercanvas's (`pip install 'tinydl[view]'`): a glfw window where a display is,
@@ -88,6 +88,7 @@ class Viewer:
         fps: float | None = None,
         offscreen: bool = False,
         overlay: bool = True,
+        keep_last: bool = False,
     ):
         try:
             if offscreen:
@@ -114,7 +115,16 @@ class Viewer:
         self.present = self.canvas.get_wgpu_context()
         preferred = self.present.get_preferred_format(self.ctx.adapter)
         self.format = preferred.removesuffix("-srgb")
-        self.present.configure(device=self.ctx.device, format=self.format)
+        import wgpu
+
+        usage = wgpu.TextureUsage.RENDER_ATTACHMENT
+        # A window's frame is copied into a buffer as it is drawn when a screenshot may be asked
+        # for (the surface's texture is gone once presented).
+        self._copy = None
+        if keep_last and not offscreen:
+            usage |= wgpu.TextureUsage.COPY_SRC
+        self.present.configure(device=self.ctx.device, format=self.format, usage=usage)
+        self.keep_last = keep_last
         self.frames = 0
         self.rate: float | None = None  # frames/s shown over the last second
         self.latency: list[float] = []
@@ -163,6 +173,9 @@ class Viewer:
         if self.offscreen:
             self._last = np.asarray(self.canvas.draw())
         else:
+            # The window's events (a resize, the close button) are taken before each frame: the
+            # frames are pushed here rather than pulled by rendercanvas's event loop.
+            self.canvas._process_events()
             self.canvas.force_draw()
             self.ctx.sync()
         now = time.perf_counter()
@@ -216,12 +229,39 @@ class Viewer:
             rp.set_bind_group(0, bind_group)
             rp.draw(3, 1, 0, 0)
             rp.end()
+            if self.keep_last and not self.offscreen:
+                self._copy_out(encoder, target)
             self.ctx.queue.submit([encoder.finish()])
 
+    def _copy_out(self, encoder, target) -> None:
+        import wgpu
+
+        cw, ch = target.size[0], target.size[1]
+        row = -(-4 * cw // 256) * 256
+        if self._copy is None or self._copy[1:] != (cw, ch):
+            buffer = self.ctx.device.create_buffer(
+                size=row * ch, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.MAP_READ
+            )
+            self._copy = (buffer, cw, ch)
+        encoder.copy_texture_to_buffer(
+            {"texture": target},
+            {"buffer": self._copy[0], "bytes_per_row": row, "rows_per_image": ch},
+            (cw, ch, 1),
+        )
+
     def screenshot(self) -> np.ndarray:
-        """The last frame shown, (H, W, 4) uint8 RGBA (offscreen canvases only)."""
+        """The last frame shown, (H, W, 4) uint8 RGBA: the offscreen canvas's, or the window's
+        (a Viewer made with keep_last=True)."""
+        if self._copy is not None:
+            buffer, cw, ch = self._copy
+            with self.ctx.queue_lock:
+                buffer.map_sync("READ")
+                data = np.frombuffer(buffer.read_mapped(), np.uint8).copy()
+                buffer.unmap()
+            self._last = data.reshape(ch, -1)[:, : 4 * cw].reshape(ch, cw, 4)
         if self._last is None:
-            raise InvalidInputError("no frame shown yet, or the canvas is a window")
+            what = "a window made without keep_last" if not self.offscreen else "no frame shown"
+            raise InvalidInputError(f"no screenshot: {what}")
         image = self._last
         if self.format.startswith("bgra"):
             image = image[..., [2, 1, 0, 3]]
