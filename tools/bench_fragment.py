@@ -3,11 +3,15 @@ and per model, in one run.
 
     python tools/bench_fragment.py [--models espcn360,espcn720,superres360,pose_landmark]
                                    [--runs 50] [--out DIR]
+    python tools/bench_fragment.py --models resize_linear,resize_cubic --precisions fp16
 
 Models: the shipped ESPCN x3 on a luma plane, 640x360 -> 1920x1080 ("espcn360") and
 1280x720 -> 3840x2160 ("espcn720"); the whole super-resolution frame graph (u8 RGB in and out,
 tinydl.apps.superres) at 640x360 ("superres360"); MediaPipe 0.10.14's BlazePose landmark model
-(pose_landmark_full.tflite, from $TINYDL_TEST_MODELS or the mediapipe package).
+(pose_landmark_full.tflite, from $TINYDL_TEST_MODELS or the mediapipe package); one Resize x2
+of 16 channels at 640x360, linear or cubic, between two Relus ("resize_linear", "resize_cubic":
+at fp16 the render path samples through the bilinear filter, "fragment/taps" reads the taps as
+at fp32).
 
 Paths: compute (WGSL compute shaders, the default); fragment with each weight mode (uniform,
 storage, texture, const); auto (each node both ways, the faster kept). For each model x
@@ -44,6 +48,8 @@ PATHS = [
     ("fragment/const", {"shaders": "fragment", "weights": "const"}),
     ("auto", {"shaders": "auto"}),
 ]
+# Resize's tap tables at fp16 too: the texture declared unfilterable while the plan is built.
+TAPS = ("fragment/taps", {"shaders": "fragment", "weights": "uniform"})
 
 
 def pose_landmark_path() -> Path:
@@ -77,6 +83,21 @@ def model(name: str, rng):
         graph = td.load(pose_landmark_path())
         v = graph.inputs[0]
         return graph, {v.name: rng.random(v.shape, dtype=np.float32)}
+    if name.startswith("resize_"):
+        from tinydl.ir.graph import Graph, Node, Value
+        from tinydl.ops import validate
+
+        x = rng.standard_normal((1, 16, 360, 640)).astype(np.float32)
+        mode = name.removeprefix("resize_")
+        attrs = {"mode": mode, "coordinate_transformation_mode": "half_pixel"}
+        nodes = [
+            Node("Relu", ["x"], ["r"]),
+            Node("Resize", ["r", "", "scales"], ["z"], attrs),
+            Node("Relu", ["z"], ["y"]),
+        ]
+        scales = {"scales": np.array([1, 1, 2, 2], np.float32)}
+        io = [Value("x", "float32", x.shape)], [Value("y", "float32", None)]
+        return validate(Graph(*io, nodes, scales)), {"x": x}
     raise SystemExit(f"unknown model {name}")
 
 
@@ -99,10 +120,18 @@ def session(graph, feeds, precision, options, timing):
     return sess, {k: backend.to_device(v) for k, v in feeds.items()}
 
 
-def measure(graph, feeds, precision, options, runs):
+def measure(graph, feeds, precision, options, runs, taps=False):
     backend = get_backend("webgpu")
     t0 = time.perf_counter()
-    sess, dev = session(graph, feeds, precision, options, "total")
+    if taps:
+        from unittest import mock
+
+        from tinydl.backends.webgpu.program import Build
+
+        with mock.patch.object(Build, "filterable", lambda self, info: False):
+            sess, dev = session(graph, feeds, precision, options, "total")
+    else:
+        sess, dev = session(graph, feeds, precision, options, "total")
     out = sess.run(dev, outputs="device")
     backend.sync()
     init = time.perf_counter() - t0
@@ -181,9 +210,12 @@ def main():
         for precision in args.precisions.split(","):
             key = f"{name} {precision}"
             rows, ref = {}, None
-            for path, options in PATHS:
+            paths = [*PATHS, TAPS] if name.startswith("resize_") else PATHS
+            for path, options in paths:
                 try:
-                    row, out = measure(graph, feeds, precision, options, args.runs)
+                    row, out = measure(
+                        graph, feeds, precision, options, args.runs, taps=path == TAPS[0]
+                    )
                 except Exception as exc:  # noqa: BLE001 - a path that fails is reported, not fatal
                     rows[path] = {"error": f"{type(exc).__name__}: {exc}"}
                     print(f"{key} {path}: {rows[path]['error']}", flush=True)
