@@ -348,6 +348,29 @@ def test_superres_fragment_equals_compute_within_one_level(precision, weights):
     assert all("[fragment" in op for op in ops[1:-1]), ops
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_superres_fragment_equals_compute_on_video_frames(precision):
+    """Decoded frames of a real clip (carphone, H.264, 4:2:0 chroma) through the frame graph,
+    every op drawn: within 1 level of the compute path."""
+    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
+    from tinydl.apps.superres import Upscaler, demo_clip
+
+    try:
+        src = demo_clip().parent / "carphone_pristine.mp4"
+    except td.TinyDLError as exc:
+        pytest.skip(str(exc))
+    with av.open(str(src)) as container:
+        decoded = container.decode(video=0)
+        frames = [next(decoded).to_ndarray(format="rgb24")[40:88, 56:120] for _ in range(40)]
+    batch = np.stack(frames[::13])  # frames 0, 13, 26, 39
+    want = Upscaler(2, "webgpu", precision).session.run({"frame": batch})["upscaled"]
+    sess = Upscaler(2, "webgpu", precision, shaders="fragment").session
+    got = sess.run({"frame": batch})["upscaled"]
+    assert got.shape == want.shape == (4, 96, 128, 3)
+    assert np.abs(got.astype(int) - want).max() <= 1
+    assert all("[fragment" in op for op in labels(sess)[1:-1])
+
+
 def test_auto_measures_each_node_and_caches_the_choice(rng, tmp_path, monkeypatch):
     """shaders="auto": both paths timed per node; the plan follows the choice; a new session
     (a new process alike) reads the choice from the cache without measuring."""
