@@ -7,6 +7,7 @@ Runs on Mesa's lavapipe in CI; skipped only when wgpu or an adapter is missing.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -568,3 +569,33 @@ def test_no_runtime_dir_warning_on_stderr(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "(1, 1, 24, 24)" in run.stdout
     assert "XDG_RUNTIME_DIR" not in run.stderr, run.stderr
+
+
+def test_cffi_types_parsed_in_one_pass_equal_cffi_own():
+    """The webgpu backend parses wgpu-py's C types in one pycparser pass at start: each type is
+    the one cffi makes by itself (compared across two fresh processes), and once the context is
+    made, none of them is parsed again."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from wgpu.backends.wgpu_native._ffi import ffi
+        from tinydl.backends.webgpu.cffi_types import TYPES, prewarm
+        n = prewarm() if sys.argv[1] == "on" else 0
+        types = {t: ffi._typeof(t, consider_function_as_funcptr=True) for t in TYPES}
+        print(json.dumps({"n": n, "types": {t: (b.cname, b.kind) for t, b in types.items()}}))
+        """
+    )
+    got = {}
+    for mode in ("on", "off"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True
+        )
+        got[mode] = json.loads(done.stdout)
+    assert got["on"]["n"] >= 50
+    assert got["on"]["types"] == got["off"]["types"]
+    from wgpu.backends.wgpu_native._ffi import ffi
+
+    from tinydl.backends.webgpu.cffi_types import TYPES
+
+    get_context()
+    assert all(t in ffi._parsed_types for t in TYPES)

@@ -113,6 +113,9 @@ class Context:
     def __init__(self, index: int | None = None):
         wgpu = import_wgpu()
         t0 = time.perf_counter()
+        from tinydl.backends.webgpu.cffi_types import prewarm
+
+        prewarm()  # wgpu-py's C types parsed in one pass, not one at a time
         self.wgpu = wgpu
         # The adapter's index in adapter_names(), or None for the default choice.
         self.index = index
