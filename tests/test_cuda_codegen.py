@@ -144,7 +144,7 @@ def _cpu_context(monkeypatch, tmp_path):
 
     from tinydl.backends.cuda import context
 
-    monkeypatch.setenv(context.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path))
     ctx = object.__new__(context.Context)
     loaded = []
     ctx.cp = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or _Module(path))

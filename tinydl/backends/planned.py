@@ -140,19 +140,65 @@ def frozen(graph: Graph):
 
 
 def templates(package: str) -> Callable[..., str]:
-    """A `render(template, **params)` for the Jinja2 template files of `package`."""
+    """A `render(template, **params)` for the Jinja2 template files of `package` (its Jinja2
+    environment made at the first render). Compiled templates are kept in
+    $TINYDL_CACHE_DIR/templates (Jinja2's bytecode cache, checked against each template's source),
+    so a new process does not compile them again."""
+    env = None
+
+    def render(template: str, **params) -> str:
+        nonlocal env
+        if env is None:
+            env = _environment(package)
+        return env.get_template(template).render(**params)
+
+    return render
+
+
+def _environment(package: str):
     import jinja2
 
-    env = jinja2.Environment(
+    return jinja2.Environment(
+        # (source, a file name unique across packages: the bytecode cache's key, always current)
         loader=jinja2.FunctionLoader(
-            lambda name: resources.files(package).joinpath(name).read_text(encoding="utf-8")
+            lambda name: (
+                resources.files(package).joinpath(name).read_text(encoding="utf-8"),
+                f"{package}/{name}",
+                lambda: True,
+            )
         ),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        bytecode_cache=_template_cache(),
     )
-    return lambda template, **params: env.get_template(template).render(**params)
+
+
+def _template_cache():
+    """Jinja2's file system bytecode cache in the cache folder; None when it cannot be made (a
+    cache that cannot be written only costs the compile)."""
+    import jinja2
+
+    from tinydl.cache import cache_dir
+
+    class Cache(jinja2.FileSystemBytecodeCache):
+        def load_bytecode(self, bucket) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except Exception:  # noqa: BLE001 - a damaged entry is compiled again
+                bucket.reset()
+
+        def dump_bytecode(self, bucket) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    try:
+        folder = cache_dir("templates")
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return Cache(str(folder), "%s.jinja")
 
 
 # -- plans ---------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinydl.cache import cache_dir as tinydl_cache
 from tinydl.pipeline.component import Component, Context
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet, T
@@ -153,8 +154,7 @@ def _cores() -> list[int]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TINYDL_CACHE_DIR") or Path.home() / ".cache" / "tinydl"
-    return Path(root) / "profiles"
+    return tinydl_cache("profiles")
 
 
 def cache_path(app) -> Path:

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinydl.cache import cache_dir as tinydl_cache
 from tinydl.errors import BackendUnavailableError
 
-CACHE_ENV = "TINYDL_CACHE_DIR"
 DEVICE_ENV = "TINYDL_CUDA_DEVICE"
 OPTIONS = ("-std=c++17",)
 # Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
@@ -74,8 +74,7 @@ def no_device_reason(exc: Exception) -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tinydl")
-    return Path(root) / "cuda"
+    return tinydl_cache("cuda")
 
 
 class Context:

@@ -28,13 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from tinydl.cache import cache_dir
+
 RUNS = 5
 _LOCK = threading.Lock()
 
 
 def cache_path() -> Path:
-    root = os.environ.get("TINYDL_CACHE_DIR") or Path.home() / ".cache" / "tinydl"
-    return Path(root) / "webgpu" / "shaders.json"
+    return cache_dir("webgpu", "shaders.json")
 
 
 def _key(plan_cls, owner, inputs) -> str:
