@@ -88,3 +88,20 @@ def test_ppocr_det_keeps_most_values_in_fp16(rapidocr_models):
     d = decide(graph, {graph.inputs[0].name: x})
     assert d.fp16_error > DEFAULT_TOLERANCE >= d.error
     assert len(d.fp16) > len(d.fp32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [1e-8, 1e-5, 0.02, 1.0, 3e4])
+def test_to_half_is_numpys_conversion_bit_for_bit(rng, dtype, scale):
+    """The fast fp16 conversion (weights for fp16 storage, split weights' low parts) equals
+    NumPy's astype bit for bit: subnormals, ties, signed zeros, overflow, NaN."""
+    from tinydl.backends.base import to_half
+
+    x = (rng.standard_normal(20_000) * scale).astype(dtype)
+    edges = [0.0, -0.0, 2.0**-25, -3 * 2.0**-25, 2.0**-14 - 2.0**-30, -(2.0**-24) / 2, 65520.0]
+    x[: len(edges) + 1] = [*edges, np.nan]
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+        got = to_half(x)
+    assert got.dtype == np.float16 and got.shape == x.shape
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

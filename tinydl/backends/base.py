@@ -41,6 +41,24 @@ def content_key(array: np.ndarray) -> tuple:
     return (a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).data, digest_size=16).digest())
 
 
+def to_half(array) -> np.ndarray:
+    """`array` as float16, bit for bit what `astype(np.float16)` gives, but fast where values
+    fall in fp16's subnormal range (|x| < 2^-14: small weights, the low parts of split weights),
+    where NumPy's conversion is 10-20x slower than for normal values: those are rounded as
+    integers of 2^-24 (round half to even, as IEEE conversion does)."""
+    x = np.ascontiguousarray(array)
+    if x.dtype not in (np.float32, np.float64):
+        return x.astype(np.float16)
+    small = (np.abs(x) < 2.0**-14) & (x != 0)
+    if not small.any():
+        return x.astype(np.float16)
+    out = np.where(small, x.dtype.type(0), x).astype(np.float16)
+    tiny = x[small]
+    magnitude = np.rint(np.abs(tiny) * 2.0**24).astype(np.uint16)  # exact: a power of two
+    out.view(np.uint16)[small] = np.where(np.signbit(tiny), np.uint16(0x8000), 0) | magnitude
+    return out
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """What a backend compiles with: the precision and its backend options (`extra`).

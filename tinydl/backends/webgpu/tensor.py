@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from tinydl.backends.base import to_half
+
 # Storage element types: WGSL scalar name -> NumPy dtype. "u8" is bytes packed four to a u32
 # word (WGSL has no 8-bit type); only Cast and views handle it.
 STORAGE_TYPES = {
@@ -144,4 +146,6 @@ def to_storage(array: np.ndarray, stype: str) -> np.ndarray:
                 f"WebGPU holds {array.dtype} as int32: values {lo}..{hi} do not fit "
                 f"({_I32.min}..{_I32.max})"
             )
+    if stype == "f16" and np.asarray(array).dtype.kind == "f":
+        return to_half(array)
     return np.ascontiguousarray(array, dtype=STORAGE_TYPES[stype])

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from tinydl.backends.base import to_half
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
 from tinydl.backends.fusion import (
     as_2d,
@@ -125,13 +126,15 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     kp = math.ceil(k / TC_BK) * TC_BK
     ocp = math.ceil(oc / bn) * bn
     # [OC][ky, kx, ci] (tap-major, as the kernel walks K) as hi + lo fp16 parts: float32's
-    # precision but for the low part's rounding (2^-22 relative), on fp16 tensor cores.
-    full = np.zeros((ocp, kp), np.float64)
+    # precision but for the low part's rounding (2^-22 relative), on fp16 tensor cores. In
+    # float32 throughout: a float32 minus its fp16 rounding is exact in float32, and NumPy's
+    # fp16 <-> float64 conversions are several times slower than float32's.
+    full = np.zeros((ocp, kp), np.float32)
     full[:oc, :k] = (
         np.asarray(w).reshape(oc, g["C"], g["KH"], g["KW"]).transpose(0, 2, 3, 1).reshape(oc, k)
     )
-    hi = full.astype(np.float16)
-    lo = (full - hi.astype(np.float64)).astype(np.float16)
+    hi = to_half(full)
+    lo = to_half(full - hi.astype(np.float32))
     m = g["N"] * g["OH"] * g["OW"]
     # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
     tiles = math.ceil(m / bm) * (ocp // bn)

@@ -244,12 +244,12 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     # Pack weights as [ocb][chunk][c4 in chunk][ky][kx][ocv][input lane] vec4 of output lanes.
     ocp = nocb * cfg.ocv * 4
     if scalar_in:
-        wp = np.zeros((ocp, kh, kw))
+        wp = np.zeros((ocp, kh, kw), np.float32)
         wp[:oc] = w[:, 0]
         wp = wp.reshape(nocb, cfg.ocv, 4, kh, kw).transpose(0, 3, 4, 1, 2)
     else:
         cp = nchunk * cfg.cc4 * 4
-        wp = np.zeros((ocp, cp, kh, kw))
+        wp = np.zeros((ocp, cp, kh, kw), np.float32)
         wp[:oc, :c] = w
         wp = wp.reshape(nocb, cfg.ocv, 4, nchunk, cfg.cc4, 4, kh, kw)
         wp = wp.transpose(0, 3, 4, 6, 7, 1, 5, 2)
@@ -460,7 +460,7 @@ def conv_transpose(b):
     mg4 = math.ceil(mg / 4)
     kh, kw = g["KH"], g["KW"]
     # Weights as [g][ic][ky][kx][m4] vec4 of 4 output channels of the group.
-    wp = np.zeros((group, cg, kh, kw, mg4 * 4))
+    wp = np.zeros((group, cg, kh, kw, mg4 * 4), np.float32)
     wp[..., :mg] = w.reshape(group, cg, mg, kh, kw).transpose(0, 1, 3, 4, 2)
     wbuf = b.upload("weights", wp.reshape(-1, 4).astype(np.float32), "f32")
     acts, slope = _epilogue(b, oc)
