@@ -49,14 +49,14 @@ def to_half(array) -> np.ndarray:
     x = np.ascontiguousarray(array)
     if x.dtype not in (np.float32, np.float64):
         return x.astype(np.float16)
-    small = (np.abs(x) < 2.0**-14) & (x != 0)
+    a = np.abs(x)
+    small = (a < 2.0**-14) & (x != 0)
     if not small.any():
         return x.astype(np.float16)
-    out = np.where(small, x.dtype.type(0), x).astype(np.float16)
-    tiny = x[small]
-    magnitude = np.rint(np.abs(tiny) * 2.0**24).astype(np.uint16)  # exact: a power of two
-    out.view(np.uint16)[small] = np.where(np.signbit(tiny), np.uint16(0x8000), 0) | magnitude
-    return out
+    bits = np.where(small, x.dtype.type(0), x).astype(np.float16).view(np.uint16)
+    tiny = np.rint(np.where(small, a, 0) * 2.0**24).astype(np.uint16)  # exact: a power of 2
+    tiny |= np.signbit(x).astype(np.uint16) << 15
+    return np.where(small, tiny, bits).view(np.float16)
 
 
 @dataclass(frozen=True)
