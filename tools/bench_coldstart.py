@@ -4,8 +4,10 @@
     python tools/bench_coldstart.py --models resnet18,densenet121 --backends cuda --json cold.json
 
 Each measurement is a fresh Python process. "cold" gives it an empty tinydl cache folder
-(`TINYDL_CACHE_DIR`: compiled CUDA kernels, webgpu pipeline cache), "warm" runs it again on the
-cache the cold run left, as a second start of the same app does. Reported per model, backend
+(`TINYDL_CACHE_DIR`: compiled CUDA kernels and templates, webgpu shader-path choices) and empty
+driver shader caches (NVIDIA's and Mesa's on-disk caches, CUDA's JIT cache, pointed into the
+same folder), "warm" runs it again on the caches the cold run left, as a second start of the
+same app does. Reported per model, backend
 and start: import, load, compile, first run (with its host read-back) and the total, in seconds,
 with the kernels compiled and the compile threads' summed time on cuda.
 
@@ -102,6 +104,15 @@ def model_path(name: str, onnx_dir: Path) -> str:
 def start(path: str, backend: str, cache: str, threads: int, profile: str = "") -> dict:
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
+    # The drivers' own shader caches (NVIDIA's, Mesa's, CUDA's JIT) start empty with ours.
+    drivers = {
+        "__GL_SHADER_DISK_CACHE_PATH": os.path.join(cache, "nvidia"),
+        "MESA_SHADER_CACHE_DIR": os.path.join(cache, "mesa"),
+        "CUDA_CACHE_PATH": os.path.join(cache, "cuda-jit"),
+    }
+    for folder in drivers.values():
+        os.makedirs(folder, exist_ok=True)  # NVIDIA's driver writes no cache into a missing one
+    env.update(drivers)
     if profile:
         env["COLDSTART_PROFILE"] = profile
     proc = subprocess.run(

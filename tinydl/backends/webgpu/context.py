@@ -9,6 +9,7 @@ DeviceLostError works.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import ctypes
 import hashlib
 import os
@@ -24,6 +25,21 @@ from tinydl.errors import BackendUnavailableError, BufferSizeError, DeviceLostEr
 # Compiled pipelines a device keeps cached (shapes are baked into kernels, so inputs of ever new
 # sizes would otherwise grow this without bound).
 MAX_PIPELINES = 2048
+# Threads compiling pipelines while a plan is built (the driver's compiler releases the GIL).
+COMPILE_THREADS = min(8, os.cpu_count() or 1)
+_compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_compile_pool_lock = threading.Lock()
+
+
+def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _compile_pool
+    with _compile_pool_lock:
+        if _compile_pool is None:
+            _compile_pool = concurrent.futures.ThreadPoolExecutor(
+                COMPILE_THREADS, thread_name_prefix="tinydl-webgpu-compile"
+            )
+        return _compile_pool
+
 
 ADAPTER_ENV = "TINYDL_WEBGPU_ADAPTER"
 # Features used when the adapter has them; none is required.
@@ -133,6 +149,7 @@ class Context:
         # Compiled pipelines by source hash, least recently used first (plans hold their own).
         self._pipelines: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._pipelines_lock = threading.Lock()
+        self._compiling: dict[str, concurrent.futures.Future] = {}
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._lock = threading.Lock()
         # Held while a command buffer is recorded and submitted, and around the fence.
@@ -184,6 +201,30 @@ class Context:
 
         return self._cached(source, label or "a kernel", make)
 
+    def pipeline_soon(self, source: str, label: str = ""):
+        """The compute pipeline for `source` if it is compiled, else a Future of it, compiled on
+        a thread of the compile pool (a plan resolves its Futures once every node is built, so
+        the driver compiles its kernels in parallel while Python builds the rest)."""
+        key = hashlib.sha256(source.encode()).hexdigest()
+        with self._pipelines_lock:
+            cached = self._pipelines.get(key)
+            if cached is not None:
+                self._pipelines.move_to_end(key)
+                return cached
+            future = self._compiling.get(key)
+            if future is None:
+                future = self._compiling[key] = compile_pool().submit(
+                    self._compile_soon, source, label, key
+                )
+            return future
+
+    def _compile_soon(self, source: str, label: str, key: str):
+        try:
+            return self.pipeline(source, label)
+        finally:
+            with self._pipelines_lock:
+                self._compiling.pop(key, None)
+
     def render_pipeline(self, source: str, formats: list[str], label: str = ""):
         """A render pipeline for WGSL `source` (entry points `vs` and `fs`) drawing a triangle
         list into color targets of `formats`, cached by a hash of both."""
@@ -219,8 +260,8 @@ class Context:
             self._pipelines[key] = pipeline
             while len(self._pipelines) > MAX_PIPELINES:
                 self._pipelines.popitem(last=False)
-        self.stats["pipelines"] += 1
-        self.stats["compile_s"] += time.perf_counter() - t0
+            self.stats["pipelines"] += 1
+            self.stats["compile_s"] += time.perf_counter() - t0  # summed over threads
         return pipeline
 
     def sampler(self, linear: bool = False):

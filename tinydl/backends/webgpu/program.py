@@ -12,6 +12,7 @@ labelled in the profile like any op. Textures are shared by liveness as buffers 
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 from collections.abc import Collection
@@ -114,7 +115,7 @@ class Build(planned.Build):
     def dispatch(self, template: str, bindings: list, grid, label: str = "", **params) -> None:
         label = label or self.label
         source = render(template, header=_header(self.ctx.has_f16), label=label, **params)
-        pipeline = self.ctx.pipeline(source, label)
+        pipeline = self.ctx.pipeline_soon(source, label)  # resolved in Plan.finish
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         limit = int(self.ctx.limits.get("max-compute-workgroups-per-dimension", 65535))
         if max(grid) > limit:
@@ -246,6 +247,9 @@ class Plan(planned.Plan):
     def finish(self) -> None:
         for name in self.output_names:
             self.as_buffer(name)
+        for step in self.steps:  # the pipelines compiled on threads while the plan was built
+            if isinstance(step, Dispatch) and isinstance(step.pipeline, concurrent.futures.Future):
+                step.pipeline = step.pipeline.result()
 
     def rewrite(self, body, keep, shape_of, types):
         nodes = fuse(
