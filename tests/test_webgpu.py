@@ -140,6 +140,9 @@ def test_profile_reports_ops_and_init_costs(tmp_path, rng):
     report = sess.profile()
     (part,) = report["partitions"]
     assert {"weights_s", "plan_s", "compile_s", "first_run_s"} <= set(part["init"])
+    # the host side of the run: recording, submitting, waiting for and mapping the output
+    assert set(part["host"]) == {"encode_s", "submit_s", "read_s"}
+    assert all(s > 0 for s in part["host"].values())
     if get_context().has_timestamps:
         ops = report["ops"]
         assert len(ops) == 3 and all(op["seconds"] > 0 for op in ops)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import math
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -546,6 +547,7 @@ class Plan(planned.Plan):
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: dict[str, GPUTensor], host: Collection[str], timing: str | None):
         ctx = self.ctx
+        t0 = time.perf_counter()
         env: dict[str, Storage] = dict(self.buffers)
         for name in self.input_names:
             env[name] = feeds[name].storage
@@ -561,6 +563,7 @@ class Plan(planned.Plan):
                     count = 2 * (len(self.steps) if timing == "ops" else 1)
                     queries = ctx.device.create_query_set(type="timestamp", count=max(count, 2))
                 self._encode(encoder, env, queries, timing)
+                t_encode = time.perf_counter()
                 staging = {}
                 u = ctx.wgpu.BufferUsage
                 if host:
@@ -589,6 +592,7 @@ class Plan(planned.Plan):
                     ts_buf = ctx.acquire(8 * n, u.MAP_READ | u.COPY_DST)
                     encoder.copy_buffer_to_buffer(resolved, 0, ts_buf, 0, 8 * n)
                 ctx.queue.submit([encoder.finish()])
+        t_submit = time.perf_counter()
         results: dict[str, Any] = {}
         for name in self.output_names:
             if name in self.const_outputs:
@@ -607,6 +611,11 @@ class Plan(planned.Plan):
                 results[name] = from_storage(ctx.map_read(staging[name], self.nbytes(info)), t)
             else:
                 results[name] = t
+        self.owner.last_host = {
+            "encode_s": t_encode - t0,  # buffers for the outputs, the command buffer recorded
+            "submit_s": t_submit - t_encode,  # read-back copies recorded, finish, submit
+            "read_s": time.perf_counter() - t_submit,  # the wait for the GPU, outputs mapped
+        }
         # Timestamps are read later (WebGPUKernel.timings), so timing does not add a wait.
         pending = None
         if queries is not None:
@@ -762,9 +771,16 @@ class WebGPUKernel(planned.PlannedKernel):
         usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
         return Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
 
+    last_host: dict[str, float] | None = None  # the host side of the last run (Plan.run)
+
     def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> tuple:
         """Run; the outputs named in `host` come back as NumPy arrays read in the same submit."""
         return plan.run(inputs, host, self.timing)
+
+    def profile(self) -> dict[str, Any]:
+        """planned's report, with "host": the last run's host seconds — encode (the command
+        buffer), submit (finish and submit), read (the wait for the GPU and the mapping)."""
+        return {**super().profile(), "host": dict(self.last_host or {})}
 
     def read_timing(self, pending: tuple) -> list[float]:
         buf, nbytes, _ = pending
