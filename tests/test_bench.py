@@ -489,3 +489,20 @@ def test_docs_embed_only_images_that_exist():
             if "://" not in target and not (doc.parent / target).is_file():
                 missing.append(f"{doc.relative_to(root)}: {target}")
     assert not missing, missing
+
+
+def test_litert_runs_a_tflite_model_from_its_own_file(tmp_path, capsys):
+    """Given a .tflite file (MediaPipe's face detector: NHWC input, two 3-D outputs), LiteRT
+    runs that file as it is, not a rewrite, and matches tinydl's output."""
+    pytest.importorskip("ai_edge_litert", reason="pip install 'tinydl[bench]'")
+    from helpers.models import mediapipe_model
+
+    path = mediapipe_model("face_detection/face_detection_short_range.tflite")
+    json_path = tmp_path / "results.json"
+    argv = ["bench", str(path), "--backends", "numpy", "--peers", "litert", "--warmup", "1"]
+    argv += ["--runs", "2", "--transfer-runs", "0", "--no-charts", "-o", str(json_path)]
+    assert main(argv) == 0, capsys.readouterr().out
+    targets = {t["name"]: t for t in json.loads(json_path.read_text())["targets"]}
+    cpu = targets["litert/cpu"]
+    assert cpu["status"] == "ok", cpu.get("reason")
+    assert cpu["info"]["model_load"].startswith("the model's own .tflite file")

@@ -14,6 +14,7 @@ outputs inside each timed run, as a user with NCHW data would.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -389,8 +390,17 @@ class LiteRTTarget(Target):
     def __init__(self, model: Model, config: Config, gpu: bool):
         super().__init__(f"litert/{'gpu' if gpu else 'cpu'}", model, config)
         self.gpu = gpu
-        self.path = model.workdir / f"{model.stem}.tflite"
-        self.info["model_load"] = "tinydl-bench's .tflite writer (LiteRT reads the file in compile)"
+        # A .tflite model is LiteRT's own file: it runs as it is, in its own layout (tinydl's
+        # importer keeps the file's inputs and outputs); other models go through the writer.
+        self.native = Path(model.path).suffix.lower() == ".tflite"
+        if self.native:
+            self.path = Path(model.path)
+            self.info["model_load"] = "the model's own .tflite file (LiteRT reads it in compile)"
+        else:
+            self.path = model.workdir / f"{model.stem}.tflite"
+            self.info["model_load"] = (
+                "tinydl-bench's .tflite writer (LiteRT reads the file in compile)"
+            )
         self.instances: list = []
         if gpu:
             self.gpu_note = "n/a: LiteRT's Python API has no device timestamps"
@@ -417,6 +427,8 @@ class LiteRTTarget(Target):
             self.device = f"CPU (XNNPACK), {self.config.cpu_threads} threads"
 
     def load(self) -> None:
+        if self.native:
+            return
         t0 = time.perf_counter()
         write_tflite(self.model, self.path)
         self.info["convert_s"] = time.perf_counter() - t0
@@ -443,10 +455,14 @@ class LiteRTTarget(Target):
     def run(self, inst, feeds) -> list[np.ndarray]:
         cm, ins, outs = inst
         for v, buf in zip(self.model.graph.inputs, ins, strict=True):
-            buf.write(np.ascontiguousarray(feeds[v.name].transpose(NHWC)))
+            x = feeds[v.name]
+            buf.write(np.ascontiguousarray(x if self.native else x.transpose(NHWC)))
         cm.run_by_index(0, ins, outs)
         result = []
         for ref, buf in zip(self.model.reference, outs, strict=True):
+            if self.native:
+                result.append(buf.read(ref.size, np.float32).reshape(ref.shape))
+                continue
             n, c, h, w = ref.shape
             y = buf.read(ref.size, np.float32).reshape(n, h, w, c)
             result.append(np.ascontiguousarray(y.transpose(NCHW)))
