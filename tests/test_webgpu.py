@@ -602,3 +602,30 @@ def test_cffi_types_parsed_in_one_pass_equal_cffi_own():
 
     get_context()
     assert all(t in ffi._parsed_types for t in TYPES)
+
+
+def test_small_deep_convs_get_enough_workgroups():
+    """A conv over a small image with many channels (8x8, 864 -> 144) is split into more
+    workgroups (fewer output channels and rows per thread); ESPCN's layers at 360p keep the
+    blocking measured best for them."""
+    from tinydl.backends.webgpu.kernels.conv import (
+        MIN_WORKGROUPS,
+        DirectConfig,
+        _default_config,
+        _workgroups,
+    )
+
+    def geom(c, oc, h, w, k=1):
+        return dict(N=1, C=c, OC=oc, OH=h, OW=w, KH=k, KW=k, SH=1, SW=1, DH=1, DW=1)
+
+    small = geom(864, 144, 8, 8)
+    cfg = _default_config(small, False, 36)
+    assert _workgroups(cfg, small, 36) >= MIN_WORKGROUPS // 2 and cfg.ocv == 1
+    for c, oc, k in [(64, 32, 3), (32, 9, 3)]:
+        g = geom(c, oc, 360, 640, k)
+        oc4 = -(-oc // 4)
+        assert vars(_default_config(g, False, oc4)) == vars(
+            DirectConfig(tx=32, ty=4, py=2, ocv=4, cc4=1)
+            if oc4 >= 4
+            else DirectConfig(tx=16, ty=8, py=2, ocv=oc4, cc4=1)
+        )

@@ -212,7 +212,24 @@ def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
         cfg.ty *= 2
     while cfg.ty * cfg.py > 2 * g["OH"] and cfg.ty > 1:
         cfg.ty //= 2
+    # Small images with many channels (the deep end of a mobile net: 8x8 x 864 -> 144) left a
+    # few workgroups to loop over every input channel: fewer output channels and rows per
+    # thread make more of them, down to one vec4 and one row.
+    while _workgroups(cfg, g, oc4) < MIN_WORKGROUPS and (cfg.ocv > 1 or cfg.py > 1):
+        if cfg.ocv > 1:
+            cfg.ocv //= 2
+        else:
+            cfg.py //= 2
     return cfg
+
+
+# Workgroups a conv_direct dispatch should have at least, when its blocking can shrink.
+MIN_WORKGROUPS = 64
+
+
+def _workgroups(cfg: DirectConfig, g, oc4: int) -> int:
+    tiles = math.ceil(g["OW"] / cfg.tx) * math.ceil(g["OH"] / (cfg.ty * cfg.py))
+    return g["N"] * tiles * math.ceil(oc4 / min(cfg.ocv, oc4))
 
 
 def _tile(cfg: DirectConfig, g) -> tuple[int, int]:
