@@ -621,6 +621,7 @@ def test_small_deep_convs_get_enough_workgroups():
     small = geom(864, 144, 8, 8)
     cfg = _default_config(small, False, 36)
     assert (cfg.ocv, cfg.py) == (1, 1) and _workgroups(cfg, small, 36) == 36  # was 9
+    assert cfg.cc4 == 8  # 8 vec4 of input channels a barrier
     deep = geom(288, 512, 32, 32)  # shrinks only as far as it takes
     cfg = _default_config(deep, False, 128)
     assert _workgroups(cfg, deep, 128) >= MIN_WORKGROUPS and cfg.ocv > 1

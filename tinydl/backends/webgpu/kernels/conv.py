@@ -220,7 +220,21 @@ def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
             cfg.ocv //= 2
         else:
             cfg.py //= 2
+    # ... and there each barrier is paid for few pixels: more input channels per chunk.
+    if not scalar_in and g["OH"] * g["OW"] <= SMALL_PIXELS:
+        cfg.cc4 = max(1, min(SMALL_CC4, math.ceil(g["C"] / 4)))
     return cfg
+
+
+# Images of at most SMALL_PIXELS output pixels stage SMALL_CC4 vec4 of input channels a chunk.
+# On an H100, GPU ms of face detection / palm detection / pose landmark / pose detection /
+# ResNet-18 at (pixels, vec4): (any, 1) 0.414 / 1.131 / 2.993 / 2.292 / 1.665; (1024, 2) 0.362 /
+# 0.944 / 2.408 / 1.812 / 1.442; (1024, 4) 0.336 / 0.855 / 2.042 / 1.600 / 1.405; (1024, 8)
+# 0.333 / 0.831 / 1.978 / 1.583 / 1.440 (again: 0.331 / 0.836 / 1.989 / 1.579 / 1.450); (4096, 8)
+# 0.330 / 0.841 / 2.046 / 1.584 / 1.546; (16384, 8) 0.325 / 0.857 / 1.949 / 1.589 / 1.543. ESPCN
+# (360p: 230,400 pixels) keeps one vec4, measured best for it.
+SMALL_PIXELS = 1024
+SMALL_CC4 = 8
 
 
 # Workgroups a conv_direct dispatch should have at least, when its blocking can shrink. On an
