@@ -283,8 +283,13 @@ def test_residual_add_fused_into_conv(rng, late, precision):
 @pytest.mark.parametrize("pinned", [False, True])
 def test_stack_to_device_matches_concatenate(rng, pinned):
     """Frames copied one by one into their places of one device batch, from pageable or
-    page-locked memory; a pooled frame rewritten right after the call does not change the
-    batch (the copies are done before the frame is let go)."""
+    page-locked memory. The copies may still be in flight when the call returns, so the
+    context holds the frames themselves until its stream has done them (a pool sees them in
+    use and does not hand them out again); once done, rewriting a frame leaves the batch as
+    it is. (Rewriting a frame the caller still holds before the stream is done is the
+    caller's race: the test did that once and failed under load.)"""
+    from tinydl.backends.cuda.context import get_context
+
     shapes = [(1, 37, 53, 3), (2, 37, 53, 3), (1, 37, 53, 3)]
     frames = []
     for shape in shapes:
@@ -293,6 +298,9 @@ def test_stack_to_device_matches_concatenate(rng, pinned):
         frames.append(a)
     want = np.concatenate(frames)
     got = BACKEND.stack_to_device(frames)
+    _, kept = get_context()._kept[-1]
+    assert all(any(k is a for k in kept) for a in frames)  # held until copied
+    cp.cuda.get_current_stream().synchronize()
     for a in frames:
         a[...] = 0  # as a source reusing its frames would
     assert isinstance(got, cp.ndarray) and got.shape == want.shape
