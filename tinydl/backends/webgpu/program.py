@@ -573,16 +573,21 @@ class Plan(planned.Plan):
                     # (two command buffers in one submission do not help).
                     ctx.queue.submit([encoder.finish()])
                     encoder = ctx.device.create_command_encoder()
+                # Every output bound for the host goes into one staging buffer, at 256-byte
+                # offsets, so the run maps one buffer however many outputs it has.
+                total = 0
                 for name in host:
                     if name in self.const_outputs:
                         continue  # known when planning: returned from the host copy below
-                    info = self.infos[name]
-                    nbytes = self.nbytes(info)
-                    buf = ctx.acquire(nbytes, u.MAP_READ | u.COPY_DST)
-                    encoder.copy_buffer_to_buffer(
-                        env[self.root(name)].buffer, 0, buf, 0, (nbytes + 3) // 4 * 4
-                    )
-                    staging[name] = buf
+                    staging[name] = total
+                    total += -(-self.nbytes(self.infos[name]) // 256) * 256
+                if staging:
+                    buf = ctx.acquire(total, u.MAP_READ | u.COPY_DST)
+                    for name, offset in staging.items():
+                        nbytes = (self.nbytes(self.infos[name]) + 3) // 4 * 4
+                        encoder.copy_buffer_to_buffer(
+                            env[self.root(name)].buffer, 0, buf, offset, nbytes
+                        )
                 if queries is not None:
                     n = queries.count
                     resolved = ctx.device.create_buffer(
@@ -594,6 +599,7 @@ class Plan(planned.Plan):
                 ctx.queue.submit([encoder.finish()])
         t_submit = time.perf_counter()
         results: dict[str, Any] = {}
+        mapped = None
         for name in self.output_names:
             if name in self.const_outputs:
                 value = np.asarray(self.const(self.root(name)))
@@ -608,7 +614,10 @@ class Plan(planned.Plan):
             info = self.infos[name]
             t = GPUTensor(env[self.root(name)], info.shape, info.dtype, info.stype, info.layout)
             if name in staging:
-                results[name] = from_storage(ctx.map_read(staging[name], self.nbytes(info)), t)
+                if mapped is None:
+                    mapped = ctx.map_read(buf, total)  # unmapped once every output is gone
+                offset = staging[name]
+                results[name] = from_storage(mapped[offset : offset + self.nbytes(info)], t)
             else:
                 results[name] = t
         self.owner.last_host = {
