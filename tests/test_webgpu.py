@@ -667,3 +667,43 @@ def test_host_outputs_share_one_read_back(rng):
     assert rel_err(kept, want1["c"]) < 1e-5  # still mapped, not overwritten by the second run
     for name in "abc":
         assert rel_err(got2[name], want2[name]) < 1e-5, name
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("residual_from", ["input", "conv"])
+def test_residual_add_fused_into_conv(rng, late, precision, residual_from):
+    """Conv -> Relu -> Add(., r) -> Relu: the Add and the Relu after it run in the conv's
+    epilogue when r is computed before the conv (read as NCHW when r is the input, as packed-4
+    when another conv makes it); when r comes later, they stay separate. Against NumPy."""
+    w1 = (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((6, 8, 3, 3)) * 0.2).astype(np.float32)
+    b2 = (rng.standard_normal(6) * 0.1).astype(np.float32)
+    nodes = []
+    r = "x"
+    if residual_from == "conv":
+        nodes.append(Node("Conv", ["x", "w1"], ["p"], {"pads": [1, 1, 1, 1]}, name="pre"))
+        r = "p"
+    nodes.append(Node("Conv", [r, "w1"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"))
+    nodes.append(Node("Relu", ["c"], ["a"], name="relu1"))
+    if late:
+        nodes.append(Node("Sigmoid", [r], ["s"], name="sig"))
+        r = "s"
+    nodes.append(Node("Add", ["a", r], ["sum"], name="add"))
+    nodes.append(Node("Relu", ["sum"], ["z"], name="relu2"))
+    nodes.append(Node("Conv", ["z", "w2", "b2"], ["y"], {"pads": [1, 1, 1, 1]}, name="post"))
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (2, 8, 13, 21))],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w1": w1, "w2": w2, "b2": b2},
+        )
+    )
+    x = rng.standard_normal((2, 8, 13, 21)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run({"x": x})["y"]
+    labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)

@@ -186,10 +186,13 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
     return [out.get(i, n) for i, n in enumerate(nodes) if id(n) not in dropped]
 
 
-def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[Node]:
+def fuse_residuals(
+    nodes: list[Node], keep: set[str], shape_of, graph, ok: Callable[[Node], bool] | None = None
+) -> list[Node]:
     """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
     shape and is computed before the convolution runs, and the activation after the Add (if
-    one alone reads it) too: ResNet/MobileNet residual blocks become one kernel."""
+    one alone reads it) too: ResNet/MobileNet residual blocks become one kernel. `ok(conv)`:
+    whether the backend's kernel for that convolution has the residual epilogue."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     users: dict[str, list[Node]] = {}
     for n in nodes:
@@ -204,6 +207,8 @@ def fuse_residuals(nodes: list[Node], keep: set[str], shape_of, graph) -> list[N
         out.append(node)
         conv = node.op in ("Conv", FUSED_CONV)
         if not conv or "d2s" in node.meta or "residual" in node.meta:
+            continue
+        if ok is not None and not ok(node):
             continue
         y = node.outputs[0]
         us = users.get(y, [])

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
-from tinydl.backends.fusion import fuse, fuse_attention, fuse_elementwise
+from tinydl.backends.fusion import fuse, fuse_attention, fuse_elementwise, fuse_residuals
 from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels import grid as kernel_grid
@@ -258,6 +258,13 @@ class Plan(planned.Plan):
         nodes = fuse(
             body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
         )
+        # A residual Add (and the activation after it) into conv_direct's epilogue; Winograd,
+        # opt-in, has no residual epilogue.
+        if not self.owner.extra.get("winograd"):
+            nodes = fuse_residuals(
+                nodes, keep, shape_of, body,
+                ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])),
+            )  # fmt: skip
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per

@@ -112,6 +112,8 @@ def conv(b):
     _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
     acts, slope = _epilogue(b, oc)
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
+    if "residual" in b.node.meta and not direct_ok(b.node, w):
+        raise ValueError(f"{b.label}: only the direct kernel has the residual epilogue")
     if b.attrs["group"] == 1 and _winograd_config(b, geom) is not None:
         _winograd(b, w, bias, slope, acts, geom)
     elif direct_ok(b.node, w):
@@ -141,6 +143,10 @@ def _store_params(b, bias, slope, acts, oc: int):
         BS=bs,
         CO=oc // (bs * bs),
         dcr=bool(d2s) and d2s[1] == "DCR",
+        residual=False,  # conv_direct's residual epilogue: set by _direct
+        rt="f32",
+        res_layout="nchw",
+        post=[],
     )
 
 
@@ -294,13 +300,22 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     key = ("weights", cfg.ocv, cfg.cc4)
     wbuf = b.upload(key, wp.reshape(-1, 4).astype(np.float32), wt)
     cbuf, store = _store_params(b, bias, slope, acts, oc)
+    residual = b.node.meta.get("residual")
+    bindings = [b.inputs[0], wbuf, cbuf, b.outputs[0]]
+    if residual is not None:  # + a same-shaped value, then the activation after the Add
+        ri = b.info(residual)
+        bindings.append(residual)
+        store.update(
+            residual=True, rt=ri.stype, res_layout=ri.layout,
+            post=epilogue_code(b.node.meta.get("post", []), activation_expr),
+        )  # fmt: skip
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
     grid = (math.ceil(g["OW"] / tw), math.ceil(g["OH"] / th), g["N"] * nocb)
     b.dispatch(
         "conv_direct.wgsl",
-        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        bindings,
         grid,
         **g,
         C4=c4,

@@ -12,6 +12,27 @@
 @group(0) @binding(1) var<storage, read> w: array<vec4<{{ wt }}>>;
 @group(0) @binding(2) var<storage, read> chan: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nc4hw4" else ot }}>;
+{% if residual %}
+// The residual: a value of the output's shape ({{ res_layout }}) added after the epilogue.
+@group(0) @binding(4) var<storage, read> res: array<{{ "vec4<" ~ rt ~ ">" if res_layout == "nc4hw4" else rt }}>;
+
+fn residual_at(n: u32, oc4: u32, oy: u32, ox: u32) -> vec4<f32> {
+    if (ox >= {{ OW }}u || oy >= {{ OH }}u || oc4 >= {{ OC4 }}u) {
+        return vec4<f32>(0.0);
+    }
+{% if res_layout == "nc4hw4" %}
+    return vec4<f32>(res[((n * {{ OC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+{% else %}
+    var v = vec4<f32>(0.0);
+{% for j in range(4) %}
+    if (oc4 * 4u + {{ j }}u < {{ OC }}u) {
+        v[{{ j }}] = f32(res[((n * {{ OC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+    }
+{% endfor %}
+    return v;
+{% endif %}
+}
+{% endif %}
 
 const TIH: u32 = {{ TIH }}u;
 const TIW: u32 = {{ TIW }}u;
@@ -112,6 +133,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% for e in epilogue %}
             r = {{ e }};
 {% endfor %}
+{% if residual %}
+            r = r + residual_at(n, oc4, oy, ox);
+{% for e in post %}
+            r = {{ e }};
+{% endfor %}
+{% endif %}
 {{ store("r", "ox", "oy", "oc4") }}        }
 {% endfor %}
     }
