@@ -54,6 +54,9 @@ def glyph_bits(rows) -> int:
     return sum(1 << (3 * r + c) for r, c in lit)
 
 
+FONT = [glyph_bits(GLYPHS[c]) for c in CHARS]  # the shader's glyph table, in CHARS order
+
+
 def overlay_geometry(canvas_height: int) -> tuple[int, int, int]:
     """(magnification, left, top) of the overlay text, in canvas and font pixels."""
     return max(2, round(canvas_height / 200)), 2, 2
@@ -133,9 +136,8 @@ class Viewer:
         self._last = None
         self._pending = None
         self._text = None
+        self._pipelines: dict[tuple, Any] = {}  # by frame size, canvas size and image index
         if overlay:
-            import wgpu
-
             self._text = self.ctx.device.create_buffer(
                 size=16 * TEXT_WORDS, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
             )
@@ -199,14 +201,19 @@ class Viewer:
         _, h, w, _ = frame.shape
         target = self.present.get_current_texture()
         cw, ch = target.size[0], target.size[1]
-        label = f"view {w}x{h}"
-        k, x0, y0 = overlay_geometry(ch)
-        source = render(
-            "view.wgsl", header=_header(self.ctx.has_f16), label=label,
-            W=w, H=h, CW=cw, CH=ch, n=index, overlay=self.overlay, K=k, X0=x0, Y0=y0,
-            TEXT=TEXT_WORDS, font=[glyph_bits(GLYPHS[c]) for c in CHARS],
-        )  # fmt: skip
-        pipeline = self.ctx.render_pipeline(source, [self.format], label)
+        geometry = (w, h, cw, ch, index)
+        pipeline = self._pipelines.get(geometry)
+        if pipeline is None:  # made once per frame and canvas size, not per frame
+            label = f"view {w}x{h}"
+            k, x0, y0 = overlay_geometry(ch)
+            source = render(
+                "view.wgsl", header=_header(self.ctx.has_f16), label=label,
+                W=w, H=h, CW=cw, CH=ch, n=index, overlay=self.overlay, K=k, X0=x0, Y0=y0,
+                TEXT=TEXT_WORDS, font=FONT,
+            )  # fmt: skip
+            pipeline = self._pipelines[geometry] = self.ctx.render_pipeline(
+                source, [self.format], label
+            )
         entries = [{"binding": 0, "resource": {"buffer": frame.storage.buffer}}]
         if self._text is not None:
             entries.append({"binding": 1, "resource": {"buffer": self._text}})

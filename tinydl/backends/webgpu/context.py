@@ -205,11 +205,10 @@ class Context:
         """The compute pipeline for `source` if it is compiled, else a Future of it, compiled on
         a thread of the compile pool (a plan resolves its Futures once every node is built, so
         the driver compiles its kernels in parallel while Python builds the rest)."""
-        key = hashlib.sha256(source.encode()).hexdigest()
+        key = _pipeline_key(source)
         with self._pipelines_lock:
-            cached = self._pipelines.get(key)
+            cached = self._cached_locked(key)
             if cached is not None:
-                self._pipelines.move_to_end(key)
                 return cached
             future = self._compiling.get(key)
             if future is None:
@@ -244,14 +243,20 @@ class Context:
 
         return self._cached(source, label or "a shader", make, "|" + ",".join(formats))
 
+    def _cached_locked(self, key: str):
+        """The pipeline cached under `key` (marked recently used), or None; hold the lock."""
+        cached = self._pipelines.get(key)
+        if cached is not None:
+            self._pipelines.move_to_end(key)
+        return cached
+
     def _cached(self, source: str, what: str, make, extra: str = ""):
         """The pipeline `make(module)` builds from `source`, compiled once per hash of the
         source (and `extra`), the least recently used dropped past MAX_PIPELINES."""
-        key = hashlib.sha256((source + extra).encode()).hexdigest()
+        key = _pipeline_key(source, extra)
         with self._pipelines_lock:
-            cached = self._pipelines.get(key)
+            cached = self._cached_locked(key)
             if cached is not None:
-                self._pipelines.move_to_end(key)
                 return cached
         t0 = time.perf_counter()
         with self.guard(f"compiling {what}"):
@@ -430,6 +435,11 @@ class _Guard:
                 f"{str(exc).strip().splitlines()[-1]}; compile the model again"
             ) from exc
         return False
+
+
+def _pipeline_key(source: str, extra: str = "") -> str:
+    """The pipeline cache's key: a hash of the WGSL source (and of `extra`: render targets)."""
+    return hashlib.sha256((source + extra).encode()).hexdigest()
 
 
 def _round4(n: int) -> int:

@@ -655,20 +655,15 @@ class Plan(planned.Plan):
                 self._draw(encoder, unit[0], env, queries, begin, end)
                 continue
             cp = encoder.begin_compute_pass(timestamp_writes=_writes(queries, begin, end))
-            native = _native_pass()
-            if native is None:
-                for step in unit:
-                    self._record(cp, step, env)
-            else:
-                # wgpu-native's three entry points called directly: about 2 us a dispatch
-                # against 9-16 through wgpu-py's wrappers (which check for errors per call;
-                # an encoding error still surfaces at finish, through wgpu-py)
-                set_pipeline, set_bind_group, dispatch, null = native
-                handle = cp._internal
-                for step in unit:
-                    set_pipeline(handle, step.pipeline._internal)
-                    set_bind_group(handle, 0, self._bind_group(step, env)._internal, 0, null)
-                    dispatch(handle, *step.grid)
+            # wgpu-native's three entry points called directly: about 2 us a dispatch against
+            # 9-16 through wgpu-py's wrappers (which check for errors per call; an encoding
+            # error still surfaces at finish, through wgpu-py)
+            set_pipeline, set_bind_group, dispatch, null = _native_pass()
+            handle = cp._internal
+            for step in unit:
+                set_pipeline(handle, step.pipeline._internal)
+                set_bind_group(handle, 0, self._bind_group(step, env)._internal, 0, null)
+                dispatch(handle, *step.grid)
             cp.end()
 
     def _bind_group(self, item, env: dict[str, Storage]):
@@ -701,11 +696,6 @@ class Plan(planned.Plan):
             item.bind_groups[key] = bind_group
         return bind_group
 
-    def _record(self, cp, step: Dispatch, env: dict[str, Storage]) -> None:
-        cp.set_pipeline(step.pipeline)
-        cp.set_bind_group(0, self._bind_group(step, env))
-        cp.dispatch_workgroups(*step.grid)
-
     def _draw(self, encoder, step: Draw, env, queries, begin, end) -> None:
         target = self.textures[step.target.name]
         info = self.tex[step.target.name]
@@ -737,19 +727,16 @@ class Plan(planned.Plan):
 
 @functools.cache
 def _native_pass():
-    """(SetPipeline, SetBindGroup, DispatchWorkgroups, NULL) of wgpu-native's compute pass, or
-    None where this wgpu does not expose them (then wgpu-py's methods record the pass)."""
-    try:
-        from wgpu.backends.wgpu_native._api import ffi, lib
+    """(SetPipeline, SetBindGroup, DispatchWorkgroups, NULL) of wgpu-native's compute pass, as
+    wgpu-py 0.32 (the version pinned) exposes them."""
+    from wgpu.backends.wgpu_native._api import ffi, lib
 
-        return (
-            lib.wgpuComputePassEncoderSetPipeline,
-            lib.wgpuComputePassEncoderSetBindGroup,
-            lib.wgpuComputePassEncoderDispatchWorkgroups,
-            ffi.NULL,
-        )
-    except (ImportError, AttributeError):
-        return None
+    return (
+        lib.wgpuComputePassEncoderSetPipeline,
+        lib.wgpuComputePassEncoderSetBindGroup,
+        lib.wgpuComputePassEncoderDispatchWorkgroups,
+        ffi.NULL,
+    )
 
 
 def _writes(queries, begin: int | None, end: int | None) -> dict | None:
