@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.pipeline import Batch, Component, Frame, Tensor
+from tinydl.pipeline import Batch, Component, Frame, Later, Tensor
 
 
 class Count(Component):
@@ -184,3 +184,57 @@ def batched_app(name: str, source: Component, stage: Component, batch: int, **st
     for a, b in [("cam", "batch"), ("batch", "stage"), ("stage", "unbatch"), ("unbatch", "out")]:
         app.connect(a, b)
     return app, out
+
+
+class AsyncDouble(Component):
+    """Doubles Tensors on a stand-in "device": a thread of its own that takes `ms` per call,
+    in call order, as a GPU stream does. `process` only enqueues and returns a Later that
+    waits for the device; `outstanding` is the most calls enqueued and not yet finished.
+    `fail_at`: the call whose finish raises."""
+
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def __init__(self, ms: float = 3.0, fail_at: int | None = None):
+        self.ms, self.fail_at = ms, fail_at
+
+    def open(self, ctx):
+        import queue
+
+        self.work: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.now = 0
+        self.outstanding = 0
+        self.calls = 0
+        threading.Thread(target=self._device, daemon=True).start()
+
+    def _device(self):
+        while True:
+            job = self.work.get()
+            if job is None:
+                return
+            time.sleep(self.ms / 1e3)
+            job.set()
+
+    def process(self, ctx, inputs):
+        x = inputs["in"].payload.data
+        done = threading.Event()
+        self.work.put(done)
+        call = self.calls
+        self.calls += 1
+        with self.lock:
+            self.now += 1
+            self.outstanding = max(self.outstanding, self.now)
+
+        def finish():
+            done.wait()
+            with self.lock:
+                self.now -= 1
+            if call == self.fail_at:
+                raise ValueError(f"call {call} failed on the device")
+            return {"out": Tensor(x * 2)}
+
+        return Later(finish)
+
+    def close(self, ctx):
+        self.work.put(None)

@@ -18,7 +18,7 @@ executor), accounting, profiler, config (YAML and Markdown apps), profile / depl
 """
 
 from tinydl.pipeline.app import App
-from tinydl.pipeline.component import Component, ComponentRunner, Context
+from tinydl.pipeline.component import Component, ComponentRunner, Context, Later
 from tinydl.pipeline.deploy import Deployment, deploy
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import (
@@ -46,6 +46,7 @@ __all__ = [
     "DeviceTensor",
     "Frame",
     "Landmarks",
+    "Later",
     "Packet",
     "PipelineError",
     "Profile",

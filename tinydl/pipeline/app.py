@@ -56,6 +56,7 @@ class ComponentSpec:
     placement: list[dict[str, Any]] | None = None
     flow_limit: int | None = None  # a source's frames in flight per stream (None: the app's)
     flow_policy: str | None = None  # None: the app's
+    in_flight: int = 1  # calls whose `Later` may be outstanding at once (thread executor)
 
 
 @dataclass
@@ -143,11 +144,14 @@ class App:
         gpus: list[str] | None = None,
         flow_limit: int | None = None,
         flow_policy: str | None = None,
+        in_flight: int = 1,
     ) -> str:
         """Add a component instance under a unique name; returns the name. `cpus` / `gpus`
         place its instances by hand (instance i on cpus[i % len], gpus[i % len]); under the
         Ray executor they become its placement group's bundles. `flow_limit` and
-        `flow_policy` (sources only) override the app's."""
+        `flow_policy` (sources only) override the app's. `in_flight` > 1: calls that return
+        `Later` (enqueued GPU work) are finished on a thread of their own while the next
+        n - 1 calls are made (thread executor; component.py says more)."""
         if not isinstance(component, Component):
             raise PipelineError(
                 f"add({name!r}): expected a Component instance, got {type(component).__name__}"
@@ -163,6 +167,7 @@ class App:
         if timeout is not None and timeout <= 0:
             raise PipelineError(f"{name}: timeout must be positive, got {timeout}")
         _check_flow_limit(name, flow_limit, flow_policy or "wait")
+        _check_in_flight(name, component, in_flight, timeout)
         if (flow_limit is not None or flow_policy is not None) and component.inputs:
             raise PipelineError(f"{name}: flow_limit and flow_policy apply to sources only")
         self.components[name] = ComponentSpec(
@@ -174,6 +179,7 @@ class App:
             max_restarts,
             flow_limit=flow_limit,
             flow_policy=flow_policy,
+            in_flight=in_flight,
         )
         self.expand(name, instances)
         if cpus or gpus:
@@ -502,3 +508,17 @@ def _check_flow_limit(where: str, limit: int | None, policy: str) -> None:
         raise PipelineError(f"{where}: flow_limit must be a positive integer, got {limit!r}")
     if policy not in FLOW_POLICIES:
         raise PipelineError(f"{where}: flow_policy must be one of {FLOW_POLICIES}, got {policy!r}")
+
+
+def _check_in_flight(name: str, component: Component, n: Any, timeout: float | None) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise PipelineError(f"{name}: in_flight must be a positive integer, got {n!r}")
+    if n > 1 and (timeout is not None or component.holds_inputs or not component.inputs):
+        why = (
+            "a timeout"
+            if timeout is not None
+            else "a component that holds inputs"
+            if component.holds_inputs
+            else "a source"
+        )
+        raise PipelineError(f"{name}: in_flight > 1 does not go with {why}")

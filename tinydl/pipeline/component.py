@@ -14,8 +14,16 @@ of those (several packets), or None for nothing. A component with no input ports
 the framework calls `process(ctx, {})` until it returns None, numbering the payloads it returns
 (`request_id` 0, 1, …, `flow_id` = `ctx.flow_id`, the instance index unless set).
 
+A call may also return `Later(finish)` when its work is only enqueued (GPU kernels, an
+asynchronous copy): the framework calls `finish()` for the outputs once they are due, and with
+`add(..., in_flight=n)` (n > 1, thread executor) it does so on a thread of the node's own while
+`process` is called for the next n - 1 inputs, so the GPU is fed while the host waits; results
+still leave in call order. With in_flight 1 (the default), and in worker processes, `finish()`
+is called right away.
+
 A component is thread-compatible, not thread-safe: the framework never calls one instance from
-two threads at once. `expand` and restarts build fresh instances with the constructor arguments,
+two threads at once (a `finish` may run beside a later `process`: it touches only what its own
+call gave it). `expand` and restarts build fresh instances with the constructor arguments,
 which `Component.__new__` records.
 """
 
@@ -57,6 +65,8 @@ class Context:
         self.stop_reason: str | None = None
         self.gpu: str | None = None  # the GPU a deployment gave this instance ("cuda:1")
         self.pool: Any = None  # a frame pool (shm.Pool) where outputs may cross processes
+        # Calls whose `Later` may be outstanding at once (add(..., in_flight=n); 1 in workers).
+        self.in_flight = 1
 
     def empty(self, shape: Any, dtype: Any = np.uint8) -> np.ndarray:
         """An uninitialized array to fill with an output. Where the app has worker processes
@@ -68,6 +78,21 @@ class Context:
         component asks again. The earliest pending request wins."""
         at = self.now_ns() + int(delay_s * 1e9)
         self.tick_at = at if self.tick_at is None else min(self.tick_at, at)
+
+
+class Later:
+    """What `process` returns when its outputs are not ready yet: `finish()` waits for them and
+    returns what `process` would have (a dict or None); raising there errors the call's frames."""
+
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], dict[str, Any] | None]):
+        self.finish = finish
+
+
+def finished(out: Any) -> Any:
+    """A call's outputs, a `Later` waited for here."""
+    return out.finish() if type(out) is Later else out
 
 
 class Component:
@@ -191,7 +216,7 @@ class ComponentRunner:
         while self.ctx.tick_at is not None and self.ctx.tick_at <= to:
             self.clock = max(self.clock, self.ctx.tick_at)
             self.ctx.tick_at = None
-            self._emit(self.component.process(self.ctx, {}), None)
+            self._emit(finished(self.component.process(self.ctx, {})), None)
         self.clock = max(self.clock, to)
 
     def run(
@@ -203,7 +228,7 @@ class ComponentRunner:
         if not comp.inputs:
             for request_id in range(max_calls):
                 self._advance(self.clock)
-                out = comp.process(self.ctx, {})
+                out = finished(comp.process(self.ctx, {}))
                 if out is None:
                     break
                 current = Packet(None, self.ctx.flow_id, request_id, self.clock)
@@ -227,7 +252,7 @@ class ComponentRunner:
             for call in ordered:
                 if len(call) == len(comp.inputs):
                     self._advance(next(iter(call.values())).timestamp)
-                    self._emit(comp.process(self.ctx, call), next(iter(call.values())))
+                    self._emit(finished(comp.process(self.ctx, call)), next(iter(call.values())))
         self._advance(self.ctx.tick_at or self.clock)
         self._emit(comp.close(self.ctx), None)
         return self.outputs

@@ -65,6 +65,7 @@ _COMPONENT_SETTINGS = (
     "max_restarts",
     "flow_limit",
     "flow_policy",
+    "in_flight",
     "cpus",
     "gpus",
 )
@@ -240,6 +241,7 @@ def build_app(
                 max_restarts=int(c.get("max_restarts", 3)),
                 flow_limit=c.get("flow_limit"),
                 flow_policy=c.get("flow_policy"),
+                in_flight=int(c.get("in_flight", 1)),
                 cpus=c.get("cpus"),
                 gpus=c.get("gpus"),
             )

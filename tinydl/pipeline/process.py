@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.pipeline.accounting import ERROR
-from tinydl.pipeline.component import Component, Context
+from tinydl.pipeline.component import Component, Context, finished
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
 from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
@@ -236,7 +236,7 @@ def _worker_main(
                     if guarded:
                         component.wait_for_resource(ctx)
                     try:
-                        out = component.process(ctx, inputs)
+                        out = finished(component.process(ctx, inputs))
                     finally:
                         if guarded:
                             component.release_resource(ctx)

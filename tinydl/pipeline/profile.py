@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tinydl.cache import cache_dir as tinydl_cache
-from tinydl.pipeline.component import Component, Context
+from tinydl.pipeline.component import Component, Context, finished
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet, T
 
@@ -254,7 +254,7 @@ def _time_batches(
                 w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 comp.wait_for_resource(ctx)
                 try:
-                    comp.process(ctx, call)
+                    finished(comp.process(ctx, call))
                 finally:
                     comp.release_resource(ctx)
                 if rep:  # the first call warms caches and compiles

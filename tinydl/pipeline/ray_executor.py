@@ -29,7 +29,7 @@ import time
 import traceback
 from typing import Any
 
-from tinydl.pipeline.component import Component, Context
+from tinydl.pipeline.component import Component, Context, finished
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.process import OPEN_TIMEOUT_S, ProcessNode, RemoteError, WorkerDied
 from tinydl.pipeline.runtime import CallTimeout
@@ -168,7 +168,7 @@ class _Actor:
             if self.guarded:
                 comp.wait_for_resource(ctx)
             try:
-                out = comp.process(ctx, inputs)
+                out = finished(comp.process(ctx, inputs))
             finally:
                 if self.guarded:
                     comp.release_resource(ctx)

@@ -18,6 +18,7 @@ the limit, dropping the one it replaces ("flow limit (drop-oldest) on NAME").
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import heapq
@@ -33,7 +34,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from tinydl.pipeline.accounting import CONSUMED, DROP, ERROR, OUT, Ledger, consumed_reason
-from tinydl.pipeline.component import Component, Context, output_packets
+from tinydl.pipeline.component import Component, Context, Later, finished, output_packets
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet
 from tinydl.pipeline.profiler import CpuSampler, NodeStats, RunReport, Trace
@@ -266,9 +267,16 @@ class Node:
             and not self.inbox.join
             and not component.holds_inputs
             and spec.timeout is None
+            and spec.in_flight == 1
             and not self.place.get("cpus")
         )
         self.ema_ns: float | None = None  # recent time per call
+        # Calls returning Later finished on a thread of their own (thread executor only).
+        self.in_flight = spec.in_flight if self.executor == "thread" else 1
+        self.ctx.in_flight = self.in_flight
+        self.later: collections.deque = collections.deque()  # outstanding calls, in order
+        self.later_cv = threading.Condition()
+        self.later_thread: threading.Thread | None = None
         self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
         self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
 
@@ -310,6 +318,7 @@ class Node:
         self._finish()
 
     def _finish(self) -> None:
+        self._drain_later()
         if self.inbox is not None:
             self.dropped(self.inbox.drain())
         if self.open_error is None:
@@ -483,25 +492,91 @@ class Node:
 
     def _call(self, inputs: dict[str, Packet]) -> None:
         packets = list(inputs.values())
+        current = packets[0] if packets else None
+        if self.in_flight > 1:
+            self._make_room()
         t0 = time.perf_counter_ns()
         try:
             if self.failed is not None:
                 raise _Failed(self.failed)
             out = self._call_process(inputs)
-            current = packets[0] if packets else None
+            if self.in_flight > 1:  # finished on the completion thread, in call order
+                self._defer(out, packets, current, t0, time.perf_counter_ns() - t0)
+                return
+            if type(out) is Later:
+                out = out.finish()
             pairs = output_packets(self.component, self.name, out, current)
         except Exception as exc:
-            keys = [k for p in packets for k in p.keys()]
-            if isinstance(exc, _Failed):
-                self._call_failed(packets, keys, str(exc), None)
-            elif isinstance(exc, Restart):
-                what = "timeout" if isinstance(exc, CallTimeout) else "worker died"
-                self._call_failed(packets, keys, what, exc)
-                self._restart(what)
-            else:
-                self._call_failed(packets, keys, getattr(exc, "type_name", type(exc).__name__), exc)
+            self._raised(packets, exc)
             return
-        dur = time.perf_counter_ns() - t0
+        self._sent(pairs, packets, current, t0, time.perf_counter_ns() - t0)
+
+    def _raised(self, packets: list[Packet], exc: Exception) -> None:
+        keys = [k for p in packets for k in p.keys()]
+        if isinstance(exc, _Failed):
+            self._call_failed(packets, keys, str(exc), None)
+        elif isinstance(exc, Restart):
+            what = "timeout" if isinstance(exc, CallTimeout) else "worker died"
+            self._call_failed(packets, keys, what, exc)
+            self._restart(what)
+        else:
+            self._call_failed(packets, keys, getattr(exc, "type_name", type(exc).__name__), exc)
+
+    # -- calls finished later (in_flight > 1) --------------------------------------------------
+    def _make_room(self) -> None:
+        """Wait until fewer than in_flight calls are outstanding."""
+        with self.later_cv:
+            while len(self.later) >= self.in_flight:
+                self.later_cv.wait()
+
+    def _defer(self, out: Any, packets: list[Packet], current: Packet | None, t0, dur) -> None:
+        with self.later_cv:
+            self.later.append((out, packets, current, t0, dur))
+            self.later_cv.notify_all()
+        if self.later_thread is None:
+            self.later_thread = threading.Thread(
+                target=self._complete, name=f"tinydl:{self.name} (finish)", daemon=True
+            )
+            self.later_thread.start()
+
+    def _complete(self) -> None:
+        """The completion thread: finish each outstanding call in order and send its outputs
+        (a call stays counted as outstanding until its outputs have left)."""
+        cv, later = self.later_cv, self.later
+        while True:
+            with cv:
+                while not later:
+                    cv.wait()
+                entry = later[0]
+            if entry is None:
+                return
+            out, packets, current, t0, dur = entry
+            t1 = time.perf_counter_ns()
+            try:
+                out = finished(out)
+                pairs = output_packets(self.component, self.name, out, current)
+            except Exception as exc:
+                self._raised(packets, exc)
+            else:
+                self._sent(pairs, packets, current, t0, dur + time.perf_counter_ns() - t1)
+            with cv:
+                later.popleft()
+                cv.notify_all()
+
+    def _drain_later(self) -> None:
+        """Finish every outstanding call (before close) and end the completion thread."""
+        if self.later_thread is None:
+            return
+        with self.later_cv:
+            self.later.append(None)
+            self.later_cv.notify_all()
+        self.later_thread.join()
+        self.later_thread = None
+        self.later.clear()
+
+    def _sent(
+        self, pairs: list[tuple[str, Packet]], packets: list[Packet], current, t0: int, dur: int
+    ) -> None:
         keys = [k for p in packets for k in p.keys()]
         self._deliver(pairs, packets, list(keys))
         batch = (
