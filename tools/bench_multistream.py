@@ -208,7 +208,16 @@ def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
     if args.sr:
         batch, instances = (int(x) for x in args.sr.lower().split("x"))
         pin = {"sr": {"batch": batch, "instances": instances}}
-    plan = deploy(app, rate, scale=scale, cores=args.cores, gpus=gpus, profile=prof, pin=pin)
+    plan = deploy(
+        app,
+        rate,
+        scale=scale,
+        cores=args.cores,
+        gpus=gpus,
+        profile=prof,
+        pin=pin,
+        shards=args.shards,
+    )
     sr = plan.components["sr"]
     total0, idle0 = cpu_times()
     busy = GPUBusy()
@@ -217,7 +226,8 @@ def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
     wall = time.perf_counter() - t0
     gpu_busy = busy.stop()
     total1, idle1 = cpu_times()
-    seen = sorted(app.components["sink"].component.seen)
+    sinks = report.parts.get("sink") or [app.components["sink"].component]  # one a shard
+    seen = sorted(x for sink in sinks for x in sink.seen)
     start = seen[0][0] + args.warmup * 1e9 if seen else 0
     kept = [(t, lat) for t, lat in seen if t >= start]
     span = (kept[-1][0] - kept[0][0]) / 1e9 if len(kept) > 1 else 0.0
@@ -236,6 +246,7 @@ def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
         "batch": sr["batch"],
         "sr_instances": sr["instances"],
         "in_flight": app.components["sr"].in_flight,
+        "shards": plan.shards,
         "placement": sr["placement"],
         "frames_in": report.frames_in,
         "frames_out": report.frames_out,
@@ -295,7 +306,7 @@ def bare(args, graph) -> str:
 
 
 HEADER = (
-    f"{'streams':>7} {'scale':>5} {'gpus':>4} {'batch':>5} {'inst':>4} {'fps':>7} "
+    f"{'streams':>7} {'scale':>5} {'gpus':>4} {'shards':>6} {'batch':>5} {'inst':>4} {'fps':>7} "
     f"{'pred':>7} {'sust.':>6} {'p50 ms':>7} {'pred':>7} {'p99 ms':>7} {'pred':>7} "
     f"{'GPU %':>11} {'CPU %':>6} {'ok':>3}"
 )
@@ -304,7 +315,8 @@ HEADER = (
 def show(r: dict) -> str:
     gpu = "/".join(f"{v:.0f}" for v in r["gpu_busy"].values()) or "-"
     return (
-        f"{r['streams']:>7} {r['scale']:>5g} {len(r['gpus'] or [1]):>4} {r['batch']:>5} "
+        f"{r['streams']:>7} {r['scale']:>5g} {len(r['gpus'] or [1]):>4} {r['shards']:>6} "
+        f"{r['batch']:>5} "
         f"{r['sr_instances']:>4} {r['fps']:>7.0f} {r['pred_fps']:>7.0f} "
         f"{r['streams_sustained']:>6.1f} {r['p50_ms']:>7.1f} {r['pred_p50_ms']:>7.1f} "
         f"{r['p99_ms']:>7.1f} {r['pred_p99_ms']:>7.1f} {gpu:>11} {r['cpu_busy']:>6.1f} "
@@ -336,6 +348,13 @@ def main() -> None:
         default=2,
         help="GPU-stage calls outstanding at once (2: the next batch is enqueued while the "
         "GPU runs one; thread executor)",
+    )
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="run the app as this many processes, each with its share of the streams and "
+        "GPU-stage instances (1)",
     )
     ap.add_argument("--json", default=None, help="append result rows to this JSON-lines file")
     ap.add_argument(

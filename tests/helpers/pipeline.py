@@ -238,3 +238,39 @@ class AsyncDouble(Component):
 
     def close(self, ctx):
         self.work.put(None)
+
+
+class Seen(Component):
+    """A sink that stays in the app: keeps (flow, request, value) of what it got, and its own
+    instance index and GPU."""
+
+    executors = ("thread",)
+    outputs: dict = {}
+    uses_ctx_gpu = True
+
+    def open(self, ctx):
+        self.got: list[tuple[int, int, int]] = []
+        self.where = (ctx.instance, ctx.gpu)
+
+    def process(self, ctx, inputs):
+        p = inputs["in"]
+        self.got.append((p.flow_id, p.request_id, int(p.payload.data[0])))
+
+
+class Stamp(Component):
+    """Tensor(x) -> Tensor(x + 1000 * instance index + 100 * the index of its GPU, cuda:N);
+    raises on the value `fail_on`."""
+
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+    uses_ctx_gpu = True
+
+    def __init__(self, fail_on: int | None = None):
+        self.fail_on = fail_on
+
+    def process(self, ctx, inputs):
+        x = inputs["in"].payload.data
+        if self.fail_on is not None and int(x[0]) == self.fail_on:
+            raise ValueError(f"refused {self.fail_on}")
+        gpu = int(ctx.gpu.split(":")[1]) if ctx.gpu else 0
+        return {"out": Tensor(x + 1000 * ctx.instance + 100 * gpu)}

@@ -54,6 +54,14 @@ def add_parser(subparsers) -> None:
     d.add_argument("--cores", help="CPU cores to place on, e.g. 0-15 (default: this process's)")
     d.add_argument("--gpus", help="GPUs to place on, e.g. cuda:0,cuda:1 (default: detected)")
     d.add_argument("--slo-ms", type=float, help="search for a plan with p99 latency under this")
+    d.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run the app as K processes, each with its share of every component's instances "
+        "(one per GPU scales past one process's frame rate; docs/pipeline.md, Shards)",
+    )
     d.add_argument("--mode", choices=("auto", "semi", "manual"), default="auto")
     d.add_argument(
         "--pin",
@@ -103,7 +111,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         from tinydl.pipeline.deploy import Deployment
 
         plan = _plan(app, args) if args.deploy == "auto" else Deployment.load(args.deploy)
-    report = app.run(timeout=args.timeout, trace=args.trace, deployment=plan)
+    report = app.run(timeout=args.timeout, trace=args.trace, deployment=plan, shards=args.shards)
     print(report)
     if plan is not None:
         print(_measured_vs_predicted(app, report, plan))
@@ -153,6 +161,7 @@ def _plan(app, args: argparse.Namespace):
         profile=profile,
         slo_ms=args.slo_ms,
         pin=pin,
+        shards=args.shards or 1,
     )
 
 
@@ -163,9 +172,10 @@ def _measured_vs_predicted(app, report, plan) -> str:
     p = plan.predicted
     lat = sorted(
         v
-        for spec in app.components.values()
+        for name, spec in app.components.items()
         if isinstance(spec.component, Metrics)
-        for f in spec.component.summary().values()
+        for metrics in report.parts.get(name, [spec.component])  # each shard's, when sharded
+        for f in metrics.summary().values()
         for v in [f["latency_p50_ms"]]
     )
     measured_p50 = f"{lat[len(lat) // 2]:.1f}" if lat else "-"

@@ -57,6 +57,9 @@ class ComponentSpec:
     flow_limit: int | None = None  # a source's frames in flight per stream (None: the app's)
     flow_policy: str | None = None  # None: the app's
     in_flight: int = 1  # calls whose `Later` may be outstanding at once (thread executor)
+    # In a shard of the app (shards.py): the indices of this shard's instances in the whole
+    # app, and the whole app's instance count.
+    shard_of: tuple[list[int], int] | None = None
 
 
 @dataclass
@@ -474,14 +477,26 @@ class App:
         trace: str | None = None,
         grace: float = 5.0,
         deployment: Any = None,
+        shards: int | None = None,
     ) -> RunReport:
         """Run to the end (every source done and every queue drained), or stop after `timeout`
         seconds. `trace` writes a Chrome/Perfetto trace JSON there. Never hangs past
         timeout + grace: components still stuck then are left behind and reported.
         `deployment` (a plan from `tinydl.pipeline.deploy`) is applied first; the report then
-        carries it as `report.deployment`."""
+        carries it as `report.deployment`. `shards` > 1 (or the plan's) runs the app as that
+        many copies in as many processes, each with its share of the instances (shards.py)."""
         if deployment is not None:
             deployment.apply(self)
+            if shards is None:
+                shards = getattr(deployment, "shards", 1)
+        if shards is not None and shards != 1:
+            from tinydl.pipeline import shards as sharding
+
+            if trace is not None:
+                raise PipelineError(f"{self.name}: a sharded run writes no trace; run one shard")
+            report = sharding.run(self, shards, timeout, grace)
+            report.deployment = deployment
+            return report
         rt = self.start(trace=trace is not None)
         try:
             if not rt.wait(timeout):

@@ -272,6 +272,7 @@ class Deployment:
     warnings: list[str] = field(default_factory=list)
     slo_ms: float | None = None
     slo_met: bool | None = None
+    shards: int = 1  # processes the app runs as, each with its share of the instances
 
     @property
     def period_ms(self) -> float:
@@ -296,8 +297,10 @@ class Deployment:
         from rich.table import Table
 
         p = self.predicted
+        shards = f", {self.shards} shards" if self.shards > 1 else ""
         title = (
-            f"{self.app}: {self.rate:g} frames/s, scale {self.scale:g} ({self.mode}); predicted "
+            f"{self.app}: {self.rate:g} frames/s, scale {self.scale:g} ({self.mode}){shards}; "
+            "predicted "
             f"{p.get('throughput_fps', 0):.1f} frames/s, p50 "
             f"{p.get('latency_ms', {}).get('p50', 0):.1f} ms, p99 "
             f"{p.get('latency_ms', {}).get('p99', 0):.1f} ms"
@@ -582,6 +585,7 @@ def deploy(
     pin: dict[str, dict[str, Any]] | None = None,
     simulate: bool = True,
     sim_seconds: float = 10.0,
+    shards: int = 1,
 ) -> Deployment:
     """Plan a deployment of `app` for `rate` frames/s (all streams together).
 
@@ -590,7 +594,9 @@ def deploy(
     "manual" (the app's own instances, batch sizes and cpus/gpus; only predicted). With
     `slo_ms`, plans are searched (batch sizes from small to large, then extra instances at the
     simulated bottleneck) until the simulated p99 latency meets it at the rate; when none does,
-    the best plan found is returned with `slo_met` False and a warning."""
+    the best plan found is returned with `slo_met` False and a warning. `shards`: the app runs
+    as that many processes, shard i with instances i, i + k, … of each component (shards.py);
+    one per GPU lets each GPU be driven by a process of its own."""
     from tinydl.pipeline.simulate import simulate as run_sim
 
     if mode not in MODES:
@@ -657,11 +663,25 @@ def deploy(
             plan.predicted = run_sim(app, plan, prof, seconds=sim_seconds)
         return plan
 
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise PipelineError(f"deploy: shards must be a positive integer, got {shards!r}")
     plan = build(scale, {})
-    if slo_ms is None or not simulate:
-        return plan
-    adjustable = {n for n in app.components if n not in pin and _fixed(app, prof, n) is None}
-    return _search_slo(plan, build, prof, slo_ms, adjustable)
+    if slo_ms is not None and simulate:
+        adjustable = {n for n in app.components if n not in pin and _fixed(app, prof, n) is None}
+        plan = _search_slo(plan, build, prof, slo_ms, adjustable)
+    plan.shards = shards
+    if shards > 1:
+        shared = [
+            f"{n} ({c['instances']})"
+            for n, c in plan.components.items()
+            if c["resource"] == "gpu" and c["instances"] % shards
+        ]
+        if shared:
+            plan.warnings.append(
+                f"{shards} shards: GPU components whose instances do not divide among them "
+                f"are copied into shards that share a GPU: {', '.join(shared)}"
+            )
+    return plan
 
 
 def _meets(plan: Deployment, slo_ms: float) -> bool:

@@ -74,6 +74,9 @@ class RemoteError(Exception):
         super().__init__(message)
         self.type_name, self.trace = type_name, trace
 
+    def __reduce__(self):
+        return (RemoteError, (self.type_name, str(self), self.trace))
+
 
 # -- payload transport -----------------------------------------------------------------------
 

@@ -243,6 +243,10 @@ class RunReport:
     # Frames out through one branch of a fan-out though a copy errored in another, by error.
     branch_errors: dict[str, int] = field(default_factory=dict)
     deployment: Any = field(default=None, repr=False, compare=False)  # the plan it ran under
+    # A sharded run (shards.py): each shard's own report, and per component kept in the app
+    # (Collect, sinks) the shards' copies after the run, in shard order.
+    shards: list[RunReport] = field(default_factory=list, repr=False, compare=False)
+    parts: dict[str, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def balanced(self) -> bool:

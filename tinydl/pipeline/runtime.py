@@ -233,8 +233,12 @@ class Node:
         self.ledger = rt.ledger
         self.spec = spec
         self.component = component
-        self.name = spec.name if spec.instances == 1 else f"{spec.name}[{instance}]"
-        self.ctx = Context(self.name, instance, spec.instances, app_id=rt.app_id)
+        # In a shard (shards.py) an instance keeps its index and count in the whole app.
+        total = spec.instances
+        if spec.shard_of is not None:
+            instance, total = spec.shard_of[0][instance], spec.shard_of[1]
+        self.name = spec.name if total == 1 else f"{spec.name}[{instance}]"
+        self.ctx = Context(self.name, instance, total, app_id=rt.app_id)
         self.inbox = Inbox(list(component.inputs)) if component.inputs else None
         if self.inbox is not None:
             self.inbox.owner = self
@@ -791,9 +795,9 @@ class Runtime:
             ]
             nodes = [cls(self, spec, i, comp) for i, comp in enumerate(instances)]
             if not spec.component.inputs:  # sources: distinct default flow ids app-wide
-                for node in nodes:
-                    node.ctx.flow_id = next_flow
-                    next_flow += 1
+                for node in nodes:  # (in a shard, the ones the whole app would give them)
+                    node.ctx.flow_id = next_flow + node.ctx.instance
+                next_flow += node.ctx.instances
             self.nodes[spec.name] = nodes
         self._wire()
         # Frames that thread components make with ctx.empty cross into workers by reference.
