@@ -3,22 +3,24 @@ streams one app keeps up with, GPU and CPU busy, frame latency, predicted beside
 
     python tools/bench_multistream.py --streams 150 --gpus cuda:0            # one GPU
     python tools/bench_multistream.py --streams 300 --gpus cuda:0,cuda:1     # two GPUs
+    python tools/bench_multistream.py --streams 340 --gpus cuda:0,cuda:1 --sr 16x4 --shards 4
     python tools/bench_multistream.py --streams 300 --gpus cuda:0,cuda:1 --executor ray
     python tools/bench_multistream.py --backend cpu --streams 4 --width 64 --height 36  # no GPU
 
 The app: `streams` synthetic 640x360 RGB sources at 30 frames/s each -> Batch -> sr (the
 superres frame graph — RGB->YCbCr, ESPCN x3 on the luma, bicubic chroma, back to RGB, uint8 in
-and out — run by Inference with output_as="device"; the 1920x1080 frames stay on the GPU, and
-one checksum per frame comes back, which also waits for the GPU, so a frame's latency ends when
-its output exists) -> Unbatch -> Sink. The deployer plans the app from a profile taken first
-(batch sizes 1 … --max-batch), for a rate of streams x 30 frames/s, at each scale; the plan
-runs for --seconds of input.
+and out; the 1920x1080 frames stay on the GPU, and one checksum per frame comes back, which
+also waits for the GPU, so a frame's latency ends when its output exists; the call returns a
+`Later`, so with --in-flight 2 the next batch is enqueued while the GPU runs one) -> Unbatch ->
+Sink. The deployer plans the app from a profile taken first (batch sizes 1 … --max-batch), for
+a rate of streams x 30 frames/s, at each scale; the plan runs for --seconds of input, as
+--shards processes when asked (each with its share of the streams and GPU-stage instances).
 
-Measured: throughput = frames the sink got after the first --warmup seconds / that span
-(streams sustained = throughput / 30, at most --streams), latency p50/p99 over the same frames
-(source timestamp to sink), GPU busy = mean of nvidia-smi's utilization.gpu sampled every
-200 ms during the run, per GPU; CPU busy = the whole machine's busy share of all cores from
-/proc/stat over the run. Predicted: the deployer's simulation of the plan.
+Measured: throughput = frames the sink got after the first --warmup seconds / that span, per
+shard, summed (streams sustained = throughput / 30, at most --streams), latency p50/p99 over
+the same frames (source timestamp to sink), GPU busy = mean of nvidia-smi's utilization.gpu
+sampled every 200 ms during the run, per GPU; CPU busy = the whole machine's busy share of all
+cores from /proc/stat over the run. Predicted: the deployer's simulation of the plan.
 """
 
 from __future__ import annotations
@@ -226,13 +228,17 @@ def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
     wall = time.perf_counter() - t0
     gpu_busy = busy.stop()
     total1, idle1 = cpu_times()
-    sinks = report.parts.get("sink") or [app.components["sink"].component]  # one a shard
-    seen = sorted(x for sink in sinks for x in sink.seen)
-    start = seen[0][0] + args.warmup * 1e9 if seen else 0
-    kept = [(t, lat) for t, lat in seen if t >= start]
-    span = (kept[-1][0] - kept[0][0]) / 1e9 if len(kept) > 1 else 0.0
-    fps = (len(kept) - 1) / span if span > 0 else 0.0
-    lat = sorted(lat for _, lat in kept)
+    # Each shard's sink over its own steady window (shards start a moment apart), summed.
+    sinks = report.parts.get("sink") or [app.components["sink"].component]
+    fps, lat = 0.0, []
+    for sink in sinks:
+        seen = sorted(sink.seen)
+        start = seen[0][0] + args.warmup * 1e9 if seen else 0
+        kept = [(t, lat) for t, lat in seen if t >= start]
+        span = (kept[-1][0] - kept[0][0]) / 1e9 if len(kept) > 1 else 0.0
+        fps += (len(kept) - 1) / span if span > 0 else 0.0
+        lat += [x for _, x in kept]
+    lat.sort()
 
     def pct(q):
         return lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6 if lat else float("nan")
