@@ -4,6 +4,7 @@ keeps up once deployed, and predictions match measurements at scale 0, 0.5 and 1
 
 import json
 import os
+import re
 
 import pytest
 from helpers.pipeline import FakeGPU, Sleep
@@ -15,6 +16,7 @@ from tinydl.pipeline.deploy import (
     Task,
     apply_plan,
     batch_for_scale,
+    call_ms,
     instances_for,
     pack,
     profitable_sizes,
@@ -492,3 +494,64 @@ def test_cpu_time_of_a_thread_that_has_ended_is_none():
     assert _thread_cpu_ns(spin) is None
     me = _thread_cpu_ns(threading.current_thread())
     assert me is not None and me > 0
+
+
+def test_a_gpu_task_takes_the_smallest_batch_its_gpus_can_carry(batched_profile):
+    """At 400 frames/s batch 1 needs two or more instances of the 5 ms GPU stage; instances
+    that share a GPU add no GPU time, so the plan takes the smallest profitable batch that as
+    many instances as there are GPUs carry."""
+    c = batched_profile.components["gpu"]
+    period = 1000.0 / 400
+
+    def need(b):
+        return instances_for(call_ms(c, b), b * period)
+
+    assert need(1) >= 2
+    for gpus in (["gpu:0"], ["gpu:0", "gpu:1"]):
+        plan = deploy(
+            batched_app(),
+            400,
+            scale=0,
+            cores=16,
+            gpus=gpus,
+            profile=batched_profile,
+            simulate=False,
+        )
+        want = next(b for b in profitable_sizes(c["curve"]) if need(b) <= len(gpus))
+        assert (plan.components["gpu"]["batch"], plan.components["gpu"]["instances"]) == (
+            want,
+            need(want),
+        )
+        if want > 1:
+            assert any(
+                re.fullmatch(
+                    rf"gpu: batch 1 needs \d+ instances for 400 frames/s on "
+                    rf"{len(gpus)} GPU\(s\); batch {want} needs \d+",
+                    w,
+                )
+                for w in plan.warnings
+            )
+    one = deploy(
+        batched_app(),
+        400,
+        scale=0,
+        cores=16,
+        gpus=["gpu:0"],
+        profile=batched_profile,
+        simulate=False,
+    )
+    assert one.components["gpu"]["batch"] > 1 and one.components["gpu"]["instances"] == 1
+    pinned = deploy(
+        batched_app(),
+        400,
+        scale=0,
+        cores=16,
+        gpus=["gpu:0"],
+        profile=batched_profile,
+        simulate=False,
+        pin={"gpu": {"batch": 1}},
+    )
+    assert (pinned.components["gpu"]["batch"], pinned.components["gpu"]["instances"]) == (
+        1,
+        need(1),
+    )

@@ -272,8 +272,27 @@ def run_one(args, graph, prof, streams: int, scale: float, gpus) -> dict:
         "pred_gpu_busy": round(100 * p.get("gpu_busy", 0.0), 1),
         "pred_cpu_busy": round(100 * p.get("cpu_busy", 0.0), 1),
         "errors": report.errors[:3],
+        # Where the time went, per component (summed over instances and shards).
+        "stages": _stages(report),
     }
     return row
+
+
+def _stages(report) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for row in report.components:
+        name = row["component"].split("@")[0].split("[")[0]
+        o = out.setdefault(name, {"calls": 0, "items": 0, "busy_ms": 0.0, "queue_wait_ms": 0.0})
+        o["calls"] += row["calls"]
+        o["items"] += row["items"]
+        o["busy_ms"] += row["busy_ms"]
+        o["queue_wait_ms"] = max(o["queue_wait_ms"], row["queue_wait_ms"])
+    for o in out.values():
+        o["ms_per_call"] = round(o["busy_ms"] / o["calls"], 3) if o["calls"] else 0.0
+        o["items_per_call"] = round(o["items"] / o["calls"], 2) if o["calls"] else 0.0
+        o["busy_ms"] = round(o["busy_ms"], 1)
+        o["queue_wait_ms"] = round(o["queue_wait_ms"], 2)
+    return out
 
 
 def bare(args, graph) -> str:
@@ -362,6 +381,7 @@ def main() -> None:
         help="run the app as this many processes, each with its share of the streams and "
         "GPU-stage instances (1)",
     )
+    ap.add_argument("--stages", action="store_true", help="print each stage's calls and times")
     ap.add_argument("--json", default=None, help="append result rows to this JSON-lines file")
     ap.add_argument(
         "--sr",
@@ -401,6 +421,13 @@ def main() -> None:
         for scale in scales:
             row = run_one(args, graph, prof, n, scale, gpus)
             print(show(row), flush=True)
+            if args.stages:
+                for name, o in row["stages"].items():
+                    print(
+                        f"    {name}: {o['calls']} calls, {o['items_per_call']} items a call, "
+                        f"{o['ms_per_call']} ms a call, queue wait {o['queue_wait_ms']} ms",
+                        flush=True,
+                    )
             for e in row["errors"]:
                 print("   ", e[:300], flush=True)
             if args.json:

@@ -519,9 +519,17 @@ def _fixed(app, prof: Profile, name: str) -> str | None:
 
 
 def plan_counts(
-    app, prof: Profile, rate: float, scale: float, pin: dict[str, dict[str, Any]] | None = None
+    app,
+    prof: Profile,
+    rate: float,
+    scale: float,
+    pin: dict[str, dict[str, Any]] | None = None,
+    gpus: int = 0,
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Formulas 1–3: per component its resource, batch and instances (pinned values kept)."""
+    """Formulas 1–3: per component its resource, batch and instances (pinned values kept).
+    A GPU task whose batch size would need more instances than there are `gpus` (instances
+    sharing a GPU add no GPU time) takes the next profitable size until it needs no more: the
+    lowest latency that keeps up."""
     period = 1000.0 / rate
     plan, notes = {}, []
     for name, spec in app.components.items():
@@ -532,6 +540,17 @@ def plan_counts(
         if c["batch_via"] and c["curve"]:
             batch = int(mine.get("batch", batch_for_scale(c["curve"], scale)))
             n = instances_for(call_ms(c, batch), batch * period)
+            if gpus and c["resource"] == "gpu" and n > gpus and "batch" not in mine:
+                first, need = batch, n
+                for b in profitable_sizes(c["curve"]):
+                    if b > batch:
+                        batch, n = b, instances_for(call_ms(c, b), b * period)
+                        if n <= gpus:
+                            break
+                notes.append(
+                    f"{name}: batch {first} needs {need} instances for {rate:g} frames/s on "
+                    f"{gpus} GPU(s); batch {batch} needs {n}"
+                )
         else:
             batch, n = 1, instances_for(c["ms_per_item"], period)
         why = _fixed(app, prof, name)
@@ -633,7 +652,7 @@ def deploy(
                 pin[name] = entry
 
     def build(scale_: float, extra: dict[str, int]) -> Deployment:
-        counts, notes = plan_counts(app, prof, rate, scale_, pin)
+        counts, notes = plan_counts(app, prof, rate, scale_, pin, len(gpu_list))
         for name, k in extra.items():
             counts[name]["instances"] += k
         tasks = tasks_of(prof, counts, rate)
