@@ -555,3 +555,35 @@ def test_a_gpu_task_takes_the_smallest_batch_its_gpus_can_carry(batched_profile)
         1,
         need(1),
     )
+
+
+def test_shards_round_gpu_instances_up_and_travel_with_the_plan(batched_profile, tmp_path):
+    plan = deploy(
+        batched_app(),
+        80,
+        scale=1,
+        cores=16,
+        gpus=["gpu:0", "gpu:1"],
+        profile=batched_profile,
+        simulate=False,
+        shards=3,
+    )
+    assert plan.shards == 3 and plan.components["gpu"]["instances"] % 3 == 0
+    assert "3 shards" in str(plan)
+    plan.to_json(tmp_path / "p.json")
+    assert Deployment.load(tmp_path / "p.json").shards == 3
+    pinned = deploy(
+        batched_app(),
+        80,
+        scale=1,
+        cores=16,
+        gpus=["gpu:0", "gpu:1"],
+        profile=batched_profile,
+        simulate=False,
+        shards=2,
+        pin={"gpu": {"instances": 1}},
+    )
+    assert pinned.components["gpu"]["instances"] == 1
+    assert any("copied into shards that share a GPU: gpu (1)" in w for w in pinned.warnings)
+    with pytest.raises(PipelineError, match="shards must be a positive integer"):
+        deploy(batched_app(), 80, profile=batched_profile, simulate=False, shards=0)

@@ -615,7 +615,8 @@ def deploy(
     simulated bottleneck) until the simulated p99 latency meets it at the rate; when none does,
     the best plan found is returned with `slo_met` False and a warning. `shards`: the app runs
     as that many processes, shard i with instances i, i + k, … of each component (shards.py);
-    one per GPU lets each GPU be driven by a process of its own."""
+    a GPU component's planned instances are rounded up to a multiple of it, so every shard
+    drives GPU work of its own."""
     from tinydl.pipeline.simulate import simulate as run_sim
 
     if mode not in MODES:
@@ -633,6 +634,8 @@ def deploy(
         if gpus is not None
         else _detect_gpus(prof)
     )
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise PipelineError(f"deploy: shards must be a positive integer, got {shards!r}")
     pin = dict(pin or {})
     if mode in ("semi", "manual"):
         from tinydl.pipeline.profile import batch_feeder
@@ -655,6 +658,13 @@ def deploy(
         counts, notes = plan_counts(app, prof, rate, scale_, pin, len(gpu_list))
         for name, k in extra.items():
             counts[name]["instances"] += k
+        if shards > 1:  # every shard its own GPU instance(s), as many in each
+            for name, c in counts.items():
+                if c["resource"] == "gpu" and "instances" not in pin.get(name, {}):
+                    c["instances"] = -(-c["instances"] // shards) * shards
+            for c in counts.values():
+                if c.get("gpu_task") and c["gpu_task"] in counts:
+                    c["instances"] = counts[c["gpu_task"]]["instances"]
         tasks = tasks_of(prof, counts, rate)
         pinned = {n: p["placement"] for n, p in pin.items() if "placement" in p}
         placed, boxes, warns = pack(tasks, core_list, gpu_list, 1000.0 / rate, pinned)
@@ -682,8 +692,6 @@ def deploy(
             plan.predicted = run_sim(app, plan, prof, seconds=sim_seconds)
         return plan
 
-    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-        raise PipelineError(f"deploy: shards must be a positive integer, got {shards!r}")
     plan = build(scale, {})
     if slo_ms is not None and simulate:
         adjustable = {n for n in app.components if n not in pin and _fixed(app, prof, n) is None}

@@ -658,12 +658,15 @@ class Node:
                 leaving.append(packet)
         extra = []
         if self.component.holds_inputs:
-            spare = self.held
+            spare = self.held  # no zero counts kept: a count that reaches 0 is deleted
             spare.update(keys)
             for _, _, packet in sends:
                 for k in packet.keys():
-                    if spare[k] > 0:
-                        spare[k] -= 1
+                    c = spare.get(k, 0)
+                    if c > 1:
+                        spare[k] = c - 1
+                    elif c:
+                        del spare[k]
                     else:
                         extra.append(k)
         else:
@@ -682,9 +685,7 @@ class Node:
             pkeys = packet.keys()
             ledger.add(pkeys)
             ledger.end(pkeys, OUT, self.name)
-        if self.component.holds_inputs:
-            self.held += Counter()  # forget the zero counts
-        elif spare:
+        if not self.component.holds_inputs and spare:
             ledger.end(spare, *((OUT, self.name) if self.sink else (CONSUMED, self.consumed)))
         if self.seq is not None and packets:
             self._done([p.key for p in packets])
