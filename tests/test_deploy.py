@@ -587,3 +587,28 @@ def test_shards_round_gpu_instances_up_and_travel_with_the_plan(batched_profile,
     assert any("copied into shards that share a GPU: gpu (1)" in w for w in pinned.warnings)
     with pytest.raises(PipelineError, match="shards must be a positive integer"):
         deploy(batched_app(), 80, profile=batched_profile, simulate=False, shards=0)
+
+
+def test_a_sharded_plan_is_simulated_shard_by_shard():
+    app = App("streams")
+    app.add("cam", SyntheticSource(count=40, fps=20, width=16, height=8), instances=4)
+    app.add("slow", Sleep(ms=30))
+    app.add("out", Collect())
+    app.connect("cam", "slow")
+    app.connect("slow", "out")
+    prof = Profile(
+        {
+            "components": {
+                "cam": {**_entry(0.01, source=True), "instances": 4},
+                "slow": _entry(30.0),
+                "out": _entry(0.01, sink=True),
+            }
+        }
+    )
+    whole = deploy(app, 80, cores=8, profile=prof, mode="manual")
+    sharded = deploy(app, 80, cores=8, profile=prof, mode="manual", shards=2)
+    # One 30 ms instance carries 33 frames/s; each shard has its own copy of it.
+    assert whole.predicted["throughput_fps"] == pytest.approx(33.3, rel=0.1)
+    assert sharded.predicted["throughput_fps"] == pytest.approx(66.7, rel=0.1)
+    assert sharded.predicted["shards"] == 2 and sharded.predicted["input_fps"] == 80
+    assert sharded.predicted["frames_in"] == pytest.approx(whole.predicted["frames_in"], rel=0.05)

@@ -687,6 +687,7 @@ def deploy(
             boxes=[b.row() for b in boxes],
             warnings=notes + warns,
             slo_ms=slo_ms,
+            shards=shards,
         )
         if simulate:
             plan.predicted = run_sim(app, plan, prof, seconds=sim_seconds)

@@ -388,8 +388,55 @@ def _call_ms(entry: dict[str, Any], k: int, key: str = "ms") -> float:
 
 
 def simulate(app, plan, prof, seconds: float = 10.0) -> dict[str, Any]:
-    """Simulate the app as `plan` deploys it (at most `seconds` of input); the predictions."""
+    """Simulate the app as `plan` deploys it (at most `seconds` of input); the predictions.
+    A plan with shards is simulated as its first shard (its share of the streams and of every
+    component's instances), the counts and busy shares scaled to all of them."""
+    shards = getattr(plan, "shards", 1)
+    if shards > 1:
+        return _simulate_shards(app, plan, prof, seconds, shards)
     sim = _Sim(app, plan, prof, seconds)
     sim.build()
     sim.env.run()
     return sim.result()
+
+
+def _simulate_shards(app, plan, prof, seconds: float, k: int) -> dict[str, Any]:
+    import copy
+
+    from tinydl.pipeline.shards import shard
+
+    part = shard(app, 0, k)
+    sub = copy.copy(plan)
+    sub.shards = 1
+    sub.components = {}
+    flows = mine_flows = 0
+    for name, c in plan.components.items():
+        mine, _ = part.components[name].shard_of
+        cores = c.get("cores") or []
+        sub.components[name] = {
+            **c,
+            "instances": len(mine),
+            "placement": [c["placement"][i % len(c["placement"])] for i in mine]
+            if c.get("placement")
+            else c.get("placement"),
+            "cores": [cores[i % len(cores)] for i in mine] if cores else cores,
+        }
+        if not app.components[name].component.inputs:
+            flows += c["instances"]
+            mine_flows += len(mine)
+    sub.rate = plan.rate * mine_flows / flows if flows else plan.rate / k
+    r = simulate(part, sub, prof, seconds)
+    times = plan.rate / sub.rate
+    for key in ("throughput_fps", "frames_in", "frames_out", "dropped"):
+        r[key] = r[key] * times if key == "throughput_fps" else round(r[key] * times)
+    r["drops"] = {reason: round(n * times) for reason, n in r["drops"].items()}
+    r["input_fps"] = plan.rate
+    # Every shard loads its boxes as the first does: the busy shares add up, at most 1.
+    gpus = [b for b in plan.boxes if b["kind"] == "GPU"]
+    cores = [b for b in plan.boxes if b["kind"] != "GPU"]
+    if gpus:
+        r["gpu_busy"] = min(1.0, r["gpu_busy"] * k)
+    if cores:
+        r["cpu_busy"] = min(1.0, r["cpu_busy"] * k)
+    r["shards"] = k
+    return r
