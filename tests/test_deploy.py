@@ -496,6 +496,13 @@ def test_cpu_time_of_a_thread_that_has_ended_is_none():
     assert me is not None and me > 0
 
 
+def _unsimulated(prof, rate, gpus, scale=0.0, **kw):
+    """A plan of batched_app on 16 cores and these GPUs, not simulated."""
+    return deploy(
+        batched_app(), rate, scale=scale, cores=16, gpus=gpus, profile=prof, simulate=False, **kw
+    )
+
+
 def test_a_gpu_task_takes_the_smallest_batch_its_gpus_can_carry(batched_profile):
     """At 400 frames/s batch 1 needs two or more instances of the 5 ms GPU stage; instances
     that share a GPU add no GPU time, so the plan takes the smallest profitable batch that as
@@ -506,22 +513,14 @@ def test_a_gpu_task_takes_the_smallest_batch_its_gpus_can_carry(batched_profile)
     def need(b):
         return instances_for(call_ms(c, b), b * period)
 
+    def got(plan):
+        return plan.components["gpu"]["batch"], plan.components["gpu"]["instances"]
+
     assert need(1) >= 2
     for gpus in (["gpu:0"], ["gpu:0", "gpu:1"]):
-        plan = deploy(
-            batched_app(),
-            400,
-            scale=0,
-            cores=16,
-            gpus=gpus,
-            profile=batched_profile,
-            simulate=False,
-        )
+        plan = _unsimulated(batched_profile, 400, gpus)
         want = next(b for b in profitable_sizes(c["curve"]) if need(b) <= len(gpus))
-        assert (plan.components["gpu"]["batch"], plan.components["gpu"]["instances"]) == (
-            want,
-            need(want),
-        )
+        assert got(plan) == (want, need(want))
         if want > 1:
             assert any(
                 re.fullmatch(
@@ -531,62 +530,26 @@ def test_a_gpu_task_takes_the_smallest_batch_its_gpus_can_carry(batched_profile)
                 )
                 for w in plan.warnings
             )
-    one = deploy(
-        batched_app(),
-        400,
-        scale=0,
-        cores=16,
-        gpus=["gpu:0"],
-        profile=batched_profile,
-        simulate=False,
-    )
-    assert one.components["gpu"]["batch"] > 1 and one.components["gpu"]["instances"] == 1
-    pinned = deploy(
-        batched_app(),
-        400,
-        scale=0,
-        cores=16,
-        gpus=["gpu:0"],
-        profile=batched_profile,
-        simulate=False,
-        pin={"gpu": {"batch": 1}},
-    )
-    assert (pinned.components["gpu"]["batch"], pinned.components["gpu"]["instances"]) == (
-        1,
-        need(1),
-    )
+    batch, instances = got(_unsimulated(batched_profile, 400, ["gpu:0"]))
+    assert batch > 1 and instances == 1
+    pinned = _unsimulated(batched_profile, 400, ["gpu:0"], pin={"gpu": {"batch": 1}})
+    assert got(pinned) == (1, need(1))
 
 
 def test_shards_round_gpu_instances_up_and_travel_with_the_plan(batched_profile, tmp_path):
-    plan = deploy(
-        batched_app(),
-        80,
-        scale=1,
-        cores=16,
-        gpus=["gpu:0", "gpu:1"],
-        profile=batched_profile,
-        simulate=False,
-        shards=3,
-    )
+    two = ["gpu:0", "gpu:1"]
+    plan = _unsimulated(batched_profile, 80, two, scale=1, shards=3)
     assert plan.shards == 3 and plan.components["gpu"]["instances"] % 3 == 0
     assert "3 shards" in str(plan)
     plan.to_json(tmp_path / "p.json")
     assert Deployment.load(tmp_path / "p.json").shards == 3
-    pinned = deploy(
-        batched_app(),
-        80,
-        scale=1,
-        cores=16,
-        gpus=["gpu:0", "gpu:1"],
-        profile=batched_profile,
-        simulate=False,
-        shards=2,
-        pin={"gpu": {"instances": 1}},
+    pinned = _unsimulated(
+        batched_profile, 80, two, scale=1, shards=2, pin={"gpu": {"instances": 1}}
     )
     assert pinned.components["gpu"]["instances"] == 1
     assert any("copied into shards that share a GPU: gpu (1)" in w for w in pinned.warnings)
     with pytest.raises(PipelineError, match="shards must be a positive integer"):
-        deploy(batched_app(), 80, profile=batched_profile, simulate=False, shards=0)
+        _unsimulated(batched_profile, 80, two, shards=0)
 
 
 def test_a_sharded_plan_is_simulated_shard_by_shard():
