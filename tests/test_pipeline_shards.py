@@ -4,7 +4,7 @@ reports merge into one that accounts for every frame exactly once."""
 import sys
 
 import pytest
-from helpers.pipeline import Count, Seen, Stamp
+from helpers.pipeline import Count, ExitIn, Seen, Stamp
 
 from tinydl.cli import main
 from tinydl.pipeline import App, Component, PipelineError
@@ -56,6 +56,17 @@ def test_errors_in_one_shard_are_counted_in_the_merged_report():
     assert report.frames_out == 36
     assert any(e.startswith("@0: ") for e in report.errors)
     assert report.exception is not None and report.exception.type_name == "ValueError"
+
+
+def test_a_shard_that_dies_is_an_error_naming_it():
+    app = App("dies")
+    app.add("src", Count(5), instances=2)
+    app.add("mid", ExitIn(instance=1), instances=2)
+    app.add("out", Seen())
+    app.connect("src", "mid")
+    app.connect("mid", "out")
+    with pytest.raises(PipelineError, match=r"shard 1 ended \(exit code 3\)"):
+        app.run(timeout=TIMEOUT, shards=2)
 
 
 def test_a_plan_with_shards_is_run_sharded(tmp_path):

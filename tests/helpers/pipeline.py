@@ -274,3 +274,20 @@ class Stamp(Component):
             raise ValueError(f"refused {self.fail_on}")
         gpu = int(ctx.gpu.split(":")[1]) if ctx.gpu else 0
         return {"out": Tensor(x + 1000 * ctx.instance + 100 * gpu)}
+
+
+class ExitIn(Component):
+    """Passes Tensors on; instance `instance` ends its whole process at its first call."""
+
+    inputs = {"in": Tensor}
+    outputs = {"out": Tensor}
+
+    def __init__(self, instance: int = 1):
+        self.instance = instance
+
+    def process(self, ctx, inputs):
+        if ctx.instance == self.instance:
+            import os
+
+            os._exit(3)
+        return {"out": inputs["in"].payload}

@@ -71,7 +71,9 @@ def shard(app: App, i: int, k: int) -> App:
     return part
 
 
-def check(app: App, k: int) -> None:
+def check(app: App, k: int) -> bytes:
+    """What the shards get (the app, pickled), or the PipelineError saying why it cannot be
+    sharded."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PipelineError(f"shards must be a positive integer, got {k!r}")
     named = [e.label() for e in app.edges if e.dst_instance is not None]
@@ -81,7 +83,7 @@ def check(app: App, k: int) -> None:
             "each shard holds only some of the instances"
         )
     try:
-        _dumps(app, fresh=True)
+        return _dumps(app, fresh=True)
     except Exception as exc:  # noqa: BLE001 - which object does not pickle is in the message
         raise PipelineError(
             f"{app.name}: a sharded app runs in other processes, so it must pickle: "
@@ -147,7 +149,7 @@ def _run_part(conn, blob: bytes, i: int, k: int, timeout: float | None, grace: f
         conn.send_bytes(_dumps(("ok", report, kept), fresh=False))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the app
         conn.send_bytes(
-            pickle.dumps(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            pickle.dumps(("error", f"failed: {type(exc).__name__}: {exc}", traceback.format_exc()))
         )
     finally:
         conn.close()
@@ -158,9 +160,8 @@ def run(app: App, k: int, timeout: float | None = None, grace: float = 5.0) -> R
     from tinydl.pipeline.process import refuse_start_while_importing_main
 
     refuse_start_while_importing_main()
-    check(app, k)
+    blob = check(app, k)
     app.check()
-    blob = _dumps(app, fresh=True)
     ctx = mp.get_context("spawn")
     parts = []
     t0 = time.perf_counter()
@@ -178,15 +179,16 @@ def run(app: App, k: int, timeout: float | None = None, grace: float = 5.0) -> R
     limit = None if timeout is None else timeout + grace + START_TIMEOUT_S
     results: list[Any] = []
     try:
-        for i, (proc, conn) in enumerate(parts):
+        for proc, conn in parts:
             left = None if limit is None else max(0.0, limit - (time.perf_counter() - t0))
             if conn.poll(left):
                 try:
                     results.append(pickle.loads(conn.recv_bytes()))
                 except EOFError:
-                    results.append(("error", f"shard {i} ended (exit code {proc.exitcode})", ""))
+                    proc.join(grace)
+                    results.append(("error", f"ended (exit code {proc.exitcode})", ""))
             else:
-                results.append(("error", f"shard {i} did not answer in time", ""))
+                results.append(("error", "did not answer in time", ""))
     except KeyboardInterrupt:
         for proc, _ in parts:
             proc.terminate()
@@ -198,7 +200,7 @@ def run(app: App, k: int, timeout: float | None = None, grace: float = 5.0) -> R
                 proc.kill()
                 proc.join()
             conn.close()
-    failed = [f"shard {i}: {r[1]}\n{r[2]}" for i, r in enumerate(results) if r[0] != "ok"]
+    failed = [f"shard {i} {r[1]}\n{r[2]}".rstrip() for i, r in enumerate(results) if r[0] != "ok"]
     if failed:
         raise PipelineError(f"{app.name}: " + "\n".join(failed))
     return merge(app, [r[1] for r in results], [r[2] for r in results], time.perf_counter() - t0)
