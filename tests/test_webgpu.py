@@ -19,6 +19,7 @@ from helpers.models import (
     attention_graph,
     espcn,
     kernel_of,
+    mediapipe_model,
     only_plan,
     rel_err,
     small_graph,
@@ -667,6 +668,57 @@ def test_host_outputs_share_one_read_back(rng):
     assert rel_err(kept, want1["c"]) < 1e-5  # still mapped, not overwritten by the second run
     for name in "abc":
         assert rel_err(got2[name], want2[name]) < 1e-5, name
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("own_prelu", [False, True])
+def test_prelu_after_a_fused_residual(rng, precision, own_prelu):
+    """Conv [-> PRelu] -> Add(., x) -> PRelu (BlazeFace's and BlazePalm's blocks): the PRelu
+    after the Add runs in the conv's epilogue with its own slopes, unless the conv already has a
+    PRelu (one slope a kernel), where it stays a step of its own. Against NumPy."""
+    w = (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32)
+    b = (rng.standard_normal(8) * 0.1).astype(np.float32)
+    s1 = rng.uniform(0.05, 0.4, (8, 1, 1)).astype(np.float32)
+    s2 = rng.uniform(0.05, 0.4, (8, 1, 1)).astype(np.float32)
+    nodes = [Node("Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv")]
+    c = "c"
+    if own_prelu:
+        nodes.append(Node("PRelu", ["c", "s1"], ["p"], name="prelu1"))
+        c = "p"
+    nodes.append(Node("Add", [c, "x"], ["sum"], name="add"))
+    nodes.append(Node("PRelu", ["sum", "s2"], ["y"], name="prelu2"))
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (2, 8, 11, 17))],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w": w, "b": b, "s1": s1, "s2": s2},
+        )
+    )
+    x = rng.standard_normal((2, 8, 11, 17)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run({"x": x})["y"]
+    labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    fused = [label for label in labels if "Conv" in label]
+    assert len(fused) == 1 and "Add" in fused[0], labels
+    assert fused[0].endswith("Add+PRelu") != own_prelu, labels
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+def test_blazepalm_blocks_run_as_one_kernel_each(rng):
+    """MediaPipe's palm detector (lite): its residual blocks end Add -> PRelu, which now runs in
+    the convolution's epilogue (98 steps before, 79 after on lavapipe). Against NumPy."""
+    graph = td.load(mediapipe_model("palm_detection/palm_detection_lite.tflite"))
+    ref = td.compile(graph, backends=("numpy",))
+    x = rng.random(ref.inputs[0].shape, dtype=np.float32)
+    want = ref.run({ref.inputs[0].name: x})
+    sess = td.compile(graph, backends=("webgpu",), strict=True)
+    got = sess.run({sess.inputs[0].name: x})
+    steps = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    assert sum(label.endswith("Add+PRelu") for label in steps) >= 10, steps
+    for name in want:
+        assert rel_err(got[name], want[name]) <= 1e-4, name
 
 
 @pytest.mark.parametrize("late", [False, True])

@@ -187,12 +187,19 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
 
 
 def fuse_residuals(
-    nodes: list[Node], keep: set[str], shape_of, graph, ok: Callable[[Node], bool] | None = None
+    nodes: list[Node],
+    keep: set[str],
+    shape_of,
+    graph,
+    ok: Callable[[Node], bool] | None = None,
+    slopes: bool = False,
 ) -> list[Node]:
     """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
     shape and is computed before the convolution runs, and the activation after the Add (if
     one alone reads it) too: ResNet/MobileNet residual blocks become one kernel. `ok(conv)`:
-    whether the backend's kernel for that convolution has the residual epilogue."""
+    whether the backend's kernel for that convolution has the residual epilogue; `slopes`:
+    whether it takes a PRelu after the Add (BlazeFace/BlazePalm blocks), when the
+    convolution's own epilogue has none (one slope per kernel)."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     users: dict[str, list[Node]] = {}
     for n in nodes:
@@ -227,7 +234,8 @@ def fuse_residuals(
         after = users.get(value, [])
         if value not in keep and len(after) == 1 and after[0].inputs[0] == value:
             act = activation_of(after[0], graph, shape)
-            if act is not None and not ACTIVATIONS[act[0]].slope:
+            sloped = act is not None and ACTIVATIONS[act[0]].slope
+            if act is not None and (not sloped or (slopes and not _has_slope(node))):
                 meta["post"] = [act]
                 dropped.add(id(after[0]))
                 label.append(after[0].op)
@@ -237,6 +245,13 @@ def fuse_residuals(
             node.op, list(node.inputs), [value], dict(node.attrs), name=node.name, meta=meta
         )
     return out
+
+
+def _has_slope(conv: Node) -> bool:
+    """Whether a convolution's own epilogue already has a PRelu."""
+    own = conv.attrs.get("activation") if conv.op == FUSED_CONV else NO_ACTIVATION
+    acts = [own, *(k for k, _ in conv.meta.get("epilogue", []))]
+    return any(ACTIVATIONS[k].slope for k in acts if k in ACTIVATIONS)
 
 
 def fuse_runs(nodes: list[Node], keep: set[str], length: int, first, links, make) -> list[Node]:
@@ -310,7 +325,8 @@ def epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:
                 raise ValueError(f"{b.label}: PRelu slope must be per channel")
         acts.append((name, params))
     acts += b.node.meta.get("epilogue", [])
-    slopes = [p["slope"] for k, p in acts if ACTIVATIONS[k].slope]
+    # The per-channel buffer holds one slope: the epilogue's, or a PRelu after a fused residual.
+    slopes = [p["slope"] for k, p in acts + b.node.meta.get("post", []) if ACTIVATIONS[k].slope]
     if len(slopes) > 1:
         raise ValueError(f"{b.label}: at most one PRelu can be fused")
     return acts, (np.broadcast_to(slopes[0], (channels,)) if slopes else None)

@@ -263,7 +263,7 @@ class Plan(planned.Plan):
         if not self.owner.extra.get("winograd"):
             nodes = fuse_residuals(
                 nodes, keep, shape_of, body,
-                ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])),
+                ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
             )  # fmt: skip
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
