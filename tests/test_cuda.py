@@ -374,3 +374,35 @@ def test_process_worker_page_locks_the_frame_blocks_it_uploads():
     assert [int(r[0]) for r in rows] == list(range(48))
     assert all(r[1] == (int(r[0]) % 251) * 90 * 160 * 3 for r in rows), rows
     assert all(r[2] == 1.0 for r in rows), "frames read from pageable memory"
+
+
+def test_inference_in_flight_copies_outputs_back_asynchronously():
+    """Inference with in_flight 2 on cuda: the run and the copy of its output to page-locked
+    memory are only enqueued (`to_host_later`); batches of frames through the app give the
+    same outputs as with in_flight 1, in order."""
+    from tinydl.pipeline import App
+    from tinydl.pipeline.components import Batch, Collect, Inference, SyntheticSource, Unbatch
+
+    host, wait = BACKEND.to_host_later(cp.arange(12, dtype=cp.float32).reshape(3, 4) * 2)
+    wait()
+    np.testing.assert_array_equal(host, np.arange(12, dtype=np.float32).reshape(3, 4) * 2)
+    results = []
+    for in_flight in (1, 2):
+        app = App(f"infer{in_flight}")
+        app.add("src", SyntheticSource(count=24, width=64, height=36))
+        app.add("batch", Batch(max_size=4, max_wait=0.01))
+        app.add(
+            "sr",
+            Inference(model="tinydl:espcn_x3", backends="cuda", channels=[0], output_as="tensor"),
+            in_flight=in_flight,
+        )
+        app.add("unbatch", Unbatch())
+        out = Collect()
+        app.add("out", out)
+        for a, b in [("src", "batch"), ("batch", "sr"), ("sr", "unbatch"), ("unbatch", "out")]:
+            app.connect(a, b)
+        report = app.run(timeout=120)
+        assert report.balanced and report.frames_out == 24, report.errors
+        results.append([p.payload.data for p in out.packets])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -127,3 +127,33 @@ def test_later_is_a_component_api():
 
     got = ComponentRunner(Half()).run({"in": [Tensor(np.array([4.0]))]})
     assert float(got["out"][0].payload.data[0]) == 2.0
+
+
+@pytest.mark.parametrize("backend", ["cpu", "webgpu"])
+def test_inference_in_flight_gives_the_same_outputs(backend):
+    """Inference with in_flight 2 enqueues the run and its copy to the host and answers later
+    (a GPU backend copies asynchronously; others at once): the same tensors, in order."""
+    from tinydl.backends import get_backend
+    from tinydl.pipeline.components import Inference, SyntheticSource
+
+    if not get_backend(backend).available():
+        pytest.skip(get_backend(backend).unavailable_reason())
+    results = []
+    for in_flight in (1, 2):
+        app = App(f"infer{in_flight}")
+        app.add("src", SyntheticSource(count=6, width=24, height=16))
+        app.add(
+            "sr",
+            Inference(model="tinydl:espcn_x2", backends=backend, channels=[0], output_as="tensor"),
+            in_flight=in_flight,
+        )
+        out = Collect()
+        app.add("out", out)
+        app.connect("src", "sr")
+        app.connect("sr", "out")
+        report = app.run(timeout=TIMEOUT)
+        assert report.balanced and report.frames_out == 6, report.errors
+        results.append([p.payload.data for p in out.packets])
+    assert [r.shape for r in results[1]] == [r.shape for r in results[0]]
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -230,6 +230,12 @@ class Backend(ABC):
     def to_host(self, tensor: Any) -> np.ndarray:
         return np.asarray(tensor)
 
+    def to_host_later(self, tensor: Any) -> tuple[np.ndarray, Callable[[], None]]:
+        """A copy to the host, enqueued: the array, filled once the returned call has
+        returned (a GPU backend copies asynchronously after the work already enqueued; this
+        default copies now)."""
+        return self.to_host(tensor), _nothing
+
     def stack_to_device(self, arrays: Sequence[np.ndarray]) -> Any:
         """Host arrays of one dtype and trailing shape, concatenated along axis 0, as one
         tensor of this backend. A GPU backend copies each array straight into its place (no
@@ -262,3 +268,7 @@ class Backend(ABC):
         """This backend's own tensor for a device tensor it accepts (e.g. another library's
         array over the same memory); the default takes it as it is."""
         return tensor
+
+
+def _nothing() -> None:
+    return None

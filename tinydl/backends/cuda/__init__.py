@@ -166,6 +166,19 @@ class CUDABackend(Backend):
             tensor.get(out=out)
         return out
 
+    def to_host_later(self, tensor: Any):
+        """The copy enqueued on the current stream of the tensor's device (where a session
+        running on this thread enqueued the work that makes it), into page-locked memory; the
+        call returned waits for it (an event: the GIL is released)."""
+        tensor = self.adopt(tensor)
+        cp = self._context().cp
+        with cp.cuda.Device(tensor.device.id):
+            out = empty_pinned(cp, tensor.shape, tensor.dtype)
+            tensor.get(out=out, blocking=False)
+            done = cp.cuda.Event(block=True, disable_timing=True)
+            done.record()
+        return out, done.synchronize
+
     def is_device_tensor(self, tensor: Any) -> bool:
         if type(tensor) is self._ndarray:
             return True

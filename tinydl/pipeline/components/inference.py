@@ -30,7 +30,10 @@ divided by 255. A frame out is the reverse (tinydl.images.tensor_to_image): HWC,
 input's gets a batch axis of 1, removed again on the way out. A DeviceTensor that carries a
 frame (ToDevice of a Frame) keeps it through output_as="device", so ToHost(frames=True) can
 give the frame back. An empty Batch (a frame with nothing to run on) gives an empty Batch and
-runs nothing.
+runs nothing. Added with `in_flight=2` (or more), a call whose outputs go to the host (output_as
+"tensor" or "frame") only enqueues the run and the copy of its output (`Backend.to_host_later`:
+asynchronous into page-locked memory on cuda, at once on other backends) and answers with a
+`Later`, so the next batch is enqueued while the GPU runs this one.
 
 Example (ESPCN x2 on the Y channel of YCbCr frames, four streams batched together):
     app.add("sr", Inference(model="tinydl:espcn_x2", channels=[0], output_as="frame",
@@ -52,7 +55,7 @@ import numpy as np
 
 from tinydl.errors import InvalidModelError
 from tinydl.images import LAYOUTS, image_to_tensor, resize_image, resize_policy, tensor_to_image
-from tinydl.pipeline.component import Component
+from tinydl.pipeline.component import Component, Later
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, DeviceTensor, Frame, Tensor, union
 
@@ -250,8 +253,23 @@ class Inference(Component):
             # Host arrays are copied into one batch where the model runs (on a GPU: each one
             # straight into its place, asynchronously from page-locked frames).
             x = self.session.stack_input(self.input, [f[0] for f in fed])
+        if self.output_as != "device" and ctx.in_flight > 1:
+            # The run and the copy of its output are only enqueued; the node's completion
+            # thread waits for them while the next inputs are enqueued (add(..., in_flight=n)).
+            y = self.session.run({self.input: x}, outputs="device")[self.output]
+            y, wait = self._backend_of_output().to_host_later(y)
+            return Later(lambda: (wait(), self._answers(payload, items, fed, y))[1])
         kind = "device" if self.output_as == "device" else [self.output]
         y = self.session.run({self.input: x}, outputs=kind)[self.output]
+        return self._answers(payload, items, fed, y)
+
+    def _backend_of_output(self):
+        from tinydl.backends import get_backend
+
+        name = self.session.output_backends.get(self.output)
+        return get_backend(name if name is not None else "cpu")
+
+    def _answers(self, payload, items, fed, y) -> dict:
         # One item run as it came gets the whole output (no slice, which a device tensor such
         # as webgpu's may not have).
         whole = len(items) == 1 and not fed[0][1]
