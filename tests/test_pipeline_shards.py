@@ -7,7 +7,8 @@ import pytest
 from helpers.pipeline import Count, ExitIn, Seen, Stamp
 
 from tinydl.cli import main
-from tinydl.pipeline import App, Component, PipelineError
+from tinydl.pipeline import App, PipelineError
+from tinydl.pipeline.components import GroupByRequest
 from tinydl.pipeline.deploy import Deployment
 from tinydl.pipeline.shards import shard
 
@@ -79,13 +80,7 @@ def test_a_plan_with_shards_is_run_sharded(tmp_path):
     assert report.deployment is loaded
 
 
-class _Local(Component):  # defined in a test module's function scope below: cannot pickle
-    pass
-
-
 def test_what_cannot_be_sharded_is_refused():
-    app = _app()
-    app.connect("src", "out")
     named = _app()
     named.add("late", Seen())
     named.connect("stamp", "late")
@@ -102,6 +97,14 @@ def test_what_cannot_be_sharded_is_refused():
     local.connect("src", "out")
     with pytest.raises(PipelineError, match="must pickle"):
         local.run(shards=2)
+    grouped = App("grouped")
+    grouped.add("src", Count(2), instances=2)
+    grouped.add("group", GroupByRequest(streams=2))
+    grouped.add("out", Seen())
+    grouped.connect("src", "group")
+    grouped.connect("group", "out")
+    with pytest.raises(PipelineError, match=r"group \(GroupByRequest\) counts on every stream"):
+        grouped.run(shards=2)
     with pytest.raises(PipelineError, match="writes no trace"):
         _app().run(shards=2, trace="t.json")
     with pytest.raises(PipelineError, match="shards must be a positive integer"):

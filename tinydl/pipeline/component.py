@@ -108,6 +108,9 @@ class Component:
     # Keeps state per flow (a tracker): its instances are fed by flow (an edge left at
     # round_robin dispatches by_flow), so each stream stays with one instance.
     keeps_flow_state = False
+    # Counts on every stream of the app (GroupByRequest, SplitByFlow): such an app cannot be
+    # sharded, a shard seeing only its share of the streams.
+    sees_all_flows = False
     registry: dict[str, type[Component]] = {}
 
     def __init_subclass__(cls, **kwargs):

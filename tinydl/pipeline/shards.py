@@ -76,6 +76,17 @@ def check(app: App, k: int) -> bytes:
     sharded."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PipelineError(f"shards must be a positive integer, got {k!r}")
+    if k > 1:
+        whole = [
+            f"{n} ({type(spec.component).__name__})"
+            for n, spec in app.components.items()
+            if spec.component.sees_all_flows
+        ]
+        if whole:
+            raise PipelineError(
+                f"{app.name}: {', '.join(whole)} counts on every stream of the app, and a "
+                "shard sees only its share: group streams per shard, or run one process"
+            )
     named = [e.label() for e in app.edges if e.dst_instance is not None]
     if named:
         raise PipelineError(

@@ -38,6 +38,7 @@ class GroupByRequest(Component):
     inputs = {"in": T}
     outputs = {"out": pk.Batch[T]}
     holds_inputs = True
+    sees_all_flows = True
 
     def __init__(self, streams: int, max_wait: float | None = None):
         if streams < 1:
@@ -93,6 +94,7 @@ class SplitByFlow(Component):
 
     inputs = {"in": pk.Batch[T]}
     outputs = {"flow0": T}  # the real ports come from `flows`
+    sees_all_flows = True
 
     def __init__(self, flows: int | list[int]):
         ids = list(range(flows)) if isinstance(flows, int) else [int(f) for f in flows]
