@@ -105,6 +105,10 @@ def test_what_cannot_be_sharded_is_refused():
     grouped.connect("group", "out")
     with pytest.raises(PipelineError, match=r"group \(GroupByRequest\) counts on every stream"):
         grouped.run(shards=2)
+    ray = _app()
+    ray.components["stamp"].executor = "ray"
+    with pytest.raises(PipelineError, match="run a Ray app unsharded"):
+        ray.run(shards=2)
     with pytest.raises(PipelineError, match="writes no trace"):
         _app().run(shards=2, trace="t.json")
     with pytest.raises(PipelineError, match="shards must be a positive integer"):

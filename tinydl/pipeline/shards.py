@@ -87,6 +87,11 @@ def check(app: App, k: int) -> bytes:
                 f"{app.name}: {', '.join(whole)} counts on every stream of the app, and a "
                 "shard sees only its share: group streams per shard, or run one process"
             )
+    if k > 1 and any(app.executor_of(spec) == "ray" for spec in app.components.values()):
+        raise PipelineError(
+            f"{app.name}: the Ray executor already runs instances as actors of their own, "
+            "on every machine of the cluster: run a Ray app unsharded"
+        )
     named = [e.label() for e in app.edges if e.dst_instance is not None]
     if named:
         raise PipelineError(
