@@ -706,6 +706,47 @@ def test_prelu_after_a_fused_residual(rng, precision, own_prelu):
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 
 
+@pytest.mark.parametrize("shortcut", ["Pad", "MaxPool+Pad", "Sigmoid"])
+def test_a_shortcut_listed_after_the_conv_moves_before_it(rng, shortcut):
+    """BlazeFace's blocks: Add(conv(x), Pad(x)) with the shortcut's Pad (after a MaxPool for
+    stride 2) listed after the convolution in the file. Cheap shortcut ops made only of earlier
+    values run first, so the Add and the Relu after it join the convolution; a Sigmoid (not a
+    shortcut op) is not moved. Against NumPy."""
+    stride = 2 if "MaxPool" in shortcut else 1
+    oc = 16 if shortcut == "Sigmoid" else 12
+    w = (rng.standard_normal((oc, 8, 3, 3)) * 0.2).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride]}
+    nodes = [Node("Conv", ["x", "w"], ["c"], attrs, name="conv")]
+    r = "x"
+    if stride == 2:
+        nodes.append(Node("MaxPool", ["x"], ["m"], {"kernel_shape": [2, 2], "strides": [2, 2]}))
+        r = "m"
+    if shortcut == "Sigmoid":  # 8 channels, twice
+        nodes.append(Node("Sigmoid", ["x"], ["s"], name="sig"))
+        nodes.append(Node("Concat", ["s", "s"], ["r"], {"axis": 1}, name="cat"))
+    else:  # 8 channels padded to 12
+        nodes.append(Node("Pad", [r, "pads"], ["r"], {"mode": "constant"}, name="pad"))
+    nodes.append(Node("Add", ["c", "r"], ["sum"], name="add"))
+    nodes.append(Node("Relu", ["sum"], ["y"], name="relu"))
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (2, 8, 10, 14))],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w": w, "pads": np.array([0, 0, 0, 0, 0, 4, 0, 0], np.int64)},
+        )
+    )
+    x = rng.standard_normal((2, 8, 10, 14)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=("webgpu",), strict=True)
+    got = sess.run({"x": x})["y"]
+    labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    assert any(label.endswith("Add+Relu") and "Conv" in label for label in labels) == (
+        shortcut != "Sigmoid"
+    ), labels
+    assert rel_err(got, want) <= 1e-5
+
+
 def test_blazepalm_blocks_run_as_one_kernel_each(rng):
     """MediaPipe's palm detector (lite): its residual blocks end Add -> PRelu, which now runs in
     the convolution's epilogue (98 steps before, 79 after on lavapipe). Against NumPy."""

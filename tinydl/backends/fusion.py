@@ -226,8 +226,16 @@ def fuse_residuals(
         shape = shape_of(y)
         if shape_of(add.outputs[0]) != shape or shape_of(other) != shape:
             continue
-        if other in graph.initializers or producer_at.get(other, -1) >= i:
+        if other in graph.initializers:
             continue
+        hoist = (
+            _hoist(other, i, nodes, producer_at, graph) if producer_at.get(other, -1) >= i else []
+        )
+        if hoist is None:
+            continue
+        # r's producers (a shortcut's Pad or MaxPool, listed after the conv) move before it.
+        out[-1:-1] = [nodes[j] for j in hoist]
+        dropped.update(id(nodes[j]) for j in hoist)
         meta = {**node.meta, "residual": other, "post": []}
         value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
         dropped.add(id(add))
@@ -245,6 +253,30 @@ def fuse_residuals(
             node.op, list(node.inputs), [value], dict(node.attrs), name=node.name, meta=meta
         )
     return out
+
+
+HOISTED_OPS = frozenset({"Pad", "MaxPool", "AveragePool", "Relu", "Clip", "Identity"})
+
+
+def _hoist(value: str, before: int, nodes: list[Node], producer_at, graph, depth: int = 3):
+    """The indices, in order, of the nodes after position `before` that make `value` from
+    values made before it (cheap shortcut ops, at most `depth` deep), so that they can run
+    first; None when `value` needs something made at or after `before` otherwise."""
+    j = producer_at.get(value, -1)
+    if j < before:
+        return []
+    node = nodes[j]
+    if depth == 0 or node.op not in HOISTED_OPS or len(node.outputs) != 1:
+        return None
+    order: list[int] = []
+    for name in node.inputs:
+        if not name or name in graph.initializers:
+            continue
+        sub = _hoist(name, before, nodes, producer_at, graph, depth - 1)
+        if sub is None:
+            return None
+        order += [k for k in sub if k not in order]
+    return [*order, j]
 
 
 def _has_slope(conv: Node) -> bool:
