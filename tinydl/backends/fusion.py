@@ -193,13 +193,15 @@ def fuse_residuals(
     graph,
     ok: Callable[[Node], bool] | None = None,
     slopes: bool = False,
+    hoist: bool = False,
 ) -> list[Node]:
     """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
     shape and is computed before the convolution runs, and the activation after the Add (if
     one alone reads it) too: ResNet/MobileNet residual blocks become one kernel. `ok(conv)`:
     whether the backend's kernel for that convolution has the residual epilogue; `slopes`:
     whether it takes a PRelu after the Add (BlazeFace/BlazePalm blocks), when the
-    convolution's own epilogue has none (one slope per kernel)."""
+    convolution's own epilogue has none (one slope per kernel); `hoist`: whether r's cheap
+    producers (a shortcut's Pad or MaxPool) listed after the convolution may move before it."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     users: dict[str, list[Node]] = {}
     for n in nodes:
@@ -228,14 +230,13 @@ def fuse_residuals(
             continue
         if other in graph.initializers:
             continue
-        hoist = (
-            _hoist(other, i, nodes, producer_at, graph) if producer_at.get(other, -1) >= i else []
-        )
-        if hoist is None:
+        late = producer_at.get(other, -1) >= i
+        moved = _hoist(other, i, nodes, producer_at, graph) if late and hoist else []
+        if late and not moved:
             continue
         # r's producers (a shortcut's Pad or MaxPool, listed after the conv) move before it.
-        out[-1:-1] = [nodes[j] for j in hoist]
-        dropped.update(id(nodes[j]) for j in hoist)
+        out[-1:-1] = [nodes[j] for j in moved]
+        dropped.update(id(nodes[j]) for j in moved)
         meta = {**node.meta, "residual": other, "post": []}
         value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
         dropped.add(id(add))

@@ -264,6 +264,7 @@ class Plan(planned.Plan):
             nodes = fuse_residuals(
                 nodes, keep, shape_of, body,
                 ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
+                hoist=True,
             )  # fmt: skip
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
