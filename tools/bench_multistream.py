@@ -49,16 +49,27 @@ from tinydl.pipeline.profile import backend_names  # noqa: E402
 FPS = 30.0
 
 
-def checksum(y) -> np.ndarray:
-    """One float per frame of a batch (N, ...), computed where the batch is (one reduction,
-    one copy back, which also waits for the GPU)."""
-    import importlib
-
+def checksum_later(y):
+    """One float per frame of a batch (N, ...), computed where the batch is (one reduction) and
+    copied back asynchronously (`Backend.to_host_later`): the sums, a host array filled once
+    the returned `wait()` has returned."""
     if type(y).__module__.split(".")[0] != "cupy":
-        return np.asarray(y).reshape(len(y), -1)[:, ::4099].sum(axis=1, dtype=np.float32)
-    cp = importlib.import_module("cupy")
+        sums = np.asarray(y).reshape(len(y), -1)[:, ::4099].sum(axis=1, dtype=np.float32)
+        return sums, lambda: None
+    import cupy as cp
+
+    from tinydl.backends import get_backend
+
     with cp.cuda.Device(y.device.id):  # the GPU the batch is on
-        return y.reshape(len(y), -1)[:, ::4099].sum(axis=1, dtype=cp.float32).get()
+        sums = y.reshape(len(y), -1)[:, ::4099].sum(axis=1, dtype=cp.float32)
+    return get_backend("cuda").to_host_later(sums)
+
+
+def checksum(y) -> np.ndarray:
+    """`checksum_later`, waited for (which also waits for the GPU)."""
+    sums, wait = checksum_later(y)
+    wait()
+    return sums
 
 
 class SuperRes(Component):
@@ -94,23 +105,6 @@ class SuperRes(Component):
             return {"out": Batch([p.derive(Tensor(s)) for p, s in zip(items, sums, strict=True)])}
 
         return Later(finish)
-
-
-def checksum_later(y):
-    """`checksum` enqueued: the sums (a host array filled once `wait()` returns) and `wait`."""
-    import importlib
-
-    if type(y).__module__.split(".")[0] != "cupy":
-        return checksum(y), lambda: None
-    cp = importlib.import_module("cupy")
-    with cp.cuda.Device(y.device.id):
-        sums = y.reshape(len(y), -1)[:, ::4099].sum(axis=1, dtype=cp.float32)
-        memory = cp.cuda.alloc_pinned_memory(sums.nbytes)
-        host = np.frombuffer(memory, np.float32, len(y))
-        sums.get(out=host, blocking=False)
-        done = cp.cuda.Event(block=True, disable_timing=True)
-        done.record()
-    return host, done.synchronize
 
 
 class Sink(Component):

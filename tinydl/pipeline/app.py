@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinydl.pipeline.component import EXECUTORS, Component
-from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.errors import PipelineError, check_count
 from tinydl.pipeline.packet import accepts, limits, type_name, union
 from tinydl.pipeline.profiler import RunReport, Trace
 from tinydl.pipeline.queues import POLICIES, describe_policy
@@ -526,8 +526,7 @@ def _check_flow_limit(where: str, limit: int | None, policy: str) -> None:
 
 
 def _check_in_flight(name: str, component: Component, n: Any, timeout: float | None) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise PipelineError(f"{name}: in_flight must be a positive integer, got {n!r}")
+    check_count(f"{name}: in_flight", n)
     if n > 1 and (timeout is not None or component.holds_inputs or not component.inputs):
         why = (
             "a timeout"

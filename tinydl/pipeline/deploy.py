@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.errors import PipelineError, check_count
 from tinydl.pipeline.profile import Profile
 from tinydl.pipeline.profile import profile as run_profile
 
@@ -634,8 +634,7 @@ def deploy(
         if gpus is not None
         else _detect_gpus(prof)
     )
-    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-        raise PipelineError(f"deploy: shards must be a positive integer, got {shards!r}")
+    check_count("deploy: shards", shards)
     pin = dict(pin or {})
     if mode in ("semi", "manual"):
         from tinydl.pipeline.profile import batch_feeder
@@ -697,7 +696,6 @@ def deploy(
     if slo_ms is not None and simulate:
         adjustable = {n for n in app.components if n not in pin and _fixed(app, prof, n) is None}
         plan = _search_slo(plan, build, prof, slo_ms, adjustable)
-    plan.shards = shards
     if shards > 1:
         shared = [
             f"{n} ({c['instances']})"

@@ -38,7 +38,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from tinydl.pipeline.component import Component
-from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.errors import PipelineError, check_count
 from tinydl.pipeline.profiler import RunReport
 
 if TYPE_CHECKING:
@@ -74,20 +74,17 @@ def shard(app: App, i: int, k: int) -> App:
 def check(app: App, k: int) -> bytes:
     """What the shards get (the app, pickled), or the PipelineError saying why it cannot be
     sharded."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise PipelineError(f"shards must be a positive integer, got {k!r}")
-    if k > 1:
-        whole = [
-            f"{n} ({type(spec.component).__name__})"
-            for n, spec in app.components.items()
-            if spec.component.sees_all_flows
-        ]
-        if whole:
-            raise PipelineError(
-                f"{app.name}: {', '.join(whole)} counts on every stream of the app, and a "
-                "shard sees only its share: group streams per shard, or run one process"
-            )
-    if k > 1 and any(app.executor_of(spec) == "ray" for spec in app.components.values()):
+    check_count("shards", k)
+    specs = app.components.values() if k > 1 else ()
+    whole = [
+        f"{s.name} ({type(s.component).__name__})" for s in specs if s.component.sees_all_flows
+    ]
+    if whole:
+        raise PipelineError(
+            f"{app.name}: {', '.join(whole)} counts on every stream of the app, and a "
+            "shard sees only its share: group streams per shard, or run one process"
+        )
+    if any(app.executor_of(spec) == "ray" for spec in specs):
         raise PipelineError(
             f"{app.name}: the Ray executor already runs instances as actors of their own, "
             "on every machine of the cluster: run a Ray app unsharded"
@@ -107,7 +104,8 @@ def check(app: App, k: int) -> bytes:
         ) from None
 
 
-_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+# A lock in a component's state crosses as a new one (an unpicklable object otherwise).
+_LOCKS = {type(threading.Lock()): threading.Lock, type(threading.RLock()): threading.RLock}
 
 
 def _fresh(cls, args, kwargs):
@@ -125,9 +123,8 @@ class _Pickler(pickle.Pickler):
         if self.fresh and isinstance(obj, Component):
             args, kwargs = obj._init_args
             return (_fresh, (type(obj), args, kwargs))
-        if isinstance(obj, _LOCKS):
-            return (type(obj) is _LOCKS[1] and threading.RLock or threading.Lock, ())
-        return NotImplemented
+        make = _LOCKS.get(type(obj))
+        return NotImplemented if make is None else (make, ())
 
 
 def _dumps(obj: Any, fresh: bool) -> bytes:

@@ -410,16 +410,17 @@ def _simulate_shards(app, plan, prof, seconds: float, k: int) -> dict[str, Any]:
     sub.shards = 1
     sub.components = {}
     flows = mine_flows = 0
+
+    def pick(per_instance, mine):  # the shard's instances' entries (a plan's lists cycle)
+        return [per_instance[i % len(per_instance)] for i in mine] if per_instance else []
+
     for name, c in plan.components.items():
         mine, _ = part.components[name].shard_of
-        cores = c.get("cores") or []
         sub.components[name] = {
             **c,
             "instances": len(mine),
-            "placement": [c["placement"][i % len(c["placement"])] for i in mine]
-            if c.get("placement")
-            else c.get("placement"),
-            "cores": [cores[i % len(cores)] for i in mine] if cores else cores,
+            "placement": pick(c.get("placement"), mine),
+            "cores": pick(c.get("cores"), mine),
         }
         if not app.components[name].component.inputs:
             flows += c["instances"]
@@ -427,16 +428,13 @@ def _simulate_shards(app, plan, prof, seconds: float, k: int) -> dict[str, Any]:
     sub.rate = plan.rate * mine_flows / flows if flows else plan.rate / k
     r = simulate(part, sub, prof, seconds)
     times = plan.rate / sub.rate
-    for key in ("throughput_fps", "frames_in", "frames_out", "dropped"):
-        r[key] = r[key] * times if key == "throughput_fps" else round(r[key] * times)
+    r["throughput_fps"] *= times
+    for key in ("frames_in", "frames_out", "dropped"):
+        r[key] = round(r[key] * times)
     r["drops"] = {reason: round(n * times) for reason, n in r["drops"].items()}
     r["input_fps"] = plan.rate
     # Every shard loads its boxes as the first does: the busy shares add up, at most 1.
-    gpus = [b for b in plan.boxes if b["kind"] == "GPU"]
-    cores = [b for b in plan.boxes if b["kind"] != "GPU"]
-    if gpus:
-        r["gpu_busy"] = min(1.0, r["gpu_busy"] * k)
-    if cores:
-        r["cpu_busy"] = min(1.0, r["cpu_busy"] * k)
+    r["gpu_busy"] = min(1.0, r["gpu_busy"] * k)
+    r["cpu_busy"] = min(1.0, r["cpu_busy"] * k)
     r["shards"] = k
     return r

@@ -258,7 +258,12 @@ class Inference(Component):
             # thread waits for them while the next inputs are enqueued (add(..., in_flight=n)).
             y = self.session.run({self.input: x}, outputs="device")[self.output]
             y, wait = self._backend_of_output().to_host_later(y)
-            return Later(lambda: (wait(), self._answers(payload, items, fed, y))[1])
+
+            def finish():
+                wait()
+                return self._answers(payload, items, fed, y)
+
+            return Later(finish)
         kind = "device" if self.output_as == "device" else [self.output]
         y = self.session.run({self.input: x}, outputs=kind)[self.output]
         return self._answers(payload, items, fed, y)
