@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.pipeline import Count
+from helpers.pipeline import Count, Ticks
 
 from tinydl.cli import main
 from tinydl.pipeline import (
@@ -847,3 +847,24 @@ def test_the_gil_switch_interval_is_set_while_an_app_runs_and_restored(ms):
     assert sys.getswitchinterval() == before
     with pytest.raises(PipelineError, match="switch_interval_ms must be in"):
         App("bad", switch_interval_ms=0)
+
+
+def paced_source_gaps(executor: str, n: int = 8, gap_s: float = 0.05) -> np.ndarray:
+    """The times between frames of a source that asks for a tick after each one."""
+    app = App(f"ticks-{executor}")
+    app.add("src", Ticks(n, gap_s), executor=executor)
+    out = Collect()
+    app.add("out", out)
+    app.connect("src", "out")
+    report = app.run(timeout=60)
+    assert report.frames_out == n, report.accounting()
+    made = np.array([int(p.payload.data[0]) for p in out.packets])
+    return np.diff(made) / 1e9
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_source_paced_by_ticks_keeps_its_pace(executor):
+    # In a worker, a tick that has fired must not be asked for again: the worker's copy of the
+    # context once kept the first tick, and the source then ran with no pause at all.
+    gaps = paced_source_gaps(executor)
+    assert gaps.min() >= 0.045, gaps

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.pipeline import Pace
+from helpers.pipeline import Pace, Ticks
 
 from tinydl.pipeline import App, PipelineError
 from tinydl.pipeline.components import (
@@ -111,6 +111,20 @@ def test_four_streams_on_local_ray(local_ray):
     assert {n.pid for n in rt.nodes["sr"] + rt.nodes["group"]}.isdisjoint({os.getpid(), None})
     # Frames come back through the object store: read-only, zero-copy views.
     assert not sinks[0].packets[0].payload.image.flags.writeable
+
+
+def test_a_source_paced_by_ticks_keeps_its_pace(local_ray):
+    # The actor's context must not keep asking for a tick that has fired (it once did, and
+    # the source ran with no pause).
+    app = App("ticks", executor="ray")
+    app.add("src", Ticks(6, 0.05))
+    out = Collect()
+    app.add("out", out)
+    app.connect("src", "out")
+    _, report = run_app(app)
+    assert report.frames_out == 6, report.accounting()
+    made = [int(p.payload.data[0]) for p in out.packets]
+    assert min(b - a for a, b in zip(made[:-1], made[1:], strict=True)) >= 45e6, made
 
 
 def test_killed_actor_is_reported_not_hung(local_ray):

@@ -229,7 +229,7 @@ def _worker_main(
     try:
         while True:
             try:
-                kind, body, returns = pickle.loads(conn.recv_bytes())
+                kind, body, returns, ctx.tick_at = pickle.loads(conn.recv_bytes())
             except EOFError:
                 return
             pool.returned(returns)
@@ -369,7 +369,9 @@ class ProcessNode(Node):
         if self.proc is None:
             raise WorkerDied("no worker")
         try:
-            request = (kind, body, self.rx.take_returns())
+            # The tick the app still waits for (None once it fired): the worker's copy of
+            # the context must not keep asking for a tick that has passed.
+            request = (kind, body, self.rx.take_returns(), self.ctx.tick_at)
             self.conn.send_bytes(pickle.dumps(request, protocol=5))
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.proc.join(1.0)

@@ -162,8 +162,9 @@ class _Actor:
         node = _ray().get_runtime_context().get_node_id()
         return ("ready", ctx.flow_id, os.getpid(), node)
 
-    def process(self, inputs: dict) -> tuple:
+    def process(self, inputs: dict, tick_at: int | None = None) -> tuple:
         comp, ctx = self.component, self.ctx
+        ctx.tick_at = tick_at  # the driver's: None once the tick asked for has fired
         try:
             if self.guarded:
                 comp.wait_for_resource(ctx)
@@ -226,9 +227,7 @@ class RayNode(ProcessNode):
             .options(**options)
             .remote(self.component, self.name, ctx.instance, ctx.instances, ctx.app_id)
         )
-        t0 = time.monotonic_ns()
-        theirs = self._get(self.actor.clock.remote(), OPEN_TIMEOUT_S, "open")
-        offset = (t0 + time.monotonic_ns()) // 2 - theirs  # their clock to ours, +- half a trip
+        offset = self._clock_offset()
         msg = self._get(
             self.actor.open.remote(ctx.flow_id, offset, ctx.gpu),
             self.timeout or OPEN_TIMEOUT_S,
@@ -242,6 +241,19 @@ class RayNode(ProcessNode):
             self.track = self.rt.trace.track(
                 f"{self.name} (ray actor {self.pid}, node {self.node_id[:8]})", pid=self.pid, tid=1
             )
+
+    def _clock_offset(self) -> int:
+        """The actor's monotonic clock to ours, from the shortest of a few round trips (± half
+        of it). The first call waits for the actor to start: its trip is not symmetric."""
+        self._get(self.actor.clock.remote(), OPEN_TIMEOUT_S, "open")
+        best = None
+        for _ in range(3):
+            t0 = time.monotonic_ns()
+            theirs = self._get(self.actor.clock.remote(), OPEN_TIMEOUT_S, "open")
+            t1 = time.monotonic_ns()
+            if best is None or t1 - t0 < best[0]:
+                best = (t1 - t0, (t0 + t1) // 2 - theirs)
+        return best[1]
 
     def _get(self, ref, timeout: float | None, what: str) -> Any:
         ray = _ray()
@@ -257,7 +269,9 @@ class RayNode(ProcessNode):
     def _rpc(self, kind: str, body: Any, what: str) -> Any:
         if self.actor is None:
             raise WorkerDied("no actor")
-        msg = self._get(getattr(self.actor, kind).remote(body), self.timeout, what)
+        method = getattr(self.actor, kind)
+        call = method.remote(body, self.ctx.tick_at) if kind == "process" else method.remote(body)
+        msg = self._get(call, self.timeout, what)
         if msg[0] == "error":
             raise RemoteError(msg[1], msg[2], msg[3])
         _, out, tick_at, flow_id = msg
