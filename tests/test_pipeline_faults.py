@@ -14,7 +14,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from helpers.pipeline import Count, SlowToStart
+from helpers.pipeline import Count, SlowToStart, Ticks
 
 from tinydl.pipeline import App, Component, Frame, PipelineError, Tensor
 from tinydl.pipeline.components import Collect, SyntheticSource
@@ -308,3 +308,59 @@ def test_overload_keeps_memory_bounded(policy):
     else:  # the source runs at its own pace and the queue sheds the excess
         assert report.frames_in > 2 * sink.seen
         assert sum(report.dropped.values()) > sink.seen
+
+
+# -- a packet sent to a sleeping worker by the sender's thread (forward) ---------------------
+
+
+def paced_app(n: int, sources: int = 1, timeout=None, **faults):
+    """Sources paced 10 ms apart: the worker is asleep at each frame, so the source's thread
+    sends it the frame itself and the worker's own thread only waits for the answer."""
+    app = App("forward")
+    app.add("src", Ticks(n, 0.01), instances=sources)
+    app.add("f", Faulty(**faults), executor="process", timeout=timeout)
+    out = Collect()
+    app.add("out", out)
+    app.connect("src", "f")
+    app.connect("f", "out")
+    return app, out
+
+
+def row(report, name: str) -> dict:
+    return next(r for r in report.components if r["component"] == name)
+
+
+def test_a_sleeping_worker_is_sent_frames_by_the_senders_thread():
+    app, out = paced_app(12, sources=2)
+    report = app.run(timeout=TIMEOUT)
+    check(report, 24)
+    assert report.frames_out == 24
+    for flow in (0, 1):  # each stream in order
+        ids = [p.request_id for p in out.packets if p.flow_id == flow]
+        assert ids == list(range(12))
+    assert row(report, "f")["forwarded"] >= 12, row(report, "f")
+
+
+def test_a_worker_that_dies_on_a_forwarded_frame():
+    app, out = paced_app(10, die_on={3, 7})
+    report = app.run(timeout=TIMEOUT)
+    check(report, 10)
+    assert [p.request_id for p in out.packets] == [0, 1, 2, 4, 5, 6, 8, 9]
+    assert report.errored == {"f: worker died": 2}
+    assert row(report, "f")["forwarded"] > 0 and row(report, "f")["restarts"] == 2
+
+
+def test_a_forwarded_call_past_its_timeout():
+    app, out = paced_app(6, timeout=1.0, hang_on={2})
+    report = app.run(timeout=TIMEOUT)
+    check(report, 6)
+    assert [p.request_id for p in out.packets] == [0, 1, 3, 4, 5]
+    assert report.errored == {"f: timeout": 1}
+
+
+def test_stop_with_a_forwarded_call_outstanding():
+    app, out = paced_app(50, hang_on={3})
+    report = app.run(timeout=1.0, grace=0.5)
+    assert report.stopped == "timeout after 1 s"
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 2]

@@ -22,6 +22,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -31,6 +32,7 @@ import numpy as np
 from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context, finished
 from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.packet import Packet
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
 from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
 
@@ -301,6 +303,23 @@ class ProcessNode(Node):
         self.rx = Receiver(counts=True)  # the worker's blocks this app maps
         self.block_prefixes: list[str] = []  # of every worker it started, swept at the end
         self._call_process = self._process
+        inbox = self.inbox
+        self.forwards = self.executor == "process" and inbox is not None and not inbox.join
+
+    def forward(self, port: str, packet: Packet) -> None:
+        """Send one packet to the worker on the sender's thread (which holds `inbox.running`,
+        claimed while this node's thread was asleep with nothing queued): the packet skips a
+        thread wake-up on its way to the worker; this node's thread, woken meanwhile, waits for
+        the answer and finishes the call as usual."""
+        inputs = {port: packet}
+        self.stats.forwarded += 1
+        t0 = time.perf_counter_ns()
+        error = None
+        try:
+            self._send("process", dumps(inputs, self.arena), "process")
+        except Exception as exc:  # noqa: BLE001 - raised on this node's thread, as its call's
+            error = exc
+        self.inbox.start((inputs, (t0, error)))
 
     def _open(self) -> None:
         self._start_worker()
@@ -366,6 +385,10 @@ class ProcessNode(Node):
         raise CallTimeout(f"no answer in {timeout:g} s during {what}")
 
     def _rpc(self, kind: str, body: bytes | None, what: str) -> Any:
+        self._send(kind, body, what)
+        return self._answer(what=what)
+
+    def _send(self, kind: str, body: bytes | None, what: str) -> None:
         if self.proc is None:
             raise WorkerDied("no worker")
         try:
@@ -378,6 +401,11 @@ class ProcessNode(Node):
             code = self.proc.exitcode
             self._kill()
             raise WorkerDied(f"worker gone before {what} (exit code {code})", code) from None
+
+    def _answer(self, error: Exception | None = None, what: str = "process") -> Any:
+        """The worker's answer to the call sent last (`error`: the send failed)."""
+        if error is not None:
+            raise error
         msg = self._receive(self.timeout, what)
         if msg[0] == "error":
             raise RemoteError(msg[1], msg[2], msg[3])

@@ -40,6 +40,7 @@ class NodeStats:
         self.drops: Counter[str] = Counter()  # at its input queues and joins
         self.errors: Counter[str] = Counter()
         self.restarts = 0
+        self.forwarded = 0  # calls sent to its worker by the sender's thread (process executor)
         self.high_water = 0
         self.close_ns = 0  # the close call (a sink flushing its encoder, say)
         self.flow_wait_ns = 0  # a source waiting for its flow limit
@@ -76,6 +77,7 @@ class NodeStats:
             "dropped": sum(self.drops.values()),
             "errors": sum(self.errors.values()),
             "restarts": self.restarts,
+            "forwarded": self.forwarded,
         }
 
 

@@ -22,6 +22,7 @@ from tinydl.pipeline.packet import Packet
 
 POLICIES = ("block", "drop-oldest", "keep-latest", "drop-if-older-than")
 STOPPED = "app stopped"
+CLAIMED = ("claimed",)  # Inbox.started while a sender starts a call for the consumer
 
 Dropped = list[tuple[Packet, str]]
 
@@ -125,6 +126,7 @@ class Inbox:
         self.seen: dict[str, dict[int, int]] = {p: {} for p in ports}
         self._next = 0
         self.single: EdgeQueue | None = None  # the fast path: one queue, no join
+        self.started: tuple | None = None  # a call a sender started for the consumer (forward)
 
     def add(self, queue: EdgeQueue) -> None:
         self.queues.append(queue)
@@ -164,11 +166,19 @@ class Inbox:
     def _ended(self) -> bool:
         return all(q.producers <= 0 and not q.items for q in self.queues)
 
-    def take(self, tick_at: int | None, dropped: Dropped) -> dict[str, Packet] | None:
+    def take(self, tick_at: int | None, dropped: Dropped) -> dict[str, Packet] | tuple | None:
         """The next call's inputs; {} when the tick time came first; None at end of stream
-        (all producers done and everything taken) or when closed. Discards go to `dropped`."""
+        (all producers done and everything taken) or when closed; a tuple (inputs, sent) for
+        a call a sender started (`start`), before anything else. Discards go to `dropped`."""
         with self.lock:
             while True:
+                started = self.started
+                if started is CLAIMED:  # a sender is starting a call: wait for it, even closed
+                    self._sleep(-1)
+                    continue
+                if started is not None:
+                    self.started = None
+                    return started
                 if self.closed:
                     return None
                 now = monotonic_ns()
@@ -199,16 +209,28 @@ class Inbox:
                 else:
                     self._sleep(-1)
 
-    def claim(self) -> bool:
+    def claim(self, start: bool = False) -> bool:
         """Take `running` for the caller when the consumer sleeps with nothing queued: the
-        caller may then call the component itself, in order, with no thread to wake."""
+        caller may then call the component itself, in order, with no thread to wake; with
+        `start`, the caller will `start` a call instead, which the consumer waits for."""
         with self.lock:
-            if self.waiter is None or self.closed:
+            if self.waiter is None or self.closed or self.started is not None:
                 return False
             for q in self.queues:
                 if q.items:
                     return False
-            return self.running.acquire(False)
+            if not self.running.acquire(False):
+                return False
+            if start:
+                self.started = CLAIMED
+            return True
+
+    def start(self, call: tuple) -> None:
+        """Hand the consumer a call started on the caller's thread (which holds `running`,
+        from `claim`, and passes it on): the consumer finishes it and releases `running`."""
+        with self.lock:
+            self.started = call
+            self.wake()
 
     def wake(self) -> None:
         """Wake the consumer asleep in take(); the caller holds the lock."""

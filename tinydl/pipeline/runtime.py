@@ -209,6 +209,10 @@ class Route:
                 finally:
                     q.inbox.running.release()
                 return
+            forward = node.forwards and q.max_age_ns is None and node.failed is None
+            if forward and q.inbox.claim(start=True):
+                node.forward(q.port, packet)  # its thread finishes the call, then lets go
+                return
             dropped = q.put(packet)
         if dropped:
             q.owner.dropped(dropped)
@@ -274,6 +278,9 @@ class Node:
             and spec.in_flight == 1
             and not self.place.get("cpus")
         )
+        # A worker asleep with nothing queued is sent a packet by the sender's thread (its own
+        # thread is woken to wait for the answer): process executor, one input port.
+        self.forwards = False
         self.ema_ns: float | None = None  # recent time per call
         # Calls returning Later finished on a thread of their own (thread executor only).
         self.in_flight = spec.in_flight if self.executor == "thread" else 1
@@ -489,21 +496,29 @@ class Node:
                 dropped = []
             if inputs is None:
                 return
+            if type(inputs) is tuple:  # a call the sender started (forward); `running` is held
+                try:
+                    self._call(*inputs)
+                finally:
+                    inbox.running.release()
+                continue
             if not inputs:
                 ctx.tick_at = None
             with inbox.running:
                 self._call(inputs)
 
-    def _call(self, inputs: dict[str, Packet]) -> None:
+    def _call(self, inputs: dict[str, Packet], sent: tuple | None = None) -> None:
+        """One call; `sent`: (start time, send error or None) of a call already sent to the
+        worker (forward), whose answer is then all that is left to wait for."""
         packets = list(inputs.values())
         current = packets[0] if packets else None
         if self.in_flight > 1:
             self._make_room()
-        t0 = time.perf_counter_ns()
+        t0 = time.perf_counter_ns() if sent is None else sent[0]
         try:
             if self.failed is not None:
                 raise _Failed(self.failed)
-            out = self._call_process(inputs)
+            out = self._call_process(inputs) if sent is None else self._answer(sent[1])
             if self.in_flight > 1:  # finished on the completion thread, in call order
                 self._defer(out, packets, current, t0, time.perf_counter_ns() - t0)
                 return
