@@ -312,3 +312,59 @@ class Ticks(Component):
         self.i += 1
         ctx.request_tick(self.gap_s)
         return {"out": Tensor(np.array([time.monotonic_ns()]))}
+
+
+class Scale(Component):
+    """Multiplies a Tensor or a Frame's pixels by `k` into a new array (a plain NumPy array,
+    or one from ctx.empty with `pooled`); frames whose request id is in `skip` give nothing,
+    in `exit_on` end the process, in `hang_on` hang for 30 s."""
+
+    inputs = {"in": Any}
+    outputs = {"out": Any}
+
+    def __init__(self, k: int = 2, pooled: bool = False, skip=(), exit_on=(), hang_on=()):
+        self.k, self.pooled, self.skip = k, pooled, set(skip)
+        self.exit_on, self.hang_on = set(exit_on), set(hang_on)
+
+    def process(self, ctx, inputs):
+        packet = inputs["in"]
+        if packet.request_id in self.skip:
+            return None
+        if packet.request_id in self.exit_on:
+            import os
+
+            os._exit(5)
+        if packet.request_id in self.hang_on:
+            time.sleep(30)
+        payload = packet.payload
+        data = payload.image if isinstance(payload, Frame) else payload.data
+        out = ctx.empty(data.shape, data.dtype) if self.pooled else np.empty_like(data)
+        np.multiply(data, self.k, out=out)
+        return {"out": Frame(out) if isinstance(payload, Frame) else Tensor(out)}
+
+
+class PickledOnce:
+    """Pickles once; the second time raises (an output the app cannot be sent after it went
+    to the next worker)."""
+
+    count = 0
+
+    def __reduce__(self):
+        PickledOnce.count += 1
+        if PickledOnce.count % 2 == 0:
+            raise TypeError("pickled twice")
+        return (PickledOnce, ())
+
+
+class OncePickled(Component):
+    """Passes Tensors on; frame `bad` goes on as a PickledOnce."""
+
+    inputs = {"in": Any}
+    outputs = {"out": Any}
+
+    def __init__(self, bad: int):
+        self.bad = bad
+
+    def process(self, ctx, inputs):
+        packet = inputs["in"]
+        return {"out": PickledOnce() if packet.request_id == self.bad else packet.payload}

@@ -15,13 +15,16 @@ Workers start with the "spawn" method (safe with the app's threads); components 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import multiprocessing as mp
 import os
 import pickle
+import select
 import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.shared_memory import SharedMemory
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.pipeline.accounting import ERROR
-from tinydl.pipeline.component import Component, Context, finished
+from tinydl.pipeline.component import Component, Context, finished, output_packets
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Packet
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
@@ -85,10 +88,13 @@ class RemoteError(Exception):
 
 class _Pickler(pickle.Pickler):
     pool: Pool | None = None  # a worker's: its large outputs are copied into its blocks
+    lend = True
+    copies: dict | None = None
 
     def reducer_override(self, obj):
         if type(obj) is np.ndarray:
-            ref = reference(obj, self.pool)  # an array in a frame pool goes by reference
+            # An array in a frame pool goes by reference.
+            ref = reference(obj, self.pool, self.lend, self.copies)
             if ref is not None:
                 return ref
             # NumPy pickles non-contiguous arrays in-band (as bytes); make them contiguous so
@@ -137,11 +143,13 @@ def _close(shm: SharedMemory) -> None:
         pass
 
 
-def dumps(obj: Any, arena: Arena, pool: Pool | None = None) -> bytes:
+def dumps(
+    obj: Any, arena: Arena, pool: Pool | None = None, lend: bool = True, copies=None
+) -> bytes:
     buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
     pickler = _Pickler(f, protocol=5, buffer_callback=buffers.append)
-    pickler.pool = pool
+    pickler.pool, pickler.lend, pickler.copies = pool, lend, copies
     pickler.dump(obj)
     if not buffers:
         return pickle.dumps((None, [], f.getvalue()), protocol=5)
@@ -196,7 +204,11 @@ def _worker_main(
     app_id: str,
     flow_id: int,
     place: dict | None = None,
+    direct_out: tuple | None = None,
+    direct_in=None,
 ) -> None:
+    """`direct_out` (port, the next worker's port, the sending end of a pipe to it) and
+    `direct_in` (the receiving end of such a pipe): a direct edge (see `wire_direct`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app decides when to stop
     place = place or {}
     os.environ.update(place.get("env") or {})  # a deployment's GPU, before any context exists
@@ -213,8 +225,8 @@ def _worker_main(
     def reply(*msg) -> None:
         conn.send_bytes(pickle.dumps(msg, protocol=5))
 
-    def failure(exc: BaseException) -> tuple:
-        return ("error", type(exc).__name__, str(exc), traceback.format_exc())
+    def failure(exc: BaseException, call: int | None = None) -> tuple:
+        return ("error", type(exc).__name__, str(exc), traceback.format_exc(), call)
 
     try:
         component.open(ctx)
@@ -228,16 +240,23 @@ def _worker_main(
         type(component).wait_for_resource is not Component.wait_for_resource
         or type(component).release_resource is not Component.release_resource
     )
+    forward = _Forward(component, name, pool, *direct_out) if direct_out is not None else None
+    read = _reader(conn, direct_in)
+    attached_direct: dict[str, SharedMemory] = {}  # the arena of the worker sending directly
     try:
         while True:
             try:
-                kind, body, returns, ctx.tick_at = pickle.loads(conn.recv_bytes())
+                source, raw = read()
             except EOFError:
                 return
+            kind, body, returns, ctx.tick_at, call, direct = pickle.loads(raw)
             pool.returned(returns)
+            forwarded = False
+            copies: dict = {}  # arrays copied into frame blocks, sent twice (direct edge)
             try:
                 if kind == "process":
-                    inputs = loads(body, attached, component.holds_inputs, rx)
+                    where = attached if source is conn else attached_direct
+                    inputs = loads(body, where, component.holds_inputs, rx)
                     if guarded:
                         component.wait_for_resource(ctx)
                     try:
@@ -247,22 +266,80 @@ def _worker_main(
                             component.release_resource(ctx)
                         if backend is not None:  # the app may reuse the input frames' blocks
                             backend.wait_host_reads()
+                    if direct is not None and forward is not None:
+                        forwarded = forward.send(out, inputs, direct, copies)
                     del inputs
                 else:
                     ctx.stop_reason = body  # why the app stopped early, or None
                     out = component.close(ctx)
-                msg = ("ok", dumps(out, arena, pool), ctx.tick_at, ctx.flow_id)
+                body = dumps(out, arena, pool, copies=copies)
+                msg = ("ok", body, ctx.tick_at, ctx.flow_id, call, forwarded)
             except Exception as exc:
-                msg = failure(exc)
+                msg = failure(exc, call)
             conn.send_bytes(pickle.dumps(msg, protocol=5))
             if kind == "close":
                 return
     finally:
-        for seg in attached.values():
+        for seg in [*attached.values(), *attached_direct.values()]:
             _close(seg)
         rx.close()
         arena.release()
+        if forward is not None:
+            forward.arena.release()
         pool.close()
+
+
+def _reader(conn, direct_in):
+    """The next message, from the app or (with a direct edge in) from the worker before."""
+    if direct_in is None:
+        return lambda: (conn, conn.recv_bytes())
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    poller.register(direct_in.fileno(), select.POLLIN)
+    app_fd = conn.fileno()
+
+    def read():
+        while True:
+            for fd, _ in poller.poll():
+                if fd == app_fd:
+                    return conn, conn.recv_bytes()
+                try:
+                    return direct_in, direct_in.recv_bytes()
+                except EOFError:  # every sender closed it: the app's end only, then
+                    poller.unregister(fd)
+
+    return read
+
+
+class _Forward:
+    """A worker's direct edge out: the one packet a call makes on `port` goes to the next
+    worker's pipe at once, as a request of the app would (the app still gets the outputs, and
+    accounts for them; it reserved the next worker, asleep, for this call)."""
+
+    def __init__(self, component: Component, name: str, pool: Pool, port, dst_port, out_conn):
+        self.component, self.name, self.pool = component, name, pool
+        self.port, self.dst_port, self.conn = port, dst_port, out_conn
+        # Arrays in frame blocks go by reference without a lend: the app, which is lent them,
+        # keeps the same frame alive until the next worker has answered. Small arrays are
+        # copied into this arena, rewritten only once the next worker is idle again.
+        self.arena = Arena(pool.prefix + "direct_")
+
+    def send(self, out: Any, inputs: dict, direct: int | tuple, copies: dict) -> bool:
+        """`direct`: the call id reserved at the next worker, or for a source (call id, the
+        ids of the frame the call makes as a Packet). Large arrays not in a frame block yet
+        are copied into one, kept in `copies` for the answer to the app, which lends them."""
+        call, current = direct if type(direct) is tuple else (direct, None)
+        try:
+            current = next(iter(inputs.values()), current)
+            pairs = output_packets(self.component, self.name, out, current)
+        except Exception:  # noqa: BLE001 - the app reports a bad output; nothing goes direct
+            return False
+        mine = [packet for port, packet in pairs if port == self.port]
+        if len(mine) != 1:
+            return False
+        body = dumps({self.dst_port: mine[0]}, self.arena, self.pool, False, copies)
+        self.conn.send_bytes(pickle.dumps(("process", body, [], None, call, None), protocol=5))
+        return True
 
 
 def _host_locker(component: Component):
@@ -285,6 +362,17 @@ def _host_locker(component: Component):
     return backend
 
 
+def _exit_code(proc) -> int | None:
+    """A dead worker's exit code; None when the app's join ended and closed it meanwhile."""
+    if proc is None:
+        return None
+    try:
+        proc.join(1.0)
+        return proc.exitcode
+    except ValueError:
+        return None
+
+
 # -- the node in the app's process -----------------------------------------------------------
 
 
@@ -305,6 +393,11 @@ class ProcessNode(Node):
         self._call_process = self._process
         inbox = self.inbox
         self.forwards = self.executor == "process" and inbox is not None and not inbox.join
+        self.kill_lock = threading.RLock()
+        self.calls = itertools.count(1)  # call ids: an answer names the call it answers
+        self.sent_direct = False  # the last answer's call sent its packet on the direct edge
+        self.direct: Direct | None = None  # this worker's direct edge out (wire_direct)
+        self.direct_in = None  # the receiving end of a direct edge into this worker
 
     def forward(self, port: str, packet: Packet) -> None:
         """Send one packet to the worker on the sender's thread (which holds `inbox.running`,
@@ -314,12 +407,12 @@ class ProcessNode(Node):
         inputs = {port: packet}
         self.stats.forwarded += 1
         t0 = time.perf_counter_ns()
-        error = None
+        call, error = next(self.calls), None
         try:
-            self._send("process", dumps(inputs, self.arena), "process")
+            self._send("process", dumps(inputs, self.arena), "process", call)
         except Exception as exc:  # noqa: BLE001 - raised on this node's thread, as its call's
             error = exc
-        self.inbox.start((inputs, (t0, error)))
+        self.inbox.start((inputs, (t0, error, call)))
 
     def _open(self) -> None:
         self._start_worker()
@@ -340,6 +433,8 @@ class ProcessNode(Node):
                 self.ctx.app_id,
                 self.ctx.flow_id,
                 self.place,
+                self.direct and (self.direct.port, self.direct.queue.port, self.direct.conn_out),
+                self.direct_in,
             ),
         )
         try:
@@ -377,39 +472,63 @@ class ProcessNode(Node):
             if timeout is None or conn.poll(timeout):
                 return pickle.loads(conn.recv_bytes())
         except (EOFError, OSError, ValueError):  # closed under us: it died or was killed
-            proc.join(1.0)
-            code = proc.exitcode
+            code = _exit_code(proc)
             self._kill()
             raise WorkerDied(f"worker died during {what} (exit code {code})", code) from None
         self._kill()
         raise CallTimeout(f"no answer in {timeout:g} s during {what}")
 
     def _rpc(self, kind: str, body: bytes | None, what: str) -> Any:
-        self._send(kind, body, what)
-        return self._answer(what=what)
+        call = next(self.calls)
+        self._send(kind, body, what, call)
+        return self._answer(None, call, what)
 
-    def _send(self, kind: str, body: bytes | None, what: str) -> None:
+    def _send(self, kind: str, body: bytes | None, what: str, call: int) -> None:
+        """A request. A process call reserves the next worker on a direct edge when it is
+        free, for the one packet the call makes on that edge (sent straight to it)."""
         if self.proc is None:
             raise WorkerDied("no worker")
+        d, direct = self.direct, None
+        if d is not None and kind == "process":
+            reserved = d.claim()
+            # A source's worker makes its packet from the frame's ids, which the app gives.
+            if reserved is not None:
+                direct = reserved if self.inbox is not None else (reserved, self.made)
         try:
             # The tick the app still waits for (None once it fired): the worker's copy of
             # the context must not keep asking for a tick that has passed.
-            request = (kind, body, self.rx.take_returns(), self.ctx.tick_at)
+            returns = self.rx.take_returns()
+            request = (kind, body, returns, self.ctx.tick_at, call, direct)
             self.conn.send_bytes(pickle.dumps(request, protocol=5))
         except (BrokenPipeError, ConnectionResetError, OSError):
-            self.proc.join(1.0)
-            code = self.proc.exitcode
+            if direct is not None:
+                d.release()
+            code = _exit_code(self.proc)
             self._kill()
             raise WorkerDied(f"worker gone before {what} (exit code {code})", code) from None
 
-    def _answer(self, error: Exception | None = None, what: str = "process") -> Any:
-        """The worker's answer to the call sent last (`error`: the send failed)."""
-        if error is not None:
-            raise error
-        msg = self._receive(self.timeout, what)
-        if msg[0] == "error":
-            raise RemoteError(msg[1], msg[2], msg[3])
-        _, out, tick_at, flow_id = msg
+    def _answer(self, error: Exception | None, call: int, what: str = "process") -> Any:
+        """The worker's answer to call `call` (`error`: sending it failed). Answers to older
+        calls are dropped: a call reserved on a direct edge whose sender then failed."""
+        d = self.direct
+        try:
+            if error is not None:
+                raise error
+            while True:
+                msg = self._receive(self.timeout, what)
+                if msg[4] == call:
+                    break
+                if msg[0] == "ok":  # its frames are accounted already; return its blocks
+                    loads(msg[1], self.attached, True, self.rx)
+            if msg[0] == "error":
+                raise RemoteError(msg[1], msg[2], msg[3])
+        except BaseException:
+            if d is not None:
+                d.release()
+            raise
+        _, out, tick_at, flow_id, _, self.sent_direct = msg
+        if d is not None and d.call is not None:
+            d.sent() if self.sent_direct else d.release()
         self.ctx.tick_at, self.ctx.flow_id = tick_at, flow_id
         result = loads(out, self.attached, True, self.rx)
         self.out_arena = next(iter(self.attached), self.out_arena)
@@ -417,6 +536,21 @@ class ProcessNode(Node):
 
     def _process(self, inputs: dict) -> Any:
         return self._rpc("process", dumps(inputs, self.arena), "process")
+
+    # The reserved next worker is let go when its packet did not go to it after all.
+    def _deliver(self, pairs, packets, keys) -> None:
+        try:
+            super()._deliver(pairs, packets, keys)
+        finally:
+            if self.direct is not None:
+                self.direct.release()
+
+    def _call(self, inputs, sent=None) -> None:
+        try:
+            super()._call(inputs, sent)
+        finally:
+            if self.direct is not None:
+                self.direct.release()
 
     def _close(self) -> Any:
         if self.proc is None:
@@ -432,6 +566,9 @@ class ProcessNode(Node):
         self.stats.restarts += 1
         self._end_held(ERROR, f"{self.name}: state lost ({why})")
         self._kill()
+        if self.rt.stopping:  # ended by the stop (a hung call), or dying meanwhile
+            self.failed = f"not restarted: the app is stopping ({why})"
+            return
         if self.stats.restarts > self.spec.max_restarts:
             self.failed = f"gave up after {self.spec.max_restarts} restarts ({why})"
             return
@@ -441,33 +578,121 @@ class ProcessNode(Node):
             self.failed = f"restart failed: {type(exc).__name__}: {exc}"
 
     def _kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5.0)
-            proc.close()
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-        for shm in self.attached.values():
-            _close(shm)
-        self.attached.clear()
-        if self.out_arena is not None:  # a dead worker cannot unlink its own arena
-            try:
-                shm = SharedMemory(name=self.out_arena)
-                shm.close()
-                shm.unlink()
-            except FileNotFoundError:
-                pass
-            self.out_arena = None
+        # Locked: the app's join may end a hung worker while the node's thread, which saw it
+        # die, ends it too.
+        with self.kill_lock:
+            proc, self.proc = self.proc, None
+            if proc is not None:
+                if proc.is_alive():
+                    proc.kill()
+                proc.join(5.0)
+                with contextlib.suppress(ValueError):  # reaped by the node's thread meanwhile
+                    proc.close()
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
+            for shm in self.attached.values():
+                _close(shm)
+            self.attached.clear()
+            if self.out_arena is not None:  # a dead worker cannot unlink its own arena
+                try:
+                    shm = SharedMemory(name=self.out_arena)
+                    shm.close()
+                    shm.unlink()
+                except FileNotFoundError:
+                    pass
+                self.out_arena = None
 
     def _shutdown(self) -> None:
         self._kill()
         self.arena.release()
         self.rx.close()
+        with self.kill_lock:  # once, though the app's join and the node's thread may both
+            if self.direct is not None:
+                self.direct.release()
+                self.direct.conn_out.close()
+            if self.direct_in is not None:
+                self.direct_in.close()
 
     def sweep_blocks(self) -> None:
         """At the app's end: unlink the blocks its workers left (lent, or the worker died)."""
         for prefix in self.block_prefixes:
             sweep(prefix)
+
+
+# -- direct edges: worker to worker --------------------------------------------------------
+
+
+class Direct:
+    """An edge from one process-executor instance to another that is its only consumer on
+    that port and has no other producer: while the consumer is asleep with nothing queued,
+    the producer's call reserves it (`claim`), the producer's worker sends the call's packet
+    on that port straight to the consumer's worker through a pipe of their own, and the app,
+    when the answer with the outputs comes, accounts for them as usual and hands the consumer's
+    thread the call already under way (`start`), which waits for its answer. The packet skips
+    the app on its way: two pipe trips and a thread wake-up become one pipe trip."""
+
+    def __init__(self, port: str, queue, target: ProcessNode):
+        self.port, self.queue, self.target = port, queue, target
+        ctx = mp.get_context("spawn")
+        # The app keeps both ends, for the workers it starts (again, after a restart).
+        self.conn_in, self.conn_out = ctx.Pipe(duplex=False)
+        self.call: int | None = None  # the consumer's call id reserved for the call under way
+        self.pending: tuple[int, int] | None = None  # (call id, time): the packet went
+
+    def claim(self) -> int | None:
+        b = self.target
+        if b.failed is not None or b.proc is None or b.ctx.tick_at is not None:
+            return None
+        if not self.queue.inbox.claim(start=True):
+            return None
+        self.call = next(b.calls)
+        return self.call
+
+    def sent(self) -> None:
+        self.pending = (self.call, time.perf_counter_ns())
+
+    def start(self, packet: Packet) -> None:
+        """The packet the producer's worker sent: the consumer's thread takes the call over."""
+        call, t0 = self.pending
+        self.pending = self.call = None
+        self.target.stats.direct += 1
+        self.queue.inbox.start(({self.queue.port: packet}, (t0, None, call)))
+
+    def release(self) -> None:
+        """Let the consumer go when no call of its was started (a sent packet's answer, if
+        any, is dropped by call id)."""
+        if self.call is not None:
+            self.pending = self.call = None
+            self.queue.inbox.unclaim()
+
+
+def wire_direct(nodes: list[Node]) -> None:
+    """Give every producer/consumer pair of process-executor instances that qualifies a
+    direct edge (see Direct): one route on the port, to one queue, its consumer's only one,
+    of one producer; no collect or order, no max age, no join; a source with a flow limit
+    holds frames back, so not from one."""
+    for a in nodes:
+        if a.executor != "process" or (a.inbox is None and a.flow_limit is not None):
+            continue
+        for port, routes in a.outlets.items():
+            if len(routes) != 1:
+                continue
+            route = routes[0]
+            if route.collect is not None or route.expect is not None or len(route.queues) != 1:
+                continue
+            q = route.queues[0]
+            b = q.owner
+            if (
+                b.executor != "process"
+                or not b.forwards
+                or b.direct_in is not None
+                or b is a
+                or len(b.inbox.queues) != 1
+                or q.producers != 1
+                or q.max_age_ns is not None
+            ):
+                continue
+            a.direct = route.direct = Direct(port, q, b)
+            b.direct_in = a.direct.conn_in
+            break

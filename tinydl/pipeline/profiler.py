@@ -41,6 +41,7 @@ class NodeStats:
         self.errors: Counter[str] = Counter()
         self.restarts = 0
         self.forwarded = 0  # calls sent to its worker by the sender's thread (process executor)
+        self.direct = 0  # calls sent to its worker by the worker before it (a direct edge)
         self.high_water = 0
         self.close_ns = 0  # the close call (a sink flushing its encoder, say)
         self.flow_wait_ns = 0  # a source waiting for its flow limit
@@ -78,6 +79,7 @@ class NodeStats:
             "errors": sum(self.errors.values()),
             "restarts": self.restarts,
             "forwarded": self.forwarded,
+            "direct": self.direct,
         }
 
 

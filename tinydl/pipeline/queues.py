@@ -173,7 +173,9 @@ class Inbox:
         with self.lock:
             while True:
                 started = self.started
-                if started is CLAIMED:  # a sender is starting a call: wait for it, even closed
+                if started is CLAIMED:  # a sender is starting a call (unless stopped: that
+                    if self.closed:  # call's frame is then counted in flight at the stop)
+                        return None
                     self._sleep(-1)
                     continue
                 if started is not None:
@@ -231,6 +233,14 @@ class Inbox:
         with self.lock:
             self.started = call
             self.wake()
+
+    def unclaim(self) -> None:
+        """Give back a `claim(start=True)` that started no call."""
+        with self.lock:
+            if self.started is CLAIMED:
+                self.started = None
+                self.running.release()
+                self.wake()
 
     def wake(self) -> None:
         """Wake the consumer asleep in take(); the caller holds the lock."""

@@ -183,6 +183,7 @@ class Route:
         self.dispatch = dispatch
         self.collect = collect
         self.expect = expect
+        self.direct = None  # a direct edge between two workers (process.Direct)
         self._rr = itertools.count()  # next() is atomic: senders on several threads share it
 
     def pick(self, packet: Packet) -> EdgeQueue:
@@ -197,6 +198,10 @@ class Route:
 
     def put(self, q: EdgeQueue, packet: Packet) -> None:
         """Queue one copy (the ledger already counts it); account what the queue discards."""
+        direct = self.direct
+        if direct is not None and direct.pending is not None:  # already at its worker
+            direct.start(packet)
+            return
         if self.expect is not None:
             self.expect.expect(packet.key)
         if self.collect is not None:
@@ -290,6 +295,7 @@ class Node:
         self.later_thread: threading.Thread | None = None
         self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
         self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
+        self.made: Packet | None = None  # a source's: the ids of the frame its call makes
 
     def light(self) -> bool:
         """Cheaper to call than a thread is to wake (its recent calls took < inline_below_us)."""
@@ -431,7 +437,7 @@ class Node:
                 self.stats.flow_wait_ns += time.perf_counter_ns() - t0
                 if rt.stopping:
                     break
-            current = Packet(None, ctx.flow_id, request_id, app_id=rt.app_id)
+            current = self.made = Packet(None, ctx.flow_id, request_id, app_id=rt.app_id)
             t0 = time.perf_counter_ns()
             try:
                 out = self._call_process({})
@@ -508,8 +514,8 @@ class Node:
                 self._call(inputs)
 
     def _call(self, inputs: dict[str, Packet], sent: tuple | None = None) -> None:
-        """One call; `sent`: (start time, send error or None) of a call already sent to the
-        worker (forward), whose answer is then all that is left to wait for."""
+        """One call; `sent`: (start time, send error or None, call id) of a call already sent
+        to the worker (forward, direct edge), whose answer is then all that is left."""
         packets = list(inputs.values())
         current = packets[0] if packets else None
         if self.in_flight > 1:
@@ -518,7 +524,7 @@ class Node:
         try:
             if self.failed is not None:
                 raise _Failed(self.failed)
-            out = self._call_process(inputs) if sent is None else self._answer(sent[1])
+            out = self._call_process(inputs) if sent is None else self._answer(*sent[1:])
             if self.in_flight > 1:  # finished on the completion thread, in call order
                 self._defer(out, packets, current, t0, time.perf_counter_ns() - t0)
                 return
@@ -825,9 +831,10 @@ class Runtime:
         # Frames that thread components make with ctx.empty cross into workers by reference.
         self.pool = None
         if any(n.executor == "process" for n in self.all_nodes()):
-            from tinydl.pipeline.process import segment_prefix
+            from tinydl.pipeline.process import segment_prefix, wire_direct
             from tinydl.pipeline.shm import Pool
 
+            wire_direct(self.all_nodes())
             self.pool = Pool(segment_prefix(), lends=False)
         else:
             self.pool = HostPool.for_nodes(self.all_nodes())
@@ -977,9 +984,9 @@ class Runtime:
             self.placement.remove()
         if self.pool is not None and not hung:
             self.pool.close()
-            for node in self.all_nodes():
-                if node.executor == "process":
-                    node.sweep_blocks()
+        for node in self.all_nodes():  # their workers have ended, or were ended just now
+            if node.executor == "process":
+                node.sweep_blocks()
         self.wall_s = time.perf_counter() - self.t0
         return hung
 

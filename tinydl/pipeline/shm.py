@@ -248,9 +248,13 @@ def _view(name: str, offset: int, shape, dtype: str, strides) -> np.ndarray:
     return _receiving.rx.view(name, offset, shape, dtype, strides)
 
 
-def reference(arr: np.ndarray, pool: Pool | None) -> tuple | None:
+def reference(
+    arr: np.ndarray, pool: Pool | None, lend: bool = True, copies: dict | None = None
+) -> tuple | None:
     """How to pickle `arr` by reference: it lies in a block (of any process), or it is large
-    and `pool` copies it into one of its blocks; None to pickle it as usual."""
+    and `pool` copies it into one of its blocks; None to pickle it as usual. `copies` keeps
+    those copies, so an array sent twice is copied once; `lend=False`: not counted as lent
+    (the caller knows the block outlives the reader)."""
     if arr.dtype.hasobject or arr.dtype.fields is not None:
         return None
     base = arr
@@ -261,14 +265,20 @@ def reference(arr: np.ndarray, pool: Pool | None) -> tuple | None:
     if found is None:
         if pool is None or arr.nbytes < MIN_BLOCK:
             return None
-        base = pool.empty(arr.shape, arr.dtype)
-        base[...] = arr
-        arr = base
+        copied = copies.get(id(arr)) if copies is not None else None
+        if copied is None:
+            copied = pool.empty(arr.shape, arr.dtype)
+            copied[...] = arr
+            if copies is not None:
+                copies[id(arr)] = (copied, arr)  # arr kept: its id stays its own
+        else:
+            copied = copied[0]
+        arr = base = copied
         while id(base) not in _owners:
             base = base.base
         found = _owners[id(base)]
     name, address = found
-    if pool is not None and pool.lends and name.startswith(pool.prefix):
+    if lend and pool is not None and pool.lends and name.startswith(pool.prefix):
         pool.lend(name, base)
     offset = arr.__array_interface__["data"][0] - address
     return (_view, (name, offset, arr.shape, arr.dtype.str, arr.strides))

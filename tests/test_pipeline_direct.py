@@ -1,0 +1,153 @@
+"""Direct edges: a worker sends its packet straight to the next worker (process executor), the
+app still accounts for every frame; and packets sent to a sleeping worker by the sender's
+thread (forward). Sources are paced so the next worker is asleep when each frame comes."""
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.pipeline import CheckFrames, OncePickled, PoolFrames, Scale, Ticks
+
+from tinydl.pipeline import App
+from tinydl.pipeline.components import Collect
+from tinydl.pipeline.process import segment_prefix
+
+TIMEOUT = 60
+
+
+def shm_segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob(segment_prefix() + "*")} if shm.exists() else set()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left():
+    before = shm_segments()
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and multiprocessing.active_children():
+        time.sleep(0.05)
+    assert not multiprocessing.active_children()
+    assert shm_segments() <= before
+
+
+def row(report, name: str) -> dict:
+    return next(r for r in report.components if r["component"] == name)
+
+
+def chain(source, *stages, executor="process", source_executor="thread") -> tuple[App, Collect]:
+    app = App("direct")
+    app.add("src", source, executor=source_executor)
+    names = ["src"]
+    for i, stage in enumerate(stages):
+        app.add(f"s{i}", stage, executor=executor)
+        names.append(f"s{i}")
+    out = Collect()
+    app.add("out", out)
+    names.append("out")
+    for a, b in zip(names[:-1], names[1:], strict=True):
+        app.connect(a, b)
+    return app, out
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_two_workers_in_a_row_pass_frames_directly(pooled):
+    app, out = chain(Ticks(12, 0.01), Scale(3, pooled=pooled), Scale(5, pooled=pooled))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 12, report.accounting()
+    assert [p.request_id for p in out.packets] == list(range(12))
+    made = [int(p.payload.data[0]) for p in out.packets]
+    stamps = np.array(made) // 15  # each stage multiplied what it got
+    assert (stamps * 15 == made).all()
+    assert row(report, "s1")["direct"] >= 6, row(report, "s1")  # the rest: forward or queued
+    assert row(report, "s0")["direct"] == 0  # its producer is a thread
+
+
+def test_a_source_worker_sends_its_frames_directly():
+    frames = PoolFrames(n=30, height=270, width=480)
+    app, out = chain(frames, CheckFrames(), source_executor="process")
+    # PoolFrames is not paced: frames that find the checker busy queue in the app instead.
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 30, report.accounting()
+    assert [int(p.payload.image[0, 0, 0]) for p in out.packets] == list(range(30))
+    assert [p.request_id for p in out.packets] == list(range(30))
+
+
+def test_a_paced_source_worker_goes_direct_with_the_apps_frame_ids():
+    app, out = chain(Ticks(10, 0.01), Scale(2), source_executor="process")
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 10, report.accounting()
+    assert [(p.flow_id, p.request_id) for p in out.packets] == [(0, i) for i in range(10)]
+    assert row(report, "s0")["direct"] >= 5, row(report, "s0")
+
+
+def test_large_plain_arrays_are_copied_once_and_stay_intact():
+    # Scale returns plain NumPy frames (not from ctx.empty): the worker copies each into a
+    # frame block once, for the next worker and the app alike; the checker reads it later.
+    app, out = chain(PoolFrames(n=16, height=270, width=480), Scale(1), CheckFrames(delay=0.005))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 16, report.accounting()
+    assert [int(p.payload.image[0, 0, 0]) for p in out.packets] == list(range(16))
+
+
+def test_a_call_with_no_packet_for_the_next_worker_lets_it_go():
+    app, out = chain(Ticks(12, 0.01), Scale(2, skip={2, 3, 7}), Scale(3))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 9, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 4, 5, 6, 8, 9, 10, 11]
+    assert report.dropped == {"no output from s0": 3}, report.accounting()
+
+
+def test_a_frame_sent_directly_whose_answer_fails_is_errored_once():
+    # Frame 4 reaches the second worker directly, then the first worker cannot answer the app:
+    # the frame is errored there, and the second worker's answer for it is dropped.
+    app, out = chain(Ticks(10, 0.01), OncePickled(bad=4), Scale(2))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert list(report.errored) == ["s0: TypeError"] and report.errored["s0: TypeError"] == 1
+
+
+def test_a_worker_that_dies_on_a_frame_sent_directly():
+    app, out = chain(Ticks(10, 0.01), Scale(2), Scale(3, exit_on={3, 6}))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 2, 4, 5, 7, 8, 9]
+    assert report.errored == {"s1: worker died": 2}
+    assert row(report, "s1")["restarts"] == 2 and row(report, "s1")["direct"] > 0
+
+
+def test_a_producer_that_dies_lets_the_next_worker_go():
+    # The first worker dies on frame 3 (a reserved call): the second must not wait for it.
+    app, out = chain(Ticks(8, 0.01), Scale(2, exit_on={3}), Scale(3))
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 2, 4, 5, 6, 7]
+    assert report.errored == {"s0: worker died": 1}
+
+
+def test_a_frame_sent_directly_past_its_timeout():
+    app = App("direct-timeout")
+    app.add("src", Ticks(6, 0.01))
+    app.add("s0", Scale(2), executor="process")
+    app.add("s1", Scale(3, hang_on={2}), executor="process", timeout=1.0)
+    out = Collect()
+    app.add("out", out)
+    for a, b in [("src", "s0"), ("s0", "s1"), ("s1", "out")]:
+        app.connect(a, b)
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 3, 4, 5]
+    assert report.errored == {"s1: timeout": 1}
+
+
+def test_stop_while_a_producer_hangs_on_a_reserved_call():
+    app, out = chain(Ticks(50, 0.01), Scale(2, hang_on={3}), Scale(3))
+    t0 = time.monotonic()
+    report = app.run(timeout=1.0, grace=0.5)
+    assert time.monotonic() - t0 < 10
+    assert report.stopped == "timeout after 1 s"
+    assert report.balanced, report.accounting()
+    assert [p.request_id for p in out.packets] == [0, 1, 2]
