@@ -5,6 +5,7 @@ dropped (by reason) + errored. Every run has a timeout, so a deadlock fails inst
 
 import io
 import json
+import pickle
 import sys
 import threading
 import time
@@ -648,7 +649,7 @@ def test_shared_memory_transport_pickles_no_pixels():
         image = np.arange(720 * 1280 * 3, dtype=np.uint8).reshape(720, 1280, 3)
         payload = {"in": Packet(Frame(image[:, ::2], "rgb"), 3, 7)}  # not contiguous
         message = dumps(payload, arena)
-        assert len(message) < 2000  # ids and layout only; the pixels went to shared memory
+        assert len(pickle.dumps(message)) < 2000  # ids and layout; the pixels went to shared memory
         back = loads(message, {}, copy=True)["in"]
         assert (back.flow_id, back.request_id) == (3, 7)
         np.testing.assert_array_equal(back.payload.image, image[:, ::2])

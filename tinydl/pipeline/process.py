@@ -145,14 +145,16 @@ def _close(shm: SharedMemory) -> None:
 
 def dumps(
     obj: Any, arena: Arena, pool: Pool | None = None, lend: bool = True, copies=None
-) -> bytes:
+) -> tuple:
+    """A message: (arena segment or None, buffer layout, pickle), pickled with the request or
+    answer that carries it."""
     buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
     pickler = _Pickler(f, protocol=5, buffer_callback=buffers.append)
     pickler.pool, pickler.lend, pickler.copies = pool, lend, copies
     pickler.dump(obj)
     if not buffers:
-        return pickle.dumps((None, [], f.getvalue()), protocol=5)
+        return (None, (), f.getvalue())
     raws = [b.raw() for b in buffers]
     layout, off = [], 0
     for r in raws:
@@ -161,11 +163,11 @@ def dumps(
     shm = arena.reserve(off)
     for (o, n), r in zip(layout, raws, strict=True):
         shm.buf[o : o + n] = r
-    return pickle.dumps((shm.name, layout, f.getvalue()), protocol=5)
+    return (shm.name, layout, f.getvalue())
 
 
 def loads(
-    message: bytes,
+    message: tuple,
     attached: dict[str, SharedMemory],
     copy: bool,
     rx: Receiver | None = None,
@@ -176,8 +178,8 @@ def loads(
         return _loads(message, attached, copy)
 
 
-def _loads(message: bytes, attached: dict[str, SharedMemory], copy: bool) -> Any:
-    name, layout, data = pickle.loads(message)
+def _loads(message: tuple, attached: dict[str, SharedMemory], copy: bool) -> Any:
+    name, layout, data = message
     if name is None:
         return pickle.loads(data)
     shm = attached.get(name)
@@ -220,7 +222,7 @@ def _worker_main(
     attached: dict[str, SharedMemory] = {}
     arena = Arena(segment_prefix(os.getppid()))
     pool = ctx.pool = Pool(segment_prefix(os.getppid()), lends=True)
-    rx = Receiver(counts=False)
+    rx = Receiver(counts=False, keep=True)
 
     def reply(*msg) -> None:
         conn.send_bytes(pickle.dumps(msg, protocol=5))

@@ -28,7 +28,6 @@ import itertools
 import os
 import threading
 import weakref
-from collections.abc import Iterator
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -174,8 +173,12 @@ class Receiver:
     """One side of one channel: the blocks it has mapped, and (in the app) the counts of
     references received from the process at the other end, queued for return when unmapped."""
 
-    def __init__(self, counts: bool):
+    def __init__(self, counts: bool, keep: bool = False):
         self.counts = counts
+        # Keep each block's owner array once mapped (a worker, which returns no counts): the
+        # next frame in that block is a view of it, with no mapping, registering or finalizer.
+        self.keep = keep
+        self.kept: list[np.ndarray] = []
         self.sender = ""  # the block prefix of the process at the other end
         self.attached: dict[str, SharedMemory] = {}
         self.returns: list[tuple[str, int]] = []  # list.append is atomic: finalizers add here
@@ -203,6 +206,8 @@ class Receiver:
                 count = _Count() if counted else None
                 _register(owner, name, count)
                 weakref.finalize(owner, self._unmapped, id(owner), name, count)
+                if self.keep:
+                    self.kept.append(owner)
             if counted and count is not None:
                 count.n += 1
         view = np.ndarray(shape, np.dtype(dtype), buffer=owner, offset=offset, strides=strides)
@@ -222,6 +227,7 @@ class Receiver:
             self.undo.append(undo)
 
     def close(self) -> None:
+        self.kept.clear()
         for undo in self.undo:
             with contextlib.suppress(Exception):
                 undo()
@@ -234,13 +240,18 @@ class Receiver:
         self.attached.clear()
 
 
-@contextlib.contextmanager
-def receiving(rx: Receiver) -> Iterator[None]:
+class receiving:  # noqa: N801 - used as a context manager, as contextlib's are
     """References unpickled meanwhile (on this thread) are mapped by `rx`."""
-    _receiving.rx = rx
-    try:
-        yield
-    finally:
+
+    __slots__ = ("rx",)
+
+    def __init__(self, rx: Receiver):
+        self.rx = rx
+
+    def __enter__(self) -> None:
+        _receiving.rx = self.rx
+
+    def __exit__(self, *exc) -> None:
         _receiving.rx = None
 
 
