@@ -293,23 +293,17 @@ class ExitIn(Component):
         return {"out": inputs["in"].payload}
 
 
-class Ticks(Component):
+class Ticks(Count):
     """A source that paces itself with `ctx.request_tick`: n frames, one every gap_s, each
     holding the monotonic time it was made."""
 
-    inputs: dict = {}
-    outputs = {"out": Tensor}
-
     def __init__(self, n: int = 8, gap_s: float = 0.05):
-        self.n, self.gap_s = n, gap_s
-
-    def open(self, ctx):
-        self.i = 0
+        super().__init__(n)
+        self.gap_s = gap_s
 
     def process(self, ctx, inputs):
-        if self.i >= self.n:
+        if super().process(ctx, inputs) is None:
             return None
-        self.i += 1
         ctx.request_tick(self.gap_s)
         return {"out": Tensor(np.array([time.monotonic_ns()]))}
 

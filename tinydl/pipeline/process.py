@@ -36,6 +36,7 @@ from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context, finished, output_packets
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Packet
+from tinydl.pipeline.queues import RESERVED
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
 from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
 
@@ -611,7 +612,6 @@ class ProcessNode(Node):
         self.rx.close()
         with self.kill_lock:  # once, though the app's join and the node's thread may both
             if self.direct is not None:
-                self.direct.release()
                 self.direct.conn_out.close()
             if self.direct_in is not None:
                 self.direct_in.close()
@@ -646,7 +646,7 @@ class Direct:
         b = self.target
         if b.failed is not None or b.proc is None or b.ctx.tick_at is not None:
             return None
-        if not self.queue.inbox.claim(start=True):
+        if not self.queue.inbox.claim(RESERVED):
             return None
         self.call = next(b.calls)
         return self.call

@@ -22,7 +22,10 @@ from tinydl.pipeline.packet import Packet
 
 POLICIES = ("block", "drop-oldest", "keep-latest", "drop-if-older-than")
 STOPPED = "app stopped"
-CLAIMED = ("claimed",)  # Inbox.started while a sender starts a call for the consumer
+# Inbox.started while a sender sends a packet to the consumer's worker (forward), and while a
+# producer's call is under way whose packet its worker may send to the consumer's (direct).
+CLAIMED = ("claimed",)
+RESERVED = ("reserved",)
 
 Dropped = list[tuple[Packet, str]]
 
@@ -173,9 +176,9 @@ class Inbox:
         with self.lock:
             while True:
                 started = self.started
-                if started is CLAIMED:  # a sender is starting a call (unless stopped: that
-                    if self.closed:  # call's frame is then counted in flight at the stop)
-                        return None
+                if started is CLAIMED or started is RESERVED:  # a call being started for it
+                    if started is RESERVED and self.closed:  # (a producer's whole call: when
+                        return None  # stopped, its frame is counted in flight at the stop)
                     self._sleep(-1)
                     continue
                 if started is not None:
@@ -211,10 +214,11 @@ class Inbox:
                 else:
                     self._sleep(-1)
 
-    def claim(self, start: bool = False) -> bool:
+    def claim(self, start: tuple | None = None) -> bool:
         """Take `running` for the caller when the consumer sleeps with nothing queued: the
         caller may then call the component itself, in order, with no thread to wake; with
-        `start`, the caller will `start` a call instead, which the consumer waits for."""
+        `start` (CLAIMED or RESERVED), the caller will `start` a call instead (or `unclaim`),
+        which the consumer waits for."""
         with self.lock:
             if self.waiter is None or self.closed or self.started is not None:
                 return False
@@ -223,8 +227,8 @@ class Inbox:
                     return False
             if not self.running.acquire(False):
                 return False
-            if start:
-                self.started = CLAIMED
+            if start is not None:
+                self.started = start
             return True
 
     def start(self, call: tuple) -> None:
@@ -237,7 +241,7 @@ class Inbox:
     def unclaim(self) -> None:
         """Give back a `claim(start=True)` that started no call."""
         with self.lock:
-            if self.started is CLAIMED:
+            if self.started is CLAIMED or self.started is RESERVED:
                 self.started = None
                 self.running.release()
                 self.wake()

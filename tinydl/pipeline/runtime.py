@@ -38,7 +38,7 @@ from tinydl.pipeline.component import Component, Context, Later, finished, outpu
 from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Batch, Packet
 from tinydl.pipeline.profiler import CpuSampler, NodeStats, RunReport, Trace
-from tinydl.pipeline.queues import STOPPED, Dropped, EdgeQueue, Inbox
+from tinydl.pipeline.queues import CLAIMED, STOPPED, Dropped, EdgeQueue, Inbox
 
 if TYPE_CHECKING:
     from tinydl.pipeline.app import App, ComponentSpec
@@ -215,7 +215,7 @@ class Route:
                     q.inbox.running.release()
                 return
             forward = node.forwards and q.max_age_ns is None and node.failed is None
-            if forward and q.inbox.claim(start=True):
+            if forward and q.inbox.claim(CLAIMED):
                 node.forward(q.port, packet)  # its thread finishes the call, then lets go
                 return
             dropped = q.put(packet)
