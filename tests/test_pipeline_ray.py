@@ -94,6 +94,10 @@ def check_four_streams(report, sinks) -> None:
     rows = {r["component"]: r for r in report.components}
     assert rows["sr"]["executor"] == "ray" and rows["save0"]["executor"] == "thread"
     assert rows["sr"]["items"] == 4 * FRAMES
+    # Between actors, frames go as object-store references, not through the driver.
+    for name in ("group", "sr", "rgb", "split"):
+        assert rows[name]["direct"] == rows[name]["calls"] > 0, rows[name]
+    assert rows["ycc"]["direct"] == 0  # its producers are threads of the driver
 
 
 def run_app(app):

@@ -2,6 +2,7 @@
 
     python tools/bench_pipeline.py                 # everything, a few seconds each
     python tools/bench_pipeline.py --hops 20000 --json out.json
+    python tools/bench_pipeline.py --ray 4      # also a Ray app passing 1080p frames
 
 Hop latency: a source stamps time.perf_counter_ns() into its payload as it returns it; the next
 component reads the clock as its process() begins (in its worker process, for the process
@@ -97,6 +98,39 @@ class Keep(Component):
             self.values.append(inputs["in"].payload)
 
 
+class Lag(Component):
+    """Sink: the time from each frame's stamp (`pts`) to here, and when it came."""
+
+    inputs = {"in": object}
+    outputs: dict = {}
+    executors = ("thread",)
+
+    def __init__(self):
+        self.lags, self.times = [], []
+
+    def process(self, ctx, inputs):
+        now = time.perf_counter_ns()
+        self.times.append(now)
+        self.lags.append(now - inputs["in"].payload.pts)
+
+
+def ray_chain(frames: int, gap_s: float) -> dict[str, float]:
+    """A Ray app: a source actor making 1080p frames -> two actors passing them on -> a sink in
+    the driver. Frames/s from the 20th frame out to the last, and source-to-sink latency."""
+    app = App("ray-chain", executor="ray")
+    app.add("src", Stamp(frames, gap_s, frame=(1080, 1920)))
+    app.add("a", Pass())
+    app.add("b", Pass())
+    lag = Lag()
+    app.add("sink", lag)
+    for a, b in [("src", "a"), ("a", "b"), ("b", "sink")]:
+        app.connect(a, b)
+    report = app.run(timeout=600)
+    assert report.frames_out == frames, report.accounting()
+    span = (lag.times[-1] - lag.times[20]) / 1e9
+    return {"frames_per_s": (frames - 21) / span, **percentiles(lag.lags[20:])}
+
+
 def percentiles(ns: list[int]) -> dict[str, float]:
     s = sorted(ns)
     at = lambda q: s[min(len(s) - 1, int(q * len(s)))] / 1e3  # noqa: E731
@@ -179,6 +213,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=2000, help="frames per throughput run")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is kept")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument(
+        "--ray",
+        type=int,
+        metavar="CPUS",
+        help="also time a Ray app (1080p frames: source actor -> 2 actors -> sink in the "
+        "driver), flat out and at 50 frames/s, on a local Ray with CPUS CPUs",
+    )
     args = ap.parse_args()
     gap = args.gap_us / 1e6
 
@@ -211,6 +252,22 @@ def main() -> None:
         ),
         "throughput_process_640x480": median_of(throughput, process, args.frames // 2, vga),
     }
+    if args.ray:
+        import ray
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.pathsep.join(
+            p for p in (os.environ.get("PYTHONPATH"), here, os.path.dirname(here)) if p
+        )
+        ray.init(
+            num_cpus=args.ray,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},  # workers import this module
+        )
+        results["ray_1080p_flat_out"] = median_of(ray_chain, 200, 0.0)
+        results["ray_1080p_50fps"] = median_of(ray_chain, 100, 0.02)
+        ray.shutdown()
     print(f"machine: {results['machine']}")
     print(f"{'hop latency':36} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'hops':>7}")
     for key, label in [
@@ -227,6 +284,12 @@ def main() -> None:
     for key in [k for k in results if k.startswith("throughput")]:
         r = results[key]
         print(f"{key[len('throughput_') :]:36} {r['items_per_s']:10.0f} {r['us_per_item']:9.1f}")
+    for key in [k for k in results if k.startswith("ray_")]:
+        r = results[key]
+        print(
+            f"{key:36} {r['frames_per_s']:10.1f} frames/s, source to sink p50 "
+            f"{r['p50_us'] / 1e3:.1f} ms, p90 {r['p90_us'] / 1e3:.1f} ms"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -19,6 +19,12 @@ and read-only, by the receiver on the same node (payloads are immutable once sen
   `max_restarts`), and the app goes on.
 - Components that must live in the app (`executors = ("thread",)`: Collect, Metrics) stay in
   the driver on threads.
+- Between two actors, payloads do not pass through the driver: an actor whose output port
+  feeds only actors puts each payload in the object store itself (a Batch item by item) and
+  answers with references; the driver accounts for the packets and hands the references on;
+  the next actor reads them (`direct` in the report counts such calls). The actor that put them
+  owns them, so actors stay alive until the app ends (a restarted one's are lost: the frames
+  that still need them are errored where they are read).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 
 from tinydl.pipeline.component import Component, Context, finished
 from tinydl.pipeline.errors import PipelineError
+from tinydl.pipeline.packet import Batch, Packet
 from tinydl.pipeline.process import OPEN_TIMEOUT_S, ProcessNode, RemoteError, WorkerDied
 from tinydl.pipeline.runtime import CallTimeout
 
@@ -162,10 +169,13 @@ class _Actor:
         node = _ray().get_runtime_context().get_node_id()
         return ("ready", ctx.flow_id, os.getpid(), node)
 
-    def process(self, inputs: dict, tick_at: int | None = None) -> tuple:
+    def process(self, inputs: dict, tick_at: int | None = None, by_ref=()) -> tuple:
+        """One call; payloads of `inputs` may be references another actor put (read here);
+        the outputs on the ports in `by_ref` go back as references (put here)."""
         comp, ctx = self.component, self.ctx
         ctx.tick_at = tick_at  # the driver's: None once the tick asked for has fired
         try:
+            _resolve(inputs)
             if self.guarded:
                 comp.wait_for_resource(ctx)
             try:
@@ -173,6 +183,8 @@ class _Actor:
             finally:
                 if self.guarded:
                     comp.release_resource(ctx)
+            if by_ref and type(out) is dict:
+                out = {port: _put_port(v) if port in by_ref else v for port, v in out.items()}
         except Exception as exc:
             return _failure(exc)
         return ("ok", out, ctx.tick_at, ctx.flow_id)
@@ -188,6 +200,53 @@ class _Actor:
 
 def _failure(exc: BaseException) -> tuple:
     return ("error", type(exc).__name__, str(exc), traceback.format_exc())
+
+
+def _put(payload: Any) -> Any:
+    """A payload leaving for another actor: in the object store, a Batch's items one by one
+    (the driver still sees each frame's ids)."""
+    if isinstance(payload, Batch):
+        return type(payload)([p.derive(_put(p.payload)) for p in payload.items])
+    return payload if payload is None else _ray().put(payload)
+
+
+def _put_port(value: Any) -> Any:
+    """What `process` returned on one port (a value, a Packet, or a list of them), put."""
+    if type(value) is list:
+        return [_put_port(v) for v in value]
+    return value.derive(_put(value.payload)) if type(value) is Packet else _put(value)
+
+
+def _references(packets, into: list[Packet], ref_type=None) -> list[Packet]:
+    """The packets (a Batch's items included) whose payload is an object-store reference."""
+    ref_type = ref_type or _ray().ObjectRef
+    for p in packets:
+        if isinstance(p.payload, Batch):
+            _references(p.payload.items, into, ref_type)
+        elif isinstance(p.payload, ref_type):
+            into.append(p)
+    return into
+
+
+def _resolve(inputs: dict) -> None:
+    """Read the payloads another actor left in the object store, all in one `ray.get`."""
+    refs = _references(inputs.values(), [])
+    if refs:
+        for p, value in zip(refs, _ray().get([p.payload for p in refs]), strict=True):
+            p.payload = value
+
+
+def wire_references(nodes: list) -> None:
+    """The ports of each Ray instance whose every consumer is a Ray instance: their payloads
+    go from actor to actor as object-store references."""
+    for node in nodes:
+        if node.executor != "ray":
+            continue
+        node.by_ref = frozenset(
+            port
+            for port, routes in node.outlets.items()
+            if all(q.owner.executor == "ray" for r in routes for q in r.queues)
+        )
 
 
 _actor_lock = threading.Lock()
@@ -215,6 +274,8 @@ class RayNode(ProcessNode):
         self.actor = None
         self.pid: int | None = None
         self.node_id: str | None = None
+        self.by_ref: frozenset[str] = frozenset()  # output ports sent as references
+        self.retired: list = []  # actors closed, kept until the app ends (they own objects)
 
     def _start_worker(self) -> None:
         spec = self.spec
@@ -270,7 +331,10 @@ class RayNode(ProcessNode):
         if self.actor is None:
             raise WorkerDied("no actor")
         method = getattr(self.actor, kind)
-        call = method.remote(body, self.ctx.tick_at) if kind == "process" else method.remote(body)
+        if kind == "process":
+            call = method.remote(body, self.ctx.tick_at, self.by_ref)
+        else:
+            call = method.remote(body)
         msg = self._get(call, self.timeout, what)
         if msg[0] == "error":
             raise RemoteError(msg[1], msg[2], msg[3])
@@ -279,6 +343,8 @@ class RayNode(ProcessNode):
         return out
 
     def _process(self, inputs: dict) -> Any:
+        if _references(inputs.values(), []):
+            self.stats.direct += 1
         return self._rpc("process", inputs, "process")
 
     def _close(self) -> Any:
@@ -287,7 +353,16 @@ class RayNode(ProcessNode):
         try:
             return self._rpc("close", self.ctx.stop_reason, "close")
         finally:
+            if self.by_ref:  # the next actors may still read what it put
+                self.retired.append(self.actor)
+                self.actor = None
+                self.rt.at_end.append(self._retire)
             self._kill()
+
+    def _retire(self) -> None:
+        for actor in self.retired:
+            _ray().kill(actor, no_restart=True)
+        self.retired.clear()
 
     def _kill(self) -> None:
         actor, self.actor = self.actor, None

@@ -838,6 +838,11 @@ class Runtime:
             self.pool = Pool(segment_prefix(), lends=False)
         else:
             self.pool = HostPool.for_nodes(self.all_nodes())
+        if any(n.executor == "ray" for n in self.all_nodes()):
+            from tinydl.pipeline.ray_executor import wire_references
+
+            wire_references(self.all_nodes())
+        self.at_end: list = []  # called once every node has ended (join)
         if self.pool is not None:
             for node in self.all_nodes():
                 if node.executor == "thread":
@@ -975,6 +980,9 @@ class Runtime:
             if node.thread.is_alive():
                 hung.append(node.name)
                 node._shutdown()
+        for fn in self.at_end:
+            fn()
+        self.at_end.clear()
         if self.sampler is not None:
             self.sampler.stop()
         if self._switched:
