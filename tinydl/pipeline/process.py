@@ -607,10 +607,12 @@ class ProcessNode(Node):
                 self.out_arena = None
 
     def _shutdown(self) -> None:
-        self._kill()
-        self.arena.release()
-        self.rx.close()
-        with self.kill_lock:  # once, though the app's join and the node's thread may both
+        # Locked: the app's join may shut a hung node down while its thread, freed by that,
+        # ends and shuts it down too.
+        with self.kill_lock:
+            self._kill()
+            self.arena.release()
+            self.rx.close()
             if self.direct is not None:
                 self.direct.conn_out.close()
             if self.direct_in is not None:
