@@ -8,7 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.pipeline import CheckFrames, OncePickled, PoolFrames, Scale, Ticks
+from helpers.pipeline import (
+    CheckFrames,
+    OncePickled,
+    PoolFrames,
+    Scale,
+    Sleep,
+    SlowSide,
+    Ticks,
+)
 
 from tinydl.pipeline import App
 from tinydl.pipeline.components import Collect
@@ -151,3 +159,22 @@ def test_stop_while_a_producer_hangs_on_a_reserved_call():
     assert report.stopped == "timeout after 1 s"
     assert report.balanced, report.accounting()
     assert [p.request_id for p in out.packets] == [0, 1, 2]
+
+
+def test_a_directly_sent_call_is_timed_by_its_worker():
+    # A call that came on a direct edge began before the app heard of it: its time (in the
+    # report, and in the deployer's profiles) is the worker's own, not the app's wait. Here
+    # the producer's answer comes late (a slow side output), long after the consumer's 1 ms.
+    app = App("direct-timed")
+    app.add("src", Ticks(8, 0.05))
+    app.add("s0", SlowSide(ms=30), executor="process")
+    app.add("s1", Sleep(ms=1), executor="process")
+    side, out = Collect(), Collect()
+    app.add("side", side)
+    app.add("out", out)
+    for a, b in [("src", "s0"), ("s0.out", "s1"), ("s0.side", "side"), ("s1", "out")]:
+        app.connect(a, b)
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 8, report.accounting()
+    s1 = row(report, "s1")
+    assert s1["direct"] > 0 and 0.9 <= s1["p50_ms"] < 15, s1

@@ -362,3 +362,28 @@ class OncePickled(Component):
     def process(self, ctx, inputs):
         packet = inputs["in"]
         return {"out": PickledOnce() if packet.request_id == self.bad else packet.payload}
+
+
+class SlowPickle:
+    """An object that takes `ms` to pickle."""
+
+    def __init__(self, ms: float):
+        self.ms = ms
+
+    def __reduce__(self):
+        time.sleep(self.ms / 1e3)
+        return (SlowPickle, (self.ms,))
+
+
+class SlowSide(Component):
+    """Passes its input on at once on `out`, and on `side` an object slow to pickle: its
+    answer to the app comes `ms` after its output went on (on a direct edge)."""
+
+    inputs = {"in": Any}
+    outputs = {"out": Any, "side": Any}
+
+    def __init__(self, ms: float = 30.0):
+        self.ms = ms
+
+    def process(self, ctx, inputs):
+        return {"out": inputs["in"].payload, "side": SlowPickle(self.ms)}

@@ -252,6 +252,7 @@ def _worker_main(
                 source, raw = read()
             except EOFError:
                 return
+            t_read = time.perf_counter_ns()
             kind, body, returns, ctx.tick_at, call, direct = pickle.loads(raw)
             pool.returned(returns)
             forwarded = False
@@ -276,7 +277,8 @@ def _worker_main(
                     ctx.stop_reason = body  # why the app stopped early, or None
                     out = component.close(ctx)
                 body = dumps(out, arena, pool, copies=copies)
-                msg = ("ok", body, ctx.tick_at, ctx.flow_id, call, forwarded)
+                span = (t_read, time.perf_counter_ns())  # one clock for the host's processes
+                msg = ("ok", body, ctx.tick_at, ctx.flow_id, call, forwarded, span)
             except Exception as exc:
                 msg = failure(exc, call)
             conn.send_bytes(pickle.dumps(msg, protocol=5))
@@ -399,6 +401,9 @@ class ProcessNode(Node):
         self.kill_lock = threading.RLock()
         self.calls = itertools.count(1)  # call ids: an answer names the call it answers
         self.sent_direct = False  # the last answer's call sent its packet on the direct edge
+        # The last call's start and end in the worker (perf_counter_ns: one clock for the
+        # host's processes); a call that came on a direct edge is timed by it.
+        self.span: tuple[int, int] | None = None
         self.direct: Direct | None = None  # this worker's direct edge out (wire_direct)
         self.direct_in = None  # the receiving end of a direct edge into this worker
 
@@ -529,7 +534,7 @@ class ProcessNode(Node):
             if d is not None:
                 d.release()
             raise
-        _, out, tick_at, flow_id, _, self.sent_direct = msg
+        _, out, tick_at, flow_id, _, self.sent_direct, self.span = msg
         if d is not None and d.call is not None:
             d.sent() if self.sent_direct else d.release()
         self.ctx.tick_at, self.ctx.flow_id = tick_at, flow_id
@@ -642,7 +647,7 @@ class Direct:
         # The app keeps both ends, for the workers it starts (again, after a restart).
         self.conn_in, self.conn_out = ctx.Pipe(duplex=False)
         self.call: int | None = None  # the consumer's call id reserved for the call under way
-        self.pending: tuple[int, int] | None = None  # (call id, time): the packet went
+        self.pending: int | None = None  # the call id, once the packet went
 
     def claim(self) -> int | None:
         b = self.target
@@ -654,14 +659,15 @@ class Direct:
         return self.call
 
     def sent(self) -> None:
-        self.pending = (self.call, time.perf_counter_ns())
+        self.pending = self.call
 
     def start(self, packet: Packet) -> None:
-        """The packet the producer's worker sent: the consumer's thread takes the call over."""
-        call, t0 = self.pending
+        """The packet the producer's worker sent: the consumer's thread takes the call over
+        (timed by the consumer's worker: the call began before the app knew of it)."""
+        call = self.pending
         self.pending = self.call = None
         self.target.stats.direct += 1
-        self.queue.inbox.start(({self.queue.port: packet}, (t0, None, call)))
+        self.queue.inbox.start(({self.queue.port: packet}, (None, None, call)))
 
     def release(self) -> None:
         """Let the consumer go when no call of its was started (a sent packet's answer, if

@@ -515,16 +515,23 @@ class Node:
 
     def _call(self, inputs: dict[str, Packet], sent: tuple | None = None) -> None:
         """One call; `sent`: (start time, send error or None, call id) of a call already sent
-        to the worker (forward, direct edge), whose answer is then all that is left."""
+        to the worker (forward; a direct edge's has no start time), whose answer is then all
+        that is left."""
         packets = list(inputs.values())
         current = packets[0] if packets else None
         if self.in_flight > 1:
             self._make_room()
         t0 = time.perf_counter_ns() if sent is None else sent[0]
+        end = None
         try:
             if self.failed is not None:
                 raise _Failed(self.failed)
-            out = self._call_process(inputs) if sent is None else self._answer(*sent[1:])
+            if sent is None:
+                out = self._call_process(inputs)
+            else:
+                out = self._answer(*sent[1:])
+                if t0 is None:  # it came on a direct edge: timed by the worker, which began
+                    t0, end = self.span  # before the app knew of it
             if self.in_flight > 1:  # finished on the completion thread, in call order
                 self._defer(out, packets, current, t0, time.perf_counter_ns() - t0)
                 return
@@ -534,7 +541,7 @@ class Node:
         except Exception as exc:
             self._raised(packets, exc)
             return
-        self._sent(pairs, packets, current, t0, time.perf_counter_ns() - t0)
+        self._sent(pairs, packets, current, t0, (end or time.perf_counter_ns()) - t0)
 
     def _raised(self, packets: list[Packet], exc: Exception) -> None:
         keys = [k for p in packets for k in p.keys()]
