@@ -584,6 +584,14 @@ case("Concat-axis1", "Concat", {"axis": 1}, a=N(2, 3, 4), b=N(2, 5, 4), c=N(2, 1
 case("Concat-negative-axis", "Concat", {"axis": -1}, a=N(2, 3), b=N(2, 4))
 case("Concat-single", "Concat", {"axis": 0}, a=N(2, 3))
 case("Concat-int64-const", "Concat", {"axis": 0}, a=I(3), b=i64(-1, 7), consts={"b"})
+# Many inputs of several sizes along the channels, one of them used twice (DenseNet's shape).
+case(
+    "Concat-many-channels",
+    "Concat",
+    {"axis": 1},
+    a=N(2, 3, 5, 6), b=N(2, 1, 5, 6), c=N(2, 8, 5, 6), d=N(2, 2, 5, 6), e=N(2, 4, 5, 6),
+)  # fmt: skip
+case("Concat-last-axis", "Concat", {"axis": 2}, a=N(3, 2, 5), b=N(3, 2, 1), c=N(3, 2, 7))
 
 
 def slice_case(id, shape, starts, ends, axes=None, steps=None):

@@ -257,13 +257,18 @@ def _refuse(node, graph) -> Support:
     return Support(False, CPU_ONLY[node.op])
 
 
-def register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd) -> None:
+def register(
+    kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd, emit_concat=None
+) -> None:
     """Register the gather ops with a backend: its `kernel` decorator, its constant-inputs
     support check, its `emit_gather(b, gather, dst)`, its `emit_indexed(b, indexed)` and
-    `emit_gather_nd(b)` (the kernels for indices read at run time); and the ops it leaves to
-    the cpu backend."""
+    `emit_gather_nd(b)` (the kernels for indices read at run time), optionally its
+    `emit_concat(b)` (a Concat in one launch; False when it does not take this one); and the
+    ops it leaves to the cpu backend."""
 
     def build(b) -> None:
+        if b.node.op == "Concat" and emit_concat is not None and emit_concat(b):
+            return
         if b.node.op in RUN_TIME_INDICES and b.const(1) is None:
             if b.node.op == "GatherND":
                 emit_gather_nd(b)

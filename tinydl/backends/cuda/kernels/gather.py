@@ -21,6 +21,7 @@ from tinydl.backends.cuda.kernels import (
 )
 from tinydl.backends.cuda.kernels.scatter import emit_gather_nd
 from tinydl.backends.gathers import Gather, Indexed, register
+from tinydl.ops.base import normalize_axis
 
 BLOCK = 256
 
@@ -92,4 +93,43 @@ def emit_indexed(b, g: Indexed) -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd)
+MAX_CONCAT = 64  # inputs of a one-launch Concat (each is a kernel parameter)
+
+
+def emit_concat(b) -> bool:
+    """Concat as one launch when its inputs (2 to 64) are stored as its output is: an element
+    finds its input in a per-position table of the axis. The gathers would launch once per
+    input (DenseNet-121's 58 concatenations have 597 inputs). False: not taken."""
+    names, dst = list(b.inputs), b.outputs[0]
+    sout = b.plan.infos[dst]
+    shape = [int(d) for d in sout.shape]
+    total = int(np.prod(shape))
+    if not 2 <= len(names) <= MAX_CONCAT or total == 0 or total >= 2**31:
+        return False
+    infos = [b.info(n) for n in names]
+    if any(i.stype != sout.stype or i.ctype != sout.ctype for i in infos):
+        return False
+    axis = normalize_axis(b.attrs["axis"], len(shape))
+    sizes = [int(i.shape[axis]) for i in infos]
+    if max(sizes) >= 1 << 20:
+        return False
+    which = np.repeat(np.arange(len(names)), sizes)
+    within = np.concatenate([np.arange(s) for s in sizes])
+    table = b.upload("concat", ((which << 20) | within).astype(np.int32))
+    b.launch(
+        "concat.cu",
+        [*names, table, dst],
+        blocks(total, BLOCK),
+        BLOCK,
+        n=len(names),
+        sizes=sizes,
+        channels=shape[axis],
+        inner=int(np.prod(shape[axis + 1 :])),
+        total=total,
+        ctype=sout.ctype,
+        block=BLOCK,
+    )
+    return True
+
+
+register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd, emit_concat)
