@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.models import espcn, kernel_of, only_plan, rel_err, small_graph, small_reference
+from helpers.models import (
+    bn_activation_graph,
+    espcn,
+    kernel_of,
+    only_plan,
+    rel_err,
+    small_graph,
+    small_reference,
+)
 
 import tinydl as td
 from tinydl.backends import get_backend
@@ -275,6 +283,21 @@ def test_residual_add_fused_into_conv(rng, late, precision):
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip", "Sigmoid"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_batch_norm_and_activation_are_one_kernel(rng, activation, precision, shared):
+    graph = bn_activation_graph(rng, activation, shared)
+    x = rng.standard_normal((2, 6, 9, 11)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    got = sess.run({"x": x})
+    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
+    assert (f"BatchNormalization+{activation}" in labels) == (not shared), labels
+    for name in want:
+        assert rel_err(got[name], want[name]) <= (1e-5 if precision == "fp32" else 1e-2), name
 
 
 # -- batches from host frames --------------------------------------------------------------------

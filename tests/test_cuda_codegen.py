@@ -103,6 +103,19 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device):
     assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
 
 
+def test_batch_norm_then_relu_is_one_launch(fake_device):
+    import numpy as np
+    from helpers.models import bn_activation_graph
+
+    import tinydl as td
+
+    graph = bn_activation_graph(np.random.default_rng(0), "Relu")
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    assert [n.meta.get("label", n.op) for n in plan.nodes][:1] == ["BatchNormalization+Relu"]
+
+
 def test_compile_error_names_the_kernel_and_shows_the_log():
     from tinydl.backends.cuda.context import CompileError, compile_cubin
 

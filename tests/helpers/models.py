@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tinydl as td
+from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
 
@@ -481,3 +482,37 @@ def fp16_fragile_graph(seed: int = 0):
         [Value("x", "float32", (4, 64))], [Value("y", "float32", (4, 16))], nodes, weights
     )
     return validate(graph)
+
+
+def bn_activation_graph(rng, activation: str, shared: bool = False) -> Graph:
+    """x -> BatchNormalization -> activation -> Conv 1x1 (DenseNet's pre-activation); with
+    `shared`, the BN output is also a graph output (it must then stay unfused)."""
+    c = 6
+    scale, bias = rng.uniform(0.5, 1.5, c), rng.standard_normal(c) * 0.3
+    mean, var = rng.standard_normal(c) * 0.2, rng.uniform(0.5, 2.0, c)
+    w = (rng.standard_normal((4, c, 1, 1)) * 0.3).astype(np.float32)
+    attrs = {"min": 0.0, "max": 0.6} if activation == "Clip" else {}
+    act_inputs = ["n"]
+    inits = {
+        "scale": scale.astype(np.float32), "bias": bias.astype(np.float32),
+        "mean": mean.astype(np.float32), "var": var.astype(np.float32), "w": w,
+    }  # fmt: skip
+    if activation == "Clip":  # opset 11+: bounds as inputs
+        act_inputs += ["lo", "hi"]
+        inits["lo"], inits["hi"] = np.array(0.0, np.float32), np.array(0.6, np.float32)
+        attrs = {}
+    nodes = [
+        Node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["n"],
+             {"epsilon": 1e-5}, name="bn"),
+        Node(activation, act_inputs, ["a"], attrs, name="act"),
+        Node("Conv", ["a", "w"], ["y"], {}, name="conv"),
+    ]  # fmt: skip
+    outputs = [Value("y", "float32", None)] + ([Value("n", "float32", None)] if shared else [])
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, c, 9, 11))],
+            outputs=outputs,
+            nodes=nodes,
+            initializers=inits,
+        )
+    )

@@ -524,6 +524,36 @@ def bn_supports(node: Node, graph: Graph):
     return Support(True)
 
 
+def fuse_bn_activations(nodes: list[Node], keep: set[str], graph: Graph, shape_of) -> list[Node]:
+    """A BatchNormalization with constant statistics (not taken into a convolution) followed
+    by an activation that is its only reader, as one node: meta["epilogue"] lists the
+    activation (no PRelu: the kernel has no slope operand). Pre-activation networks
+    (DenseNet's BN -> ReLU -> Conv) then launch one kernel where they launched two."""
+    users: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            if i:
+                users.setdefault(i, []).append(n)
+    dropped: set[int] = set()
+    out: dict[int, Node] = {}
+    for k, node in enumerate(nodes):
+        if node.op != "BatchNormalization" or not bn_supports(node, graph).ok:
+            continue
+        value = node.outputs[0]
+        readers = users.get(value, [])
+        if value in keep or len(readers) != 1 or readers[0].inputs[0] != value:
+            continue
+        act = activation_of(readers[0], graph, shape_of(value))
+        if act is None or ACTIVATIONS[act[0]].slope:
+            continue
+        dropped.add(id(readers[0]))
+        label = f"BatchNormalization+{readers[0].op}"
+        meta = {**node.meta, "epilogue": [act], "label": label}
+        out[k] = Node(node.op, list(node.inputs), [readers[0].outputs[0]], dict(node.attrs),
+                      name=node.name, meta=meta)  # fmt: skip
+    return [out.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
+
+
 def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """BatchNormalization as y = x * k + shift per channel: (the broadcast shape (C, 1, ...),
     k, shift), float32, computed in float64."""

@@ -28,7 +28,7 @@ from tinydl.backends import planned
 from tinydl.backends.cuda.context import empty_pinned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
-from tinydl.backends.fusion import fuse, fuse_attention, fuse_residuals
+from tinydl.backends.fusion import fuse, fuse_attention, fuse_bn_activations, fuse_residuals
 
 MAX_GRAPHS = 8
 ALIGN = 256
@@ -151,6 +151,7 @@ class Plan(planned.Plan):
     def rewrite(self, body, keep, shape_of, types):
         nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
+        nodes = fuse_bn_activations(nodes, keep, body, shape_of)
         return fuse_residuals(nodes, keep, shape_of, body)
 
     @classmethod

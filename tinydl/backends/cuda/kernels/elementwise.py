@@ -296,4 +296,7 @@ def batch_norm(b):
         Operand(per_channel, array=k),
         Operand(per_channel, array=shift),
     ]
-    emit(b, "a0 * a1 + a2", ops, b.outputs[0], "float")
+    expr = "(a0 * a1 + a2)"
+    for kind, params in b.node.meta.get("epilogue", []):  # fusion.fuse_bn_activations
+        expr = f"({activation_code(kind, expr, params)})"
+    emit(b, expr, ops, b.outputs[0], "float")
