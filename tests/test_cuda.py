@@ -74,17 +74,19 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
         (1, 96, 24, 14, 1, 1),  # 1x1, fewer output channels than a tile
     ],
 )
-def test_conv_tensor_cores_match_the_reference(n, c, oc, hw, k, stride, rng, monkeypatch):
+@pytest.mark.parametrize("on_input", [False, True])
+def test_conv_tensor_cores_match_the_reference(n, c, oc, hw, k, stride, on_input, rng, monkeypatch):
     """fp16 convolutions on tensor cores (implicit GEMM, weights as hi + lo fp16 parts), with
-    bias, ReLU and a residual fused, against the NumPy reference and the CUDA-core kernel."""
+    bias, ReLU and a residual fused, against the NumPy reference and the CUDA-core kernel;
+    `on_input`: the convolution reads the graph's float32 input (made fp16 first)."""
     w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     bias = rng.standard_normal(oc).astype(np.float32)
     out = (hw + 2 * (k // 2) - k) // stride + 1
-    nodes = [
-        Node("Relu", ["x"], ["a"], name="pre"),
+    nodes = [] if on_input else [Node("Relu", ["x"], ["a"], name="pre")]
+    nodes += [
         Node(
-            "Conv", ["a", "w", "b"], ["c"], {"pads": [k // 2] * 4, "strides": [stride] * 2},
-            name="conv",
+            "Conv", ["x" if on_input else "a", "w", "b"], ["c"],
+            {"pads": [k // 2] * 4, "strides": [stride] * 2}, name="conv",
         ),
         Node("Add", ["c", "r"], ["s"], name="residual"),
         Node("Relu", ["s"], ["y"], name="post"),

@@ -20,6 +20,7 @@ import numpy as np
 
 from tinydl.backends.base import to_half
 from tinydl.backends.cuda.kernels import activation_code, blocks, kernel, load, store
+from tinydl.backends.cuda.kernels.elementwise import Operand, emit
 from tinydl.backends.fusion import (
     as_2d,
     conv_label,
@@ -80,15 +81,25 @@ def _block(mg: int) -> int:
 
 
 def _tensor_cores(b, g: dict, group: int) -> bool:
-    """Whether conv_tc.cu takes the node: fp16 input, one group, no fused DepthToSpace, a
-    device with mma.sync on fp16 (sm_80+), and the option left on."""
+    """Whether conv_tc.cu takes the node: fp16 input (or a float32 one at fp16 precision: a
+    graph's input, made fp16 first), one group, no fused DepthToSpace, a device with mma.sync
+    on fp16 (sm_80+), and the option left on."""
     return (
-        b.info(0).ctype == "half_t"
+        (b.info(0).ctype == "half_t" or _fp32_input(b))
         and group == 1
         and b.node.meta.get("d2s") is None
         and tuple(b.ctx.cc) >= (8, 0)
         and bool(b.option("conv_tensor_cores", True))
         and g["C"] * g["KH"] * g["KW"] >= 16
+    )
+
+
+def _fp32_input(b) -> bool:
+    """The convolution reads the partition's float32 input at fp16 precision (a stem)."""
+    return (
+        b.plan.precision == "fp16"
+        and b.info(0).ctype == "float"
+        and b.inputs[0] in b.plan.input_names
     )
 
 
@@ -147,7 +158,12 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     ):
         split *= 2
     channels, tail, finish = conv_epilogue(b, g, bias)
-    weights = [b.inputs[0], b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
+    src = b.inputs[0]
+    if _fp32_input(b):  # the stem: its input to fp16 first, as every intermediate is stored
+        half = b.scratch("input_fp16", b.info(0).shape)
+        emit(b, "a0", [Operand(b.info(0).shape, name=src)], half, "float")
+        src = half
+    weights = [src, b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
     params = dict(
         **g,
         M=m,
