@@ -129,7 +129,8 @@ class Inbox:
         self.seen: dict[str, dict[int, int]] = {p: {} for p in ports}
         self._next = 0
         self.single: EdgeQueue | None = None  # the fast path: one queue, no join
-        self.started: tuple | None = None  # a call a sender started for the consumer (forward)
+        # A call a sender started for the consumer (forward, direct edge), or CLAIMED/RESERVED.
+        self.started: tuple | None = None
 
     def add(self, queue: EdgeQueue) -> None:
         self.queues.append(queue)
@@ -239,7 +240,7 @@ class Inbox:
             self.wake()
 
     def unclaim(self) -> None:
-        """Give back a `claim(start=True)` that started no call."""
+        """Give back a `claim(CLAIMED or RESERVED)` that started no call."""
         with self.lock:
             if self.started is CLAIMED or self.started is RESERVED:
                 self.started = None

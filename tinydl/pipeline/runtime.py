@@ -502,7 +502,7 @@ class Node:
                 dropped = []
             if inputs is None:
                 return
-            if type(inputs) is tuple:  # a call the sender started (forward); `running` is held
+            if type(inputs) is tuple:  # a call started for it (forward, direct); `running` held
                 try:
                     self._call(*inputs)
                 finally:
