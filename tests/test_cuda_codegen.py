@@ -116,6 +116,21 @@ def test_batch_norm_then_relu_is_one_launch(fake_device):
     assert [n.meta.get("label", n.op) for n in plan.nodes][:1] == ["BatchNormalization+Relu"]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_elementwise_run_is_one_launch_that_compiles(fake_device, precision):
+    import numpy as np
+    from helpers.models import elementwise_run_graph
+
+    import tinydl as td
+
+    graph = elementwise_run_graph(np.random.default_rng(0))
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    labels = [s.label for s in plan.steps]
+    assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
+
+
 def test_compile_error_names_the_kernel_and_shows_the_log():
     from tinydl.backends.cuda.context import CompileError, compile_cubin
 

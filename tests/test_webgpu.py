@@ -17,6 +17,7 @@ import pytest
 from helpers.models import (
     attention_feeds,
     attention_graph,
+    elementwise_run_graph,
     espcn,
     kernel_of,
     mediapipe_model,
@@ -429,24 +430,7 @@ def test_winograd_matches_numpy(
 def test_elementwise_run_is_one_dispatch(rng):
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Sqrt(Relu(.)): one dispatch, NumPy's results;
     a value read twice ends a run."""
-    scale = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
-    graph = validate(
-        Graph(
-            inputs=[Value("x", "float32", (2, 4, 5, 6)), Value("z", "float32", (2, 4, 5, 6))],
-            outputs=[Value("y", "float32", None), Value("w", "float32", None)],
-            nodes=[
-                Node("Mul", ["x", "scale"], ["a"], name="mul"),
-                Node("Add", ["a", "half"], ["b"], name="add"),
-                Node("HardSwish", ["b"], ["c"], name="hswish"),
-                Node("Sub", ["z", "c"], ["d"], name="sub"),
-                Node("Relu", ["d"], ["e"], name="relu"),
-                Node("Sqrt", ["e"], ["y"], name="sqrt"),
-                Node("Tanh", ["z"], ["t"], name="tanh"),
-                Node("Mul", ["t", "t"], ["w"], name="square"),
-            ],
-            initializers={"scale": scale, "half": np.array(0.5, np.float32)},
-        )
-    )
+    graph = elementwise_run_graph(rng)
     feeds = {
         "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
         "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),

@@ -516,3 +516,26 @@ def bn_activation_graph(rng, activation: str, shared: bool = False) -> Graph:
             initializers=inits,
         )
     )
+
+
+def elementwise_run_graph(rng) -> Graph:
+    """Mul -> Add -> HardSwish -> Sub(z, .) -> Relu -> Sqrt as one run ("y"), and Tanh(z)
+    read twice by a Mul ("w"): a value read twice ends a run."""
+    scale = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", (2, 4, 5, 6)), Value("z", "float32", (2, 4, 5, 6))],
+            outputs=[Value("y", "float32", None), Value("w", "float32", None)],
+            nodes=[
+                Node("Mul", ["x", "scale"], ["a"], name="mul"),
+                Node("Add", ["a", "half"], ["b"], name="add"),
+                Node("HardSwish", ["b"], ["c"], name="hswish"),
+                Node("Sub", ["z", "c"], ["d"], name="sub"),
+                Node("Relu", ["d"], ["e"], name="relu"),
+                Node("Sqrt", ["e"], ["y"], name="sqrt"),
+                Node("Tanh", ["z"], ["t"], name="tanh"),
+                Node("Mul", ["t", "t"], ["w"], name="square"),
+            ],
+            initializers={"scale": scale, "half": np.array(0.5, np.float32)},
+        )
+    )

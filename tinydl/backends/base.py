@@ -81,7 +81,8 @@ class CompileOptions:
       per node by measurement, webgpu/shaders.py), "weights" (the render path's conv weights:
       "uniform", the default, "texture" or "const").
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
-      "chain_tile" ("TH,TW,THREADS[,UNROLL]").
+      "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
+      "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
 
     precision: str = "fp32"
@@ -137,6 +138,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),
     "TINYDL_WEBGPU_SHADERS": ("webgpu", lambda v: {"shaders": v}),
     "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
+    "TINYDL_CUDA_ELEMENTWISE": ("cuda", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",
         lambda v: {"chain_fusion": False} if v == "off" else {"chain_tile": v},

@@ -28,7 +28,13 @@ from tinydl.backends import planned
 from tinydl.backends.cuda.context import empty_pinned
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
-from tinydl.backends.fusion import fuse, fuse_attention, fuse_bn_activations, fuse_residuals
+from tinydl.backends.fusion import (
+    fuse,
+    fuse_attention,
+    fuse_bn_activations,
+    fuse_elementwise,
+    fuse_residuals,
+)
 
 MAX_GRAPHS = 8
 ALIGN = 256
@@ -152,7 +158,11 @@ class Plan(planned.Plan):
         nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         nodes = fuse_bn_activations(nodes, keep, body, shape_of)
-        return fuse_residuals(nodes, keep, shape_of, body)
+        nodes = fuse_residuals(nodes, keep, shape_of, body)
+        # extra["fuse_elementwise"] = False (TINYDL_CUDA_ELEMENTWISE=off): one launch per op.
+        if self.owner.extra.get("fuse_elementwise", True):
+            nodes = fuse_elementwise(nodes, keep, body, types)
+        return nodes
 
     @classmethod
     def holds(cls, dtype: str) -> bool:

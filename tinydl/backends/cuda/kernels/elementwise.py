@@ -29,6 +29,7 @@ from tinydl.backends.cuda.kernels import (
     store,
 )
 from tinydl.backends.fusion import (
+    CHAIN,
     activation_operands,
     activation_supports,
     bn_affine,
@@ -286,6 +287,28 @@ def cast(b):
         return
     ct = CTYPES[dst.dtype]
     emit(b, "a0", [operand(b, 0, ct)], b.outputs[0], ct)
+
+
+@kernel(CHAIN)
+def elementwise_chain(b):
+    """A run of elementwise ops (fusion.fuse_elementwise) as one launch: each step a local of
+    the one before (in a lambda called at once, so no step's text is repeated), every other
+    operand read with its own broadcast."""
+    ops = [operand(b, i, "float") for i in range(len(b.inputs))]
+    lets, v = [], "a0"
+    for k, step in enumerate(b.node.meta["steps"]):
+        if step[0] == "bin":
+            _, name, arg, left = step
+            other = f"a{arg}"
+            text = BINARY[name].format(v, other) if left else BINARY[name].format(other, v)
+        elif step[0] == "sqrt":
+            text = f"sqrtf({v})"
+        else:
+            _, kind, params = step
+            text = activation_code(kind, v, params)
+        lets.append(f"const float t{k} = {text};")
+        v = f"t{k}"
+    emit(b, f"[&]() {{ {' '.join(lets)} return {v}; }}()", ops, b.outputs[0], "float")
 
 
 @kernel("BatchNormalization", supports=bn_supports)
