@@ -543,6 +543,10 @@ gemm("alpha-beta", (3, 4), (4, 5), (3, 5), alpha=0.5, beta=2.0)
 gemm("no-c", (3, 4), (4, 5), alpha=1.5)
 gemm("c-scalar", (3, 4), (4, 5), (), beta=0.25)
 gemm("c-column", (3, 4), (4, 5), (3, 1))
+# A few rows, long K (a classifier): the warp-per-column kernel, with and without transB.
+gemm("few-rows-transB", (3, 300), (70, 300), (70,), transB=1, alpha=0.5)
+gemm("one-row-transB", (1, 520), (33, 520), (1, 33), transB=1)
+gemm("few-rows", (5, 300), (300, 40), (40,))
 
 # -- shape ops ------------------------------------------------------------------------------------
 

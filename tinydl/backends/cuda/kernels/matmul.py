@@ -1,4 +1,5 @@
-"""MatMul (NumPy semantics: batch broadcasting, 1-D promotion) and Gemm, as one tiled kernel.
+"""MatMul (NumPy semantics: batch broadcasting, 1-D promotion) and Gemm, as one tiled kernel
+(and, for products of a few rows along a contiguous K, a warp per output column: gemv.cu).
 
 A block of 16x16 threads makes a 64x64 tile of the output, each thread 4x4 outputs in fp32,
 through 16-deep slices of A and B staged in shared memory. A and B are read through element
@@ -18,6 +19,9 @@ from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import FLOATS, cfloat, kernel, load, store
 
 TILE, DEPTH, THREADS = 64, 16, 256
+# Products of at most GEMV_ROWS rows and at least GEMV_DEPTH along K, B contiguous along K (a
+# classifier's Gemm, transB=1): gemv.cu, a warp per output column, GEMV_WARPS warps a block.
+GEMV_ROWS, GEMV_DEPTH, GEMV_WARPS = 16, 256, 8
 
 
 def _float(node, graph) -> Support:
@@ -55,10 +59,22 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
     if c is not None:
         args.append(c[0])
     args.append(b.outputs[0])
-    r = "acc[i][j]" if alpha == 1.0 else f"acc[i][j] * {cfloat(alpha)}"
+    gemv = m <= GEMV_ROWS and k >= GEMV_DEPTH and sb[0] == 1
+    acc = "v" if gemv else "acc[i][j]"
+    r = acc if alpha == 1.0 else f"{acc} * {cfloat(alpha)}"
     if c is not None:
         cv = load(c[1], _at("c", "m", sc[0], "n", sc[1], wide))
         r += f" + {cv}" if beta == 1.0 else f" + {cfloat(beta)} * {cv}"
+    if gemv:
+        b.launch(
+            "gemv.cu", args, (math.ceil(n / GEMV_WARPS), len(batch)), GEMV_WARPS * 32,
+            B=len(batch), M=m, N=n, K=k, WARPS=GEMV_WARPS, THREADS=GEMV_WARPS * 32,
+            at=at, bt=bt, ct=None if c is None else c[1], yt=yo.ctype,
+            aload=load(at, _at("ab", "m", sa[0], "k", sa[1], wide)),
+            bload=load(bt, _at("bb", "k", sb[0], "n", sb[1], wide)),
+            ystore=store(yo.ctype, "r"), result=r,
+        )  # fmt: skip
+        return
     b.launch(
         "matmul.cu",
         args,
