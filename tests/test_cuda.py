@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers.models import (
     bn_activation_graph,
-    elementwise_run_graph,
+    check_elementwise_run,
     espcn,
     kernel_of,
     only_plan,
@@ -304,20 +304,7 @@ def test_batch_norm_and_activation_are_one_kernel(rng, activation, precision, sh
 
 
 def test_elementwise_run_is_one_launch(rng):
-    graph = elementwise_run_graph(rng)
-    feeds = {
-        "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
-        "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
-    }
-    want = td.compile(graph, backends=("numpy",)).run(feeds)
-    for precision in ("fp32", "fp16"):
-        sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-        got = sess.run(feeds)
-        labels = [s.label for s in only_plan(kernel_of(sess, "cuda")).steps]
-        assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
-        for name in ("y", "w"):
-            tol = 1e-5 if precision == "fp32" else 1e-2
-            assert rel_err(got[name], want[name]) <= tol, (precision, name)
+    check_elementwise_run(rng, "cuda")
 
 
 # -- batches from host frames --------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from helpers.models import (
     attention_feeds,
     attention_graph,
-    elementwise_run_graph,
+    check_elementwise_run,
     espcn,
     kernel_of,
     mediapipe_model,
@@ -430,20 +430,7 @@ def test_winograd_matches_numpy(
 def test_elementwise_run_is_one_dispatch(rng):
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Sqrt(Relu(.)): one dispatch, NumPy's results;
     a value read twice ends a run."""
-    graph = elementwise_run_graph(rng)
-    feeds = {
-        "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
-        "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
-    }
-    want = td.compile(graph, backends=("numpy",)).run(feeds)
-    for precision in ("fp32", "fp16"):
-        sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
-        got = sess.run(feeds)
-        labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
-        assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
-        tol = 1e-5 if precision == "fp32" else 1e-2
-        for name in ("y", "w"):
-            assert rel_err(got[name], want[name]) <= tol, (precision, name)
+    check_elementwise_run(rng, "webgpu")
 
 
 def test_elementwise_runs_take_only_float_values(rng):

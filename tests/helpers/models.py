@@ -539,3 +539,22 @@ def elementwise_run_graph(rng) -> Graph:
             initializers={"scale": scale, "half": np.array(0.5, np.float32)},
         )
     )
+
+
+def check_elementwise_run(rng, backend: str) -> None:
+    """elementwise_run_graph on `backend` at fp32 and fp16: the run is one step, Tanh and the
+    Mul reading it twice one each; NumPy's results."""
+    graph = elementwise_run_graph(rng)
+    feeds = {
+        "x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
+        "z": rng.standard_normal((2, 4, 5, 6)).astype(np.float32),
+    }
+    want = td.compile(graph, backends=("numpy",)).run(feeds)
+    for precision in ("fp32", "fp16"):
+        sess = td.compile(graph, backends=(backend,), precision=precision, strict=True)
+        got = sess.run(feeds)
+        labels = [s.label for s in only_plan(kernel_of(sess, backend)).steps]
+        assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
+        tol = 1e-5 if precision == "fp32" else 1e-2
+        for name in ("y", "w"):
+            assert rel_err(got[name], want[name]) <= tol, (precision, name)

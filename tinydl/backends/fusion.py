@@ -513,6 +513,26 @@ def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> 
     return out
 
 
+def chain_lets(steps, binary: Mapping[str, str], sqrt: str, act) -> tuple[list, str]:
+    """A run's steps (fuse_elementwise's meta["steps"]) as (name, expression) lets over the
+    operands a0, a1, ... and the last name: `binary[op]` formats the two sides, `sqrt` is a
+    format over {x}, `act(kind, x, params)` writes an activation (each backend's own)."""
+    lets, v = [], "a0"
+    for k, step in enumerate(steps):
+        if step[0] == "bin":
+            _, name, arg, left = step
+            other = f"a{arg}"
+            text = binary[name].format(v, other) if left else binary[name].format(other, v)
+        elif step[0] == "sqrt":
+            text = sqrt.format(x=v)
+        else:
+            _, kind, params = step
+            text = act(kind, v, params)
+        lets.append((f"t{k}", text))
+        v = f"t{k}"
+    return lets, v
+
+
 def bn_supports(node: Node, graph: Graph):
     """A GPU backend's answer for BatchNormalization: inference form with constant statistics."""
     from tinydl.backends.base import Support

@@ -34,6 +34,7 @@ from tinydl.backends.fusion import (
     activation_supports,
     bn_affine,
     bn_supports,
+    chain_lets,
 )
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of
 from tinydl.ops.activation import ACTIVATION_OPS
@@ -295,20 +296,9 @@ def elementwise_chain(b):
     the one before (in a lambda called at once, so no step's text is repeated), every other
     operand read with its own broadcast."""
     ops = [operand(b, i, "float") for i in range(len(b.inputs))]
-    lets, v = [], "a0"
-    for k, step in enumerate(b.node.meta["steps"]):
-        if step[0] == "bin":
-            _, name, arg, left = step
-            other = f"a{arg}"
-            text = BINARY[name].format(v, other) if left else BINARY[name].format(other, v)
-        elif step[0] == "sqrt":
-            text = f"sqrtf({v})"
-        else:
-            _, kind, params = step
-            text = activation_code(kind, v, params)
-        lets.append(f"const float t{k} = {text};")
-        v = f"t{k}"
-    emit(b, f"[&]() {{ {' '.join(lets)} return {v}; }}()", ops, b.outputs[0], "float")
+    lets, v = chain_lets(b.node.meta["steps"], BINARY, "sqrtf({x})", activation_code)
+    body = " ".join(f"const float {name} = {text};" for name, text in lets)
+    emit(b, f"[&]() {{ {body} return {v}; }}()", ops, b.outputs[0], "float")
 
 
 @kernel("BatchNormalization", supports=bn_supports)

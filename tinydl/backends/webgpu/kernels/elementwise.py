@@ -20,6 +20,7 @@ from tinydl.backends.fusion import (
     activation_supports,
     bn_affine,
     bn_supports,
+    chain_lets,
 )
 from tinydl.backends.webgpu.kernels import (
     INT_DTYPES,
@@ -411,19 +412,9 @@ def elementwise_chain(b):
             op.array = op.array.astype(np.float32)
 
     def code(vec: int):
-        lets, v = [], "a0"
-        for k, step in enumerate(b.node.meta["steps"]):
-            if step[0] == "bin":
-                _, name, arg, left = step
-                other = f"a{arg}"
-                text = BINARY[name].format(v, other) if left else BINARY[name].format(other, v)
-            elif step[0] == "sqrt":
-                text = f"sqrt({v})"
-            else:
-                _, kind, params = step
-                text = activation_expr(kind, v, params, vec)
-            lets.append((f"t{k}", text))
-            v = f"t{k}"
-        return lets, v
+        return chain_lets(
+            b.node.meta["steps"], BINARY, "sqrt({x})",
+            lambda kind, x, params: activation_expr(kind, x, params, vec),
+        )  # fmt: skip
 
     emit(b, code, ops, b.outputs[0], "f32")
