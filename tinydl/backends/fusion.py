@@ -203,11 +203,7 @@ def fuse_residuals(
     convolution's own epilogue has none (one slope per kernel); `hoist`: whether r's cheap
     producers (a shortcut's Pad or MaxPool) listed after the convolution may move before it."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
-    users: dict[str, list[Node]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            if i:
-                users.setdefault(i, []).append(n)
+    users = _readers(nodes)
     out: list[Node] = []
     dropped: set[int] = set()
     for i, node in enumerate(nodes):
@@ -292,11 +288,7 @@ def fuse_runs(nodes: list[Node], keep: set[str], length: int, first, links, make
     before and none a kept output but the last, that start at a node `first` accepts and for
     which `links(run)` returns something, with `make(run, what links returned)`: a backend's
     multi-node kernel (cuda's conv chain) says what it can run, this finds the runs."""
-    users: dict[str, list[Node]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            if i:
-                users.setdefault(i, []).append(n)
+    users = _readers(nodes)
 
     def only_user(node: Node) -> Node | None:
         out = node.outputs[0]
@@ -436,11 +428,7 @@ def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> 
     every other operand], meta["steps"] = ("bin", op, input index, run value is left operand) |
     ("sqrt",) | ("act", kind, params) per op. The backend computes the run per element in
     registers; `types[value]` gives dtypes and shapes."""
-    users: dict[str, list[Node]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            if i:
-                users.setdefault(i, []).append(n)
+    users = _readers(nodes)
 
     def floating(name: str) -> bool:
         t = types.get(name)
@@ -549,11 +537,7 @@ def fuse_bn_activations(nodes: list[Node], keep: set[str], graph: Graph, shape_o
     by an activation that is its only reader, as one node: meta["epilogue"] lists the
     activation (no PRelu: the kernel has no slope operand). Pre-activation networks
     (DenseNet's BN -> ReLU -> Conv) then launch one kernel where they launched two."""
-    users: dict[str, list[Node]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            if i:
-                users.setdefault(i, []).append(n)
+    users = _readers(nodes)
     dropped: set[int] = set()
     out: dict[int, Node] = {}
     for k, node in enumerate(nodes):

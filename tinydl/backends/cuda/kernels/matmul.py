@@ -1,5 +1,5 @@
 """MatMul (NumPy semantics: batch broadcasting, 1-D promotion) and Gemm, as one tiled kernel
-(and, for products of a few rows along a contiguous K, a warp per output column: gemv.cu).
+(and, for products of a few rows along a contiguous K, a warp per output column).
 
 A block of 16x16 threads makes a 64x64 tile of the output, each thread 4x4 outputs in fp32,
 through 16-deep slices of A and B staged in shared memory. A and B are read through element
@@ -20,7 +20,8 @@ from tinydl.backends.cuda.kernels import FLOATS, cfloat, kernel, load, store
 
 TILE, DEPTH, THREADS = 64, 16, 256
 # Products of at most GEMV_ROWS rows and at least GEMV_DEPTH along K, B contiguous along K (a
-# classifier's Gemm, transB=1): gemv.cu, a warp per output column, GEMV_WARPS warps a block.
+# classifier's Gemm, transB=1): matmul.cu's gemv kernel, a warp per output column, GEMV_WARPS
+# warps a block.
 GEMV_ROWS, GEMV_DEPTH, GEMV_WARPS = 16, 256, 8
 
 
@@ -67,8 +68,8 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
         r += f" + {cv}" if beta == 1.0 else f" + {cfloat(beta)} * {cv}"
     if gemv:
         b.launch(
-            "gemv.cu", args, (math.ceil(n / GEMV_WARPS), len(batch)), GEMV_WARPS * 32,
-            B=len(batch), M=m, N=n, K=k, WARPS=GEMV_WARPS, THREADS=GEMV_WARPS * 32,
+            "matmul.cu", args, (math.ceil(n / GEMV_WARPS), len(batch)), GEMV_WARPS * 32,
+            gemv=True, B=len(batch), M=m, N=n, K=k, WARPS=GEMV_WARPS, THREADS=GEMV_WARPS * 32,
             at=at, bt=bt, ct=None if c is None else c[1], yt=yo.ctype,
             aload=load(at, _at("ab", "m", sa[0], "k", sa[1], wide)),
             bload=load(bt, _at("bb", "k", sb[0], "n", sb[1], wide)),
@@ -80,6 +81,7 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
         args,
         (math.ceil(n / TILE), math.ceil(m / TILE), len(batch)),
         THREADS,
+        gemv=False,
         B=len(batch),
         M=m,
         N=n,
