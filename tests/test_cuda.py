@@ -76,10 +76,14 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     ],
 )
 @pytest.mark.parametrize("on_input", [False, True])
-def test_conv_tensor_cores_match_the_reference(n, c, oc, hw, k, stride, on_input, rng, monkeypatch):
-    """fp16 convolutions on tensor cores (implicit GEMM, weights as hi + lo fp16 parts), with
-    bias, ReLU and a residual fused, against the NumPy reference and the CUDA-core kernel;
-    `on_input`: the convolution reads the graph's float32 input (made fp16 first)."""
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_conv_tensor_cores_match_the_reference(
+    n, c, oc, hw, k, stride, on_input, precision, rng, monkeypatch
+):
+    """Convolutions on tensor cores (implicit GEMM; fp16: weights as hi + lo fp16 parts; tf32:
+    float32 values, operands rounded to tf32; fp32: 3xTF32), with bias, ReLU and a residual
+    fused, against the NumPy reference and the CUDA-core kernel; `on_input`: the convolution
+    reads the graph's float32 input (at fp16 made fp16 first)."""
     w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     bias = rng.standard_normal(oc).astype(np.float32)
     out = (hw + 2 * (k // 2) - k) // stride + 1
@@ -112,14 +116,19 @@ def test_conv_tensor_cores_match_the_reference(n, c, oc, hw, k, stride, on_input
         conv_kernels, "conv_tensor_cores", lambda b, *a: taken.append(b.node.name) or real(b, *a)
     )
     want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
-    got = td.compile(graph, backends=("cuda",), precision="fp16").run(feeds)["y"]
+    got = td.compile(graph, backends=("cuda",), precision=precision).run(feeds)["y"]
     assert taken == ["conv"]
     cores = td.compile(
-        graph, backends=("cuda",), precision="fp16",
+        graph, backends=("cuda",), precision=precision,
         backend_options={"cuda": {"conv_tensor_cores": False}},
     ).run(feeds)["y"]  # fmt: skip
     assert taken == ["conv"]  # the CUDA-core session did not take it
-    assert rel_err(got, want) <= 1e-2 and rel_err(got, cores) <= 1e-2
+    # tf32 rounds both operands to 11 significant bits (2^-11 relative each), fp16 the input
+    # (3xTF32 keeps float32's accuracy).
+    tolerance = {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
+    assert rel_err(got, want) <= tolerance and rel_err(got, cores) <= tolerance
+    if precision != "fp16":  # the CUDA-core kernel is exact float32
+        assert rel_err(cores, want) <= 1e-5
 
 
 def test_espcn_fp32_matches_cpu(tmp_path, rng):

@@ -7,6 +7,8 @@ the right thing is test_gpu_ops.py's job, on a GPU.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers.cases import CASES, REFERENCE_CASES
 from helpers.models import ATTENTION_VARIANTS, attention_graph
@@ -77,7 +79,7 @@ REAL = {
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "tf32"])
 def test_ppocr_models_compile_whole(fake_device, rapidocr_models, name, precision):
     """Every node of PP-OCRv4 det/rec is placed on cuda and every kernel compiles."""
     import tinydl as td
@@ -87,6 +89,31 @@ def test_ppocr_models_compile_whole(fake_device, rapidocr_models, name, precisio
     ((*_, kernel),) = sess.partitions
     (plan,) = kernel.plans.values()
     assert plan.steps
+
+
+@pytest.mark.parametrize(("c", "k", "oc"), [(3, 7, 64), (64, 3, 64), (256, 1, 24), (20, 3, 16)])
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, precision):
+    """Over float32 values an ungrouped convolution (a stem, 3x3, 1x1 with a narrow tile, a
+    channel count no thread's share divides) is conv_tc.cu on tf32 MMAs, and compiles: one
+    MMA a tile at precision tf32, three (3xTF32) at fp32."""
+    import numpy as np
+    from helpers.models import conv_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+
+    graph = conv_graph(np.random.default_rng(0), (1, c, 30, 30), oc, k)
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    assert [n.op for n in plan.nodes] == ["Relu", "tinydl.FusedConv"], plan.nodes
+    sources = [src for src in context._contexts[0]._seen if "implicit GEMM" in src]
+    # One source, or three where K is split (zero the workspace, the GEMM, the epilogue).
+    gemms = [src for src in sources if re.search(r"mma1688_tf32\((acc|part)", src)]
+    assert len(sources) in (1, 3) and len(gemms) == 1
+    assert not any("mma16816(acc" in src for src in sources)
+    assert ("mma1688_tf32(part[i][j], as[i]" in gemms[0]) == (precision == "fp32")
 
 
 def test_espcn_fp16_is_one_chain_kernel(fake_device):

@@ -1,11 +1,13 @@
 """Convnets on the cuda backend against PyTorch on the same GPU, GPU-resident, batch 1 and 8: tinydl
 fp32, fp16 with convolutions on CUDA cores (conv_tensor_cores off) and on tensor cores (the
-default), PyTorch fp16 eager and CUDA graph (channels_last, cuDNN). Models from tools/zoo.py
-(seeded random weights, conditioned), built here with torchvision/timm and exported to ONNX
-once; every tinydl output is checked against onnxruntime (CPU, fp32) before timing.
+default), PyTorch fp16 eager and CUDA graph (channels_last, cuDNN). With `--precision tf32`:
+tinydl fp32 and tf32 against PyTorch fp32 with TF32 allowed (its default for convolutions).
+Models from tools/zoo.py (seeded random weights, conditioned), built here with
+torchvision/timm and exported to ONNX once; every tinydl output is checked against
+onnxruntime (CPU, fp32) before timing.
 
     python tools/bench_cuda_convnets.py [--models resnet18,tv:densenet121,timm:ghostnet_100]
-                                        [--batches 1,8]
+                                        [--batches 1,8] [--precision fp16|tf32]
 
 A model is a tools/zoo.py name, `tv:NAME` (a torchvision classifier) or `timm:NAME` (a timm
 model), at 224x224. A model tinydl cannot run, or whose fp32 output is off, gets a row saying
@@ -69,23 +71,32 @@ def main() -> int:
     ap.add_argument("--models", default=THIRTEEN, help="comma-separated (default: 13 nets)")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--onnx-dir", default=".zoo", type=Path)
+    ap.add_argument(
+        "--precision",
+        choices=("fp16", "tf32"),
+        default="fp16",
+        help="fp16 (default): against PyTorch fp16; tf32: against PyTorch fp32, TF32 allowed",
+    )
     args = ap.parse_args()
     import torch
 
-    # The fp32 reference in true fp32 (PyTorch's default lets cuDNN use TF32 for convolutions).
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    # PyTorch at tf32 as by default (cuDNN convolutions on TF32); fp16 needs neither.
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    p = args.precision
+    peer = "torch fp16" if p == "fp16" else "torch fp32 (TF32)"
+    cores = f" {p}, CUDA cores |" if p == "fp16" else ""
     print(
-        "| model | batch | tinydl fp32 | fp16, CUDA cores | fp16, tensor cores "
-        "| torch fp16 eager | torch fp16 graph | tensor cores / torch graph | error fp16 |"
+        f"| model | batch | tinydl fp32 |{cores} {p}, tensor cores "
+        f"| {peer} eager | {peer} graph | tensor cores / torch graph | error {p} | error torch |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: |" + " ---: |" * (7 if p == "fp16" else 6))
     ratios: dict[int, list[float]] = {}
     for name in args.models.split(","):
         try:
             one(name, args, ratios)
         except Exception as exc:  # noqa: BLE001 - a row says why; the others still run
-            print(f"| {name} | | {type(exc).__name__}: {str(exc)[:120]} | | | | | | |")
+            print(f"| {name} | | {type(exc).__name__}: {str(exc)[:120]} |" + " |" * 7)
             sys.stdout.flush()
     for batch, r in ratios.items():
         geo = float(np.exp(np.mean(np.log(r))))
@@ -124,7 +135,9 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
         )[0]
         row = [name, str(batch)]
         err = None
-        for precision, tc in (("fp32", True), ("fp16", False), ("fp16", True)):
+        p = args.precision
+        runs = [("fp32", True), *([(p, False)] if p == "fp16" else []), (p, True)]
+        for precision, tc in runs:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 sess = td.compile(
@@ -135,7 +148,7 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
             out = sess.run({names[0]: xd}, outputs="device")
             got = cp.asnumpy(next(iter(out.values())))
             e = float(np.abs(got - ref).max() / np.abs(ref).max())
-            if precision == "fp16" and tc:
+            if precision == p and tc:
                 err = e
             if precision == "fp32" and e > 1e-3:
                 raise ValueError(f"tinydl fp32 off by {e:.2e} from onnxruntime")
@@ -145,9 +158,11 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
                 cp.cuda.Device().synchronize,
             )
             row.append(f"{ms:.3f}")
-        half = model.half().to(memory_format=torch.channels_last)
-        xh = xt.half().to(memory_format=torch.channels_last)
+        half = (model.half() if p == "fp16" else model).to(memory_format=torch.channels_last)
+        xh = (xt.half() if p == "fp16" else xt).to(memory_format=torch.channels_last)
         with torch.no_grad():
+            theirs = half(xh).float().cpu().numpy()
+            torch_err = float(np.abs(theirs - ref).max() / np.abs(ref).max())
             eager = median_ms(lambda h=half, v=xh: h(v), sync)
             graph_pool = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream()
@@ -160,8 +175,9 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
                 half(xh)
             replay = median_ms(graph_pool.replay, sync)
         model = half.float().to(memory_format=torch.contiguous_format)
-        tc_ms = float(row[4])
+        tc_ms = float(row[-1])
         row += [f"{eager:.3f}", f"{replay:.3f}", f"{tc_ms / replay:.2f}x", f"{err:.1e}"]
+        row.append(f"{torch_err:.1e}")
         ratios.setdefault(batch, []).append(tc_ms / replay)
         print("| " + " | ".join(row) + " |")
         sys.stdout.flush()

@@ -518,6 +518,27 @@ def bn_activation_graph(rng, activation: str, shared: bool = False) -> Graph:
     )
 
 
+def conv_graph(rng, shape: tuple, oc: int, k: int, stride: int = 1) -> Graph:
+    """x -> Relu -> Conv (k x k, same padding, bias) -> Relu: one convolution between two
+    other ops, as inside a network."""
+    c = shape[1]
+    w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    nodes = [
+        Node("Relu", ["x"], ["a"], name="pre"),
+        Node("Conv", ["a", "w", "b"], ["c"],
+             {"pads": [k // 2] * 4, "strides": [stride] * 2}, name="conv"),
+        Node("Relu", ["c"], ["y"], name="post"),
+    ]  # fmt: skip
+    return validate(
+        Graph(
+            [Value("x", "float32", shape)],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w": w, "b": rng.standard_normal(oc).astype(np.float32)},
+        )
+    )
+
+
 def elementwise_run_graph(rng) -> Graph:
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Relu -> Sqrt as one run ("y"), and Tanh(z)
     read twice by a Mul ("w"): a value read twice ends a run."""

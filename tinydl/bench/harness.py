@@ -57,14 +57,14 @@ class Config:
     precision: str = "fp32"
     threads: int | None = None  # CPU threads for peers; None: every core
     torch_compile: bool = False
-    tolerance: float | None = None  # None: 1e-3 for fp32, 2e-2 for fp16
+    tolerance: float | None = None  # None: 1e-3 for fp32, 5e-3 for tf32, 2e-2 for fp16
     seed: int = 0
 
     @property
     def rel_tolerance(self) -> float:
         if self.tolerance is not None:
             return self.tolerance
-        return 2e-2 if self.precision == "fp16" else 1e-3
+        return {"fp16": 2e-2, "tf32": 5e-3}.get(self.precision, 1e-3)
 
     @property
     def cpu_threads(self) -> int:

@@ -88,9 +88,10 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--precision",
-        choices=("fp32", "fp16"),
+        choices=("fp32", "fp16", "tf32"),
         default="fp32",
-        help="tinydl's precision; peers on a GPU follow it (default: fp32)",
+        help="tinydl's precision; peers on a GPU follow it (tf32: PyTorch and onnxruntime's "
+        "CUDA provider with TF32 allowed) (default: fp32)",
     )
     p.add_argument(
         "--threads",

@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--precision",
-        choices=("fp32", "fp16", "auto"),
+        choices=("fp32", "fp16", "tf32", "auto"),
         default="fp32",
         help="compile at this precision; auto also reports which values stay in float32 "
         "(decided on random inputs in [0, 1); models with symbolic input shapes need "

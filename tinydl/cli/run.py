@@ -117,9 +117,10 @@ def add_parser(subparsers) -> None:
     add_backend_options(p)
     p.add_argument(
         "--precision",
-        choices=("fp32", "fp16", "auto"),
+        choices=("fp32", "fp16", "tf32", "auto"),
         default="fp32",
-        help="fp32 (default); fp16: GPU backends store intermediate values in fp16; auto: fp16 "
+        help="fp32 (default); fp16: GPU backends store intermediate values in fp16; tf32: "
+        "float32 values, cuda convolutions on tf32 tensor cores (PyTorch's default); auto: fp16 "
         "except the values that need float32, decided on this run's inputs (tinydl.compile's "
         "precision='auto')",
     )

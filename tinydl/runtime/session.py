@@ -28,7 +28,7 @@ from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
 from tinydl.passes import PassManager
 
-PRECISIONS = ("fp32", "fp16", "auto")
+PRECISIONS = ("fp32", "fp16", "tf32", "auto")
 PARTITION_MODES = ("greedy", "cost")
 
 
@@ -627,7 +627,10 @@ def compile(
     the fastest CPU path here).
 
     precision: "fp32" (default), "fp16" (GPU backends store intermediate values in fp16 and
-    compute in float32; host backends stay float32), or "auto": fp16 storage except for the
+    compute in float32; host backends stay float32), "tf32" (float32 storage; the cuda backend
+    multiplies convolutions on tf32 tensor cores, operands rounded to a 10-bit mantissa with
+    float32 sums, as PyTorch does by default for cuDNN convolutions; every other backend and
+    op computes as at fp32), or "auto": fp16 storage except for the
     values that need float32, decided at compile by emulating fp16 storage on the NumPy
     reference over `calibration` inputs (a feed dict or a list of them; default: one made from
     the input spec) until every output is within `fp16_tolerance` (default 1e-2: max |fp16 -

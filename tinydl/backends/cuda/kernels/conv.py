@@ -6,7 +6,10 @@
   fused DepthToSpace when there is one.
 - conv_tc.cu: at fp16 storage on sm_80 and newer, an ungrouped convolution is an implicit GEMM
   on tensor cores instead (M = output pixels, N = output channels, K = taps x channels; fp16
-  operands, fp32 accumulation, the same epilogue). Option "conv_tensor_cores" (default True).
+  operands, fp32 accumulation, the same epilogue); over float32 storage the same GEMM on tf32
+  tensor cores: at precision "tf32" with operands rounded to tf32's 10-bit mantissa (as
+  PyTorch's default for cuDNN convolutions), otherwise as 3xTF32 (each operand split into two
+  tf32 parts, three MMAs: float32's accuracy). Option "conv_tensor_cores" (default True).
 - conv_transpose.cu: the transposed convolution as a gather over the taps that land on each
   output pixel.
 Chains of small convolutions (ESPCN) are fused further into one kernel: see chain.py.
@@ -81,17 +84,34 @@ def _block(mg: int) -> int:
 
 
 def _tensor_cores(b, g: dict, group: int) -> bool:
-    """Whether conv_tc.cu takes the node: fp16 input (or a float32 one at fp16 precision: a
-    graph's input, made fp16 first), one group, no fused DepthToSpace, a device with mma.sync
-    on fp16 (sm_80+), and the option left on."""
+    """Whether conv_tc.cu takes the node: one group, no fused DepthToSpace, a device with
+    mma.sync on fp16 and tf32 (sm_80+), and the option left on."""
     return (
-        (b.info(0).ctype == "half_t" or _fp32_input(b))
+        b.info(0).ctype in ("half_t", "float")
         and group == 1
         and b.node.meta.get("d2s") is None
         and tuple(b.ctx.cc) >= (8, 0)
         and bool(b.option("conv_tensor_cores", True))
         and g["C"] * g["KH"] * g["KW"] >= 16
     )
+
+
+def _mode(b) -> str:
+    """How conv_tc.cu multiplies: "fp16" (fp16 input, or a float32 one at fp16 precision: a
+    graph's input, made fp16 first), "tf32" (float32 input at precision tf32) or "3xtf32"
+    (float32 input otherwise)."""
+    if b.info(0).ctype == "half_t" or _fp32_input(b):
+        return "fp16"
+    return "tf32" if b.plan.precision == "tf32" else "3xtf32"
+
+
+def to_tf32(a: np.ndarray) -> np.ndarray:
+    """float32 rounded to tf32 (10 mantissa bits), to nearest with ties away from zero, as
+    PTX's cvt.rna.tf32.f32 rounds the input patch in the kernel."""
+    a = np.ascontiguousarray(a, np.float32)
+    u = a.view(np.uint32)
+    r = ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(r) | ~np.isfinite(a), r, a)  # no rounding up into inf
 
 
 def _fp32_input(b) -> bool:
@@ -136,16 +156,16 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     k = g["C"] * g["KH"] * g["KW"]
     kp = math.ceil(k / TC_BK) * TC_BK
     ocp = math.ceil(oc / bn) * bn
-    # [OC][ky, kx, ci] (tap-major, as the kernel walks K) as hi + lo fp16 parts: float32's
-    # precision but for the low part's rounding (2^-22 relative), on fp16 tensor cores. In
-    # float32 throughout: a float32 minus its fp16 rounding is exact in float32, and NumPy's
-    # fp16 <-> float64 conversions are several times slower than float32's.
+    # [OC][ky, kx, ci] (tap-major, as the kernel walks K). At fp16 as hi + lo fp16 parts:
+    # float32's precision but for the low part's rounding (2^-22 relative), on fp16 tensor
+    # cores. In float32 throughout: a float32 minus its fp16 rounding is exact in float32, and
+    # NumPy's fp16 <-> float64 conversions are several times slower than float32's. At tf32:
+    # rounded to tf32 once here; 3xTF32: as big + small tf32 parts.
     full = np.zeros((ocp, kp), np.float32)
     full[:oc, :k] = (
         np.asarray(w).reshape(oc, g["C"], g["KH"], g["KW"]).transpose(0, 2, 3, 1).reshape(oc, k)
     )
-    hi = to_half(full)
-    lo = to_half(full - hi.astype(np.float32))
+    mode = _mode(b)
     m = g["N"] * g["OH"] * g["OW"]
     # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
     tiles = math.ceil(m / bm) * (ocp // bn)
@@ -163,8 +183,19 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
         half = b.scratch("input_fp16", b.info(0).shape)
         emit(b, "a0", [Operand(b.info(0).shape, name=src)], half, "float")
         src = half
-    weights = [src, b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
+    if mode == "tf32":
+        weights = [src, b.upload("weights", to_tf32(full), "float32")]
+    elif mode == "3xtf32":
+        big = to_tf32(full)
+        small = to_tf32(full - big)
+        weights = [src, b.upload("weights_big", big), b.upload("weights_small", small)]
+    else:
+        hi = to_half(full)
+        lo = to_half(full - hi.astype(np.float32))
+        weights = [src, b.upload("weights_hi", hi), b.upload("weights_lo", lo)]
     params = dict(
+        TF32=mode != "fp16",
+        X3=mode == "3xtf32",
         **g,
         M=m,
         K=k,

@@ -1,12 +1,23 @@
-// {{ label }}: convolution as an implicit GEMM on fp16 tensor cores (mma.sync m16n8k16, fp32
-// accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} (fp16), output
+// {{ label }}: convolution as an implicit GEMM on {% if TF32 and X3 %}3xTF32{% elif TF32 %}tf32{% else %}fp16{% endif %} tensor cores (mma.sync {% if TF32 %}m16n8k8{% else %}m16n8k16{% endif %}, fp32
+// accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} ({% if TF32 %}float32{% else %}fp16{% endif %}), output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
 // channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
+{% if TF32 and X3 %}
+// weights (packed [OC padded][K padded] on the host as two tf32 parts, big + small; the patch
+// is split alike as the fragments are read: three MMAs, small x big, big x small, big x big,
+// keep float32's accuracy) are staged in shared memory, rows padded by 4 floats against bank
+// conflicts, and read a word a lane in the MMA's fragment order. Each warp owns a {{ WM }}x{{ WN }}
+{% elif TF32 %}
+// weights (packed [OC padded][K padded] on the host, rounded to tf32; the patch is rounded as
+// it is staged) are staged in shared memory, rows padded by 4 floats against bank conflicts,
+// and read a word a lane in the MMA's fragment order. Each warp owns a {{ WM }}x{{ WN }}
+{% else %}
 // weights (packed [OC padded][K padded] on the host as two fp16 parts, hi + lo, so that only
 // the input's fp16 storage rounds: two MMAs per tile) are staged in shared memory, rows padded
 // by 8 halves against bank conflicts, and read with ldmatrix. Each warp owns a {{ WM }}x{{ WN }}
+{% endif %}
 // piece. The next K step's tiles are loaded into registers while this one is multiplied.
 // {% if SPLIT > 1 %}K is split {{ SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
 // each split adds its partial sums into a zeroed float32 workspace, and `finish` applies the
@@ -17,11 +28,13 @@
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
-#define LDS (BK + 8)
+{% set et = "float" if TF32 else "half_t" %}
+{% set LO = X3 or not TF32 %}{# a second weight part: fp16's lo, 3xTF32's small #}
+#define LDS (BK + {{ 4 if TF32 else 8 }})
 #define MT {{ WM // 16 }}
 #define NT {{ WN // 8 }}
 #define A_PER {{ A_PER }}
-#define B_VEC ({{ BN * BK // 8 }} / THREADS)
+#define B_VEC ({{ BN * BK // (4 if TF32 else 8) }} / THREADS)  // uint4 loads
 
 {% include "mma.cuh" %}
 
@@ -67,9 +80,11 @@ extern "C" __global__ void finish(
 }
 {% else %}
 extern "C" __global__ void __launch_bounds__(THREADS) k(
-    const half_t* __restrict__ x,
-    const half_t* __restrict__ w,
-    const half_t* __restrict__ wl,
+    const {{ et }}* __restrict__ x,
+    const {{ et }}* __restrict__ w,
+{% if LO %}
+    const {{ et }}* __restrict__ wl,
+{% endif %}
 {% if SPLIT > 1 %}
     float* __restrict__ ws)
 {% else %}
@@ -80,9 +95,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     {{ yt }}* __restrict__ y)
 {% endif %}
 {
-    __shared__ __align__(16) half_t As[BM][LDS];
-    __shared__ __align__(16) half_t Bs[BN][LDS];
-    __shared__ __align__(16) half_t Bl[BN][LDS];
+    __shared__ __align__(16) {{ et }} As[BM][LDS];
+    __shared__ __align__(16) {{ et }} Bs[BN][LDS];
+{% if LO %}
+    __shared__ __align__(16) {{ et }} Bl[BN][LDS];
+{% endif %}
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wm = (warp % {{ BM // WM }}) * {{ WM }}, wn = (warp / {{ BM // WM }}) * {{ WN }};
@@ -93,10 +110,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     const bool pin = pm < {{ M }};
     const int pn = pin ? pm / {{ OH * OW }} : 0, pp = pin ? pm % {{ OH * OW }} : 0;
     const int iy0 = (pp / {{ OW }}) * {{ SH }} - {{ PT }}, ix0 = (pp % {{ OW }}) * {{ SW }} - {{ PL }};
-    const half_t* xn = x + (size_t)pn * {{ C * IH * IW }};
+    const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }};
 
-    half_t areg[A_PER];
-    uint4 breg[B_VEC], lreg[B_VEC];
+    {{ et }} areg[A_PER];
+    uint4 breg[B_VEC]{% if LO %}, lreg[B_VEC]{% endif %};
+    constexpr int VEC = {{ 4 if TF32 else 8 }};  // elements per uint4
     auto load_tiles = [&](int k0) {
 {% if C % A_PER == 0 %}
         // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
@@ -105,15 +123,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             const int kk = k0 + ak0, tap = kk / {{ C }}, ci0 = kk % {{ C }};
             const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
             const bool ok = pin && kk < {{ K }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
-            const half_t* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
+            const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
 #pragma unroll
-            for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : (half_t)0;
+            for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : ({{ et }})0;
         }
 {% else %}
 #pragma unroll
         for (int j = 0; j < A_PER; ++j) {
             const int kk = k0 + ak0 + j;
-            half_t v = 0;
+            {{ et }} v = 0;
             if (pin && kk < {{ K }}) {
                 const int tap = kk / {{ C }}, ci = kk % {{ C }};
                 const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
@@ -126,20 +144,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
 #pragma unroll
         for (int j = 0; j < B_VEC; ++j) {
             const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
-            const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
+            const int row = e / (BK / VEC), col = (e % (BK / VEC)) * VEC;
             breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+{% if LO %}
             lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+{% endif %}
         }
     };
     auto store_tiles = [&]() {
 #pragma unroll
-        for (int j = 0; j < A_PER; ++j) As[am][ak0 + j] = areg[j];
+        for (int j = 0; j < A_PER; ++j) As[am][ak0 + j] = {% if TF32 and not X3 %}to_tf32(areg[j]){% else %}areg[j]{% endif %};
 #pragma unroll
         for (int j = 0; j < B_VEC; ++j) {
             const int e = tid + j * THREADS;
-            const int row = e / (BK / 8), col = (e % (BK / 8)) * 8;
+            const int row = e / (BK / VEC), col = (e % (BK / VEC)) * VEC;
             *(uint4*)&Bs[row][col] = breg[j];
+{% if LO %}
             *(uint4*)&Bl[row][col] = lreg[j];
+{% endif %}
         }
     };
 
@@ -159,6 +181,71 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         store_tiles();
         __syncthreads();
         if (k0 + BK < kend) load_tiles(k0 + BK);  // the next step's, during this one's math
+{% if X3 %}
+        // This K step's sums start from zero and are added to the running ones after it:
+        // the tensor cores' own additions (not rounded to nearest) then err by a step's
+        // magnitude, not the whole sum's.
+        float part[MT][NT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
+{% endif %}
+{% if TF32 %}
+        // Fragments a word a lane: A's rows g and g + 8, columns t and t + 4 (g = lane / 4,
+        // t = lane % 4), B's row (channel) g, columns t and t + 4; rows 36 words apart, so the
+        // 32 lanes hit 32 banks.
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 8) {
+            unsigned a[MT][4]{% if X3 %}, as[MT][4]{% endif %};
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const float* p = &As[wm + i * 16 + (lane >> 2)][kk + (lane & 3)];
+{% if X3 %}
+                const float v[4] = {p[0], p[8 * LDS], p[4], p[8 * LDS + 4]};
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float big = to_tf32(v[q]);
+                    a[i][q] = __float_as_uint(big);
+                    as[i][q] = __float_as_uint(to_tf32(v[q] - big));
+                }
+{% else %}
+                a[i][0] = __float_as_uint(p[0]);
+                a[i][1] = __float_as_uint(p[8 * LDS]);
+                a[i][2] = __float_as_uint(p[4]);
+                a[i][3] = __float_as_uint(p[8 * LDS + 4]);
+{% endif %}
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const float* q = &Bs[wn + j * 8 + (lane >> 2)][kk + (lane & 3)];
+                const unsigned b0 = __float_as_uint(q[0]), b1 = __float_as_uint(q[4]);
+{% if X3 %}
+                const float* ql = &Bl[wn + j * 8 + (lane >> 2)][kk + (lane & 3)];
+                const unsigned l0 = __float_as_uint(ql[0]), l1 = __float_as_uint(ql[4]);
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {  // the small products first
+                    mma1688_tf32(part[i][j], as[i], b0, b1);
+                    mma1688_tf32(part[i][j], a[i], l0, l1);
+                    mma1688_tf32(part[i][j], a[i], b0, b1);
+                }
+{% else %}
+#pragma unroll
+                for (int i = 0; i < MT; ++i) mma1688_tf32(acc[i][j], a[i], b0, b1);
+{% endif %}
+            }
+        }
+{% if X3 %}
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
+{% endif %}
+{% else %}
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[MT][4];
@@ -181,6 +268,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
                 }
             }
         }
+{% endif %}
     }
 
     // acc[i][j]: rows (pixels) wm + i*16 + lane/4 (+8 for q >= 2), columns (channels)

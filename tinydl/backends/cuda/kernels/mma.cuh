@@ -1,5 +1,6 @@
-// fp16 tensor-core helpers (sm_80+) shared by chain.cu and conv_tc.cu: mma.sync m16n8k16 with
-// fp32 accumulation, a shared-memory address for ldmatrix, and ldmatrix x4.
+// Tensor-core helpers (sm_80+) shared by chain.cu and conv_tc.cu: mma.sync m16n8k16 on fp16 and
+// m16n8k8 on tf32, both with fp32 accumulation, float32 -> tf32 rounding, a shared-memory
+// address for ldmatrix, and ldmatrix x4.
 {% raw %}
 __device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
     asm volatile(
@@ -7,6 +8,22 @@ __device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma1688_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Rounded to nearest (ties away from zero), as the host rounds the weights: the MMA itself
+// would drop the low 13 bits of the mantissa.
+__device__ __forceinline__ float to_tf32(float f) {
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f));
+    return __uint_as_float(u);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
