@@ -1,13 +1,15 @@
 """Convnets on the cuda backend against PyTorch on the same GPU, GPU-resident, batch 1 and 8: tinydl
 fp32, fp16 with convolutions on CUDA cores (conv_tensor_cores off) and on tensor cores (the
 default), PyTorch fp16 eager and CUDA graph (channels_last, cuDNN). With `--precision tf32`:
-tinydl fp32 and tf32 against PyTorch fp32 with TF32 allowed (its default for convolutions).
+tinydl fp32 and tf32 against PyTorch fp32 with TF32 allowed (its default for convolutions);
+with `--precision fp32`: tinydl fp32 with convolutions on CUDA cores and on tensor cores
+(3xTF32, the default) against PyTorch in true fp32 (TF32 off).
 Models from tools/zoo.py (seeded random weights, conditioned), built here with
 torchvision/timm and exported to ONNX once; every tinydl output is checked against
 onnxruntime (CPU, fp32) before timing.
 
     python tools/bench_cuda_convnets.py [--models resnet18,tv:densenet121,timm:ghostnet_100]
-                                        [--batches 1,8] [--precision fp16|tf32]
+                                        [--batches 1,8] [--precision fp16|tf32|fp32]
 
 A model is a tools/zoo.py name, `tv:NAME` (a torchvision classifier) or `timm:NAME` (a timm
 model), at 224x224. A model tinydl cannot run, or whose fp32 output is off, gets a row saying
@@ -73,9 +75,10 @@ def main() -> int:
     ap.add_argument("--onnx-dir", default=".zoo", type=Path)
     ap.add_argument(
         "--precision",
-        choices=("fp16", "tf32"),
+        choices=("fp16", "tf32", "fp32"),
         default="fp16",
-        help="fp16 (default): against PyTorch fp16; tf32: against PyTorch fp32, TF32 allowed",
+        help="fp16 (default): against PyTorch fp16; tf32: against PyTorch fp32, TF32 allowed; "
+        "fp32: against PyTorch fp32, TF32 off",
     )
     args = ap.parse_args()
     import torch
@@ -84,10 +87,11 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
     p = args.precision
-    peer = "torch fp16" if p == "fp16" else "torch fp32 (TF32)"
+    peer = {"fp16": "torch fp16", "tf32": "torch fp32 (TF32)", "fp32": "torch fp32"}[p]
+    first = "fp32, CUDA cores" if p == "fp32" else "tinydl fp32"
     cores = f" {p}, CUDA cores |" if p == "fp16" else ""
     print(
-        f"| model | batch | tinydl fp32 |{cores} {p}, tensor cores "
+        f"| model | batch | {first} |{cores} {p}, tensor cores "
         f"| {peer} eager | {peer} graph | tensor cores / torch graph | error {p} | error torch |"
     )
     print("| --- | ---: | ---: |" + " ---: |" * (7 if p == "fp16" else 6))
@@ -136,7 +140,8 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
         row = [name, str(batch)]
         err = None
         p = args.precision
-        runs = [("fp32", True), *([(p, False)] if p == "fp16" else []), (p, True)]
+        first = ("fp32", p != "fp32")  # at fp32: its convolutions on CUDA cores, then 3xTF32
+        runs = [first, *([(p, False)] if p == "fp16" else []), (p, True)]
         for precision, tc in runs:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
