@@ -34,6 +34,11 @@
 #define MT {{ WM // 16 }}
 #define NT {{ WN // 8 }}
 #define A_PER {{ A_PER }}
+// `stmt` for every sum a thread keeps (i, j, q: its fragment indices)
+#define each_sum(stmt) \
+    _Pragma("unroll") for (int i = 0; i < MT; ++i) \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j) \
+    _Pragma("unroll") for (int q = 0; q < 4; ++q) stmt
 #define B_VEC ({{ BN * BK // (4 if TF32 else 8) }} / THREADS)  // uint4 loads
 
 {% include "mma.cuh" %}
@@ -166,12 +171,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     };
 
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    each_sum(acc[i][j][q] = 0.0f);
 
     // This block's share of K: {{ KP // SPLIT }} of it per split.
     const int kbeg = blockIdx.z * {{ KP // SPLIT }}, kend = kbeg + {{ KP // SPLIT }};
@@ -186,12 +186,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         // the tensor cores' own additions (not rounded to nearest) then err by a step's
         // magnitude, not the whole sum's.
         float part[MT][NT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
+        each_sum(part[i][j][q] = 0.0f);
 {% endif %}
 {% if TF32 %}
         // Fragments a word a lane: A's rows g and g + 8, columns t and t + 4 (g = lane / 4,
@@ -238,12 +233,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             }
         }
 {% if X3 %}
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
+        each_sum(acc[i][j][q] += part[i][j][q]);
 {% endif %}
 {% else %}
 #pragma unroll
