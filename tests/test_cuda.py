@@ -76,14 +76,17 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     ],
 )
 @pytest.mark.parametrize("on_input", [False, True])
-@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+@pytest.mark.parametrize("precision", ["fp16", "fp16-exact-weights", "tf32", "fp32"])
 def test_conv_tensor_cores_match_the_reference(
     n, c, oc, hw, k, stride, on_input, precision, rng, monkeypatch
 ):
-    """Convolutions on tensor cores (implicit GEMM; fp16: weights as hi + lo fp16 parts; tf32:
-    float32 values, operands rounded to tf32; fp32: 3xTF32), with bias, ReLU and a residual
-    fused, against the NumPy reference and the CUDA-core kernel; `on_input`: the convolution
-    reads the graph's float32 input (at fp16 made fp16 first)."""
+    """Convolutions on tensor cores (implicit GEMM; fp16: weights rounded to fp16, or with
+    conv_exact_weights as hi + lo fp16 parts; tf32: float32 values, operands rounded to tf32;
+    fp32: 3xTF32), with bias, ReLU and a residual fused, against the NumPy reference and the
+    CUDA-core kernel; `on_input`: the convolution reads the graph's float32 input (at fp16 made
+    fp16 first)."""
+    options = {"conv_exact_weights": precision.endswith("exact-weights")}
+    precision = precision.split("-")[0]
     w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     bias = rng.standard_normal(oc).astype(np.float32)
     out = (hw + 2 * (k // 2) - k) // stride + 1
@@ -116,7 +119,9 @@ def test_conv_tensor_cores_match_the_reference(
         conv_kernels, "conv_tensor_cores", lambda b, *a: taken.append(b.node.name) or real(b, *a)
     )
     want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
-    got = td.compile(graph, backends=("cuda",), precision=precision).run(feeds)["y"]
+    got = td.compile(
+        graph, backends=("cuda",), precision=precision, backend_options={"cuda": options}
+    ).run(feeds)["y"]
     assert taken == ["conv"]
     cores = td.compile(
         graph, backends=("cuda",), precision=precision,

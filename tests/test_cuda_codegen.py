@@ -116,6 +116,26 @@ def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, prec
     assert ("mma1688_tf32(part[i][j], as[i]" in gemms[0]) == (precision == "fp32")
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_fp16_convolution_weights_in_one_part_or_two(fake_device, exact):
+    """At fp16 a tensor-core convolution multiplies weights rounded to fp16, 64 columns of K a
+    step; with conv_exact_weights their hi + lo fp16 parts, two MMAs a tile, 32 a step."""
+    import numpy as np
+    from helpers.models import conv_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+
+    graph = conv_graph(np.random.default_rng(0), (2, 64, 40, 40), 64, 3)
+    td.compile(
+        graph, backends=("cuda",), precision="fp16", strict=True,
+        backend_options={"cuda": {"conv_exact_weights": exact}},
+    )  # fmt: skip
+    (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
+    assert ("ldmatrix_x4(l," in gemm) == exact
+    assert ("#define BK 32" if exact else "#define BK 64") in gemm
+
+
 def test_espcn_fp16_is_one_chain_kernel(fake_device):
     import importlib.resources
 

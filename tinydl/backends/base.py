@@ -82,6 +82,8 @@ class CompileOptions:
       "uniform", the default, "texture" or "const").
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
+      "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
+      float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
 

@@ -29,7 +29,6 @@
 #define BN {{ BN }}
 #define BK {{ BK }}
 {% set et = "float" if TF32 else "half_t" %}
-{% set LO = X3 or not TF32 %}{# a second weight part: fp16's lo, 3xTF32's small #}
 #define LDS (BK + {{ 4 if TF32 else 8 }})
 #define MT {{ WM // 16 }}
 #define NT {{ WN // 8 }}
@@ -248,13 +247,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
                 const int brow = wn + j * 8 + (lane & 7) + ((lane >> 4) << 3);
                 const int bcol = kk + ((lane >> 3) & 1) * 8;
                 ldmatrix_x4(b, smem_addr(&Bs[brow][bcol]));
+{% if LO %}
                 ldmatrix_x4(l, smem_addr(&Bl[brow][bcol]));
+{% endif %}
 #pragma unroll
                 for (int i = 0; i < MT; ++i) {
                     mma16816(acc[i][j], a[i], b[0], b[1]);
                     mma16816(acc[i][j + 1], a[i], b[2], b[3]);
+{% if LO %}
                     mma16816(acc[i][j], a[i], l[0], l[1]);
                     mma16816(acc[i][j + 1], a[i], l[2], l[3]);
+{% endif %}
                 }
             }
         }
