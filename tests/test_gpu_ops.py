@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.cases import CASES, REFERENCE_CASES, N, i64
+from helpers.cases import CASES, F16_ATOL, REFERENCE_CASES, N, i64
 from helpers.gpu import GPU_BACKENDS, gpu_backend, require_f16
 from helpers.opcheck import backend_case, compare, run_reference, wrap_fp16
 
@@ -101,7 +101,7 @@ def test_op_fp16(name, case_id, op, inputs, attrs, consts, rtol, atol):
             g,
             w,
             max(rtol, F16["rtol"]),
-            max(atol, F16["atol"], int_atol),
+            max(atol, F16_ATOL.get(case_id, F16["atol"]), int_atol),
             f"output {i} (fp16)",
             against="the reference",
         )
