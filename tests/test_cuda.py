@@ -136,6 +136,29 @@ def test_conv_tensor_cores_match_the_reference(
         assert rel_err(cores, want) <= 1e-5
 
 
+@pytest.mark.parametrize(("c", "group"), [(64, 8), (256, 16), (128, 4), (192, 12)])
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_grouped_conv_tensor_cores_match_the_reference(c, group, precision, rng, monkeypatch):
+    """Grouped convolutions on tensor cores (each tile reading its groups' channels; one
+    tile of channels, several, and a tile count that is not a power of two) against the
+    NumPy reference."""
+    from helpers.models import conv_graph
+
+    import tinydl.backends.cuda.kernels.conv as conv_kernels
+
+    graph = conv_graph(rng, (2, c, 17, 19), c, 3, group=group)
+    x = {"x": rng.standard_normal((2, c, 17, 19)).astype(np.float32)}
+    taken = []
+    real = conv_kernels.conv_tensor_cores
+    monkeypatch.setattr(
+        conv_kernels, "conv_tensor_cores", lambda b, *a: taken.append(b.node.name) or real(b, *a)
+    )
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    got = td.compile(graph, backends=("cuda",), precision=precision).run(x)["y"]
+    assert taken == ["conv"]
+    assert rel_err(got, want) <= {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
+
+
 def test_espcn_fp32_matches_cpu(tmp_path, rng):
     graph = espcn(tmp_path, rng)
     y = rng.random((2, 1, 37, 53), dtype=np.float32)

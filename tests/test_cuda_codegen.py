@@ -116,6 +116,30 @@ def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, prec
     assert ("mma1688_tf32(part[i][j], as[i]" in gemms[0]) == (precision == "fp32")
 
 
+@pytest.mark.parametrize(
+    ("c", "group", "taken"),
+    [(64, 8, True), (256, 16, True), (128, 4, True), (128, 32, False), (32, 32, False)],
+)
+def test_grouped_convolutions_on_tensor_cores(fake_device, c, group, taken):
+    """A grouped convolution whose tiles hold whole groups at most 8 times their own work runs
+    on tensor cores (each tile reading its groups' channels) and compiles; ResNeXt-50's first
+    stage (4 channels a group: 16 times) and depthwise ones stay on CUDA cores."""
+    import numpy as np
+    from helpers.models import conv_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+
+    graph = conv_graph(np.random.default_rng(0), (2, c, 20, 20), c, 3, group=group)
+    for precision in ("fp16", "fp32"):
+        context._contexts[0]._seen.clear()
+        td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+        gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s]
+        assert bool(gemms) == taken, precision
+        if taken and c > 64:  # more than one tile of channels: each reads its own
+            assert any("blockIdx.y * " in s and "Grouped" in s for s in gemms)
+
+
 @pytest.mark.parametrize("exact", [False, True])
 def test_fp16_convolution_weights_in_one_part_or_two(fake_device, exact):
     """At fp16 a tensor-core convolution multiplies weights rounded to fp16, 64 columns of K a

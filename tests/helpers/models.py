@@ -518,15 +518,15 @@ def bn_activation_graph(rng, activation: str, shared: bool = False) -> Graph:
     )
 
 
-def conv_graph(rng, shape: tuple, oc: int, k: int, stride: int = 1) -> Graph:
-    """x -> Relu -> Conv (k x k, same padding, bias) -> Relu: one convolution between two
-    other ops, as inside a network."""
-    c = shape[1]
+def conv_graph(rng, shape: tuple, oc: int, k: int, stride: int = 1, group: int = 1) -> Graph:
+    """x -> Relu -> Conv (k x k, same padding, bias, `group` groups) -> Relu: one convolution
+    between two other ops, as inside a network."""
+    c = shape[1] // group
     w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     nodes = [
         Node("Relu", ["x"], ["a"], name="pre"),
         Node("Conv", ["a", "w", "b"], ["c"],
-             {"pads": [k // 2] * 4, "strides": [stride] * 2}, name="conv"),
+             {"pads": [k // 2] * 4, "strides": [stride] * 2, "group": group}, name="conv"),
         Node("Relu", ["c"], ["y"], name="post"),
     ]  # fmt: skip
     return validate(

@@ -86,16 +86,33 @@ def _block(mg: int) -> int:
 
 
 def _tensor_cores(b, g: dict, group: int) -> bool:
-    """Whether conv_tc.cu takes the node: one group, no fused DepthToSpace, a device with
-    mma.sync on fp16 and tf32 (sm_80+), and the option left on."""
+    """Whether conv_tc.cu takes the node: one group, or groups it can take (`_grouped_tile`);
+    no fused DepthToSpace, a device with mma.sync on fp16 and tf32 (sm_80+), and the option
+    left on."""
     return (
         b.info(0).ctype in ("half_t", "float")
-        and group == 1
+        and (group == 1 or _grouped_tile(g, group) is not None)
         and b.node.meta.get("d2s") is None
         and tuple(b.ctx.cc) >= (8, 0)
         and bool(b.option("conv_tensor_cores", True))
-        and g["C"] * g["KH"] * g["KW"] >= 16
+        and g["C"] // group * g["KH"] * g["KW"] >= 16
     )
+
+
+TC_GROUP_WASTE = 8  # a grouped convolution's tile may multiply this many times its work
+
+
+def _grouped_tile(g: dict, group: int) -> int | None:
+    """The output channels of a tile (BN) for a grouped convolution on tensor cores, or None:
+    a tile of whole groups reads their input channels as a dense K, zero where a channel is
+    another group's, so it multiplies BN / (channels per group) times the work; taken while
+    that is at most TC_GROUP_WASTE, the tiles cover the channels evenly, and a group reads as
+    many channels as it makes (ResNeXt's, RegNet's; not depthwise)."""
+    mg, cg = g["OC"] // group, g["C"] // group
+    bn = TC_TILES["wide" if g["OC"] > 32 else "narrow"][1]
+    if mg != cg or bn % mg or g["OC"] % bn or bn // mg > TC_GROUP_WASTE:
+        return None
+    return bn
 
 
 def _mode(b) -> str:
@@ -166,7 +183,7 @@ def conv_epilogue(b, g: dict, bias: np.ndarray) -> tuple[str, list[str], dict]:
     return channels, [residual] if residual is not None else [], params
 
 
-def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
+def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 1) -> None:
     oc = g["OC"]
     m = g["N"] * g["OH"] * g["OW"]
     mode = _mode(b)
@@ -174,7 +191,10 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     # as hi + lo fp16 parts (two MMAs a tile; then only the input's fp16 storage rounds)
     parts = 1 if mode == "tf32" else 2 if mode == "3xtf32" else 1 + _exact_weights(b)
     bm, bn, wm, wn, threads, bk = tc_tile(m, oc, parts, mode)
-    k = g["C"] * g["KH"] * g["KW"]
+    taps = g["KH"] * g["KW"]
+    cg = g["C"] // group
+    ct = g["C"] if group == 1 else bn // (oc // group) * cg  # input channels a tile reads
+    k = taps * ct
     kp = math.ceil(k / bk) * bk
     ocp = math.ceil(oc / bn) * bn
     # [OC][ky, kx, ci] (tap-major, as the kernel walks K). The hi + lo fp16 parts keep
@@ -183,9 +203,15 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
     # NumPy's fp16 <-> float64 conversions are several times slower than float32's. At tf32:
     # rounded to tf32 once here; 3xTF32: as big + small tf32 parts.
     full = np.zeros((ocp, kp), np.float32)
-    full[:oc, :k] = (
-        np.asarray(w).reshape(oc, g["C"], g["KH"], g["KW"]).transpose(0, 2, 3, 1).reshape(oc, k)
-    )
+    taps_major = np.asarray(w).reshape(oc, cg, taps).transpose(0, 2, 1)  # [oc][tap][channel]
+    if group == 1:
+        full[:oc, :k] = taps_major.reshape(oc, k)
+    else:  # each row's channels where its group lies among the tile's groups
+        rows = np.zeros((oc, taps, ct), np.float32)
+        at = (np.arange(oc) // (oc // group)) % (ct // cg) * cg
+        for j in range(cg):
+            rows[np.arange(oc), :, at + j] = taps_major[:, :, j]
+        full[:oc, :k] = rows.reshape(oc, k)
     # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
     tiles = math.ceil(m / bm) * (ocp // bn)
     steps = kp // bk
@@ -215,6 +241,8 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray) -> None:
             weights.append(b.upload("weights_lo", to_half(full - hi.astype(np.float32))))
     params = dict(
         TF32=mode != "fp16",
+        CT=ct,
+        G=group,
         X3=mode == "3xtf32",
         LO=parts == 2,
         **g,
@@ -254,7 +282,7 @@ def conv(b):
     group = b.attrs["group"]
     w, bias = weights_and_bias(b, 0)
     if _tensor_cores(b, g, group):
-        conv_tensor_cores(b, g, w, bias)
+        conv_tensor_cores(b, g, w, bias, group)
         return
     oc, cg = g["OC"], g["C"] // group
     mg = oc // group

@@ -1,7 +1,10 @@
 // {{ label }}: convolution as an implicit GEMM on {% if TF32 and X3 %}3xTF32{% elif TF32 %}tf32{% else %}fp16{% endif %} tensor cores (mma.sync {% if TF32 %}m16n8k8{% else %}m16n8k16{% endif %}, fp32
 // accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} ({% if TF32 %}float32{% else %}fp16{% endif %}), output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
-// channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).
+// channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).{% if CT < C %}
+// Grouped ({{ G }} groups of {{ C // G }} input channels): the weights are block-diagonal, so a
+// tile of {{ BN }} output channels reads only the {{ CT }} input channels of its groups, at
+// blockIdx.y * {{ CT }}; K runs over those, zero where a channel is another group's.{% endif %}
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
 {% if TF32 and X3 %}
@@ -114,17 +117,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     const bool pin = pm < {{ M }};
     const int pn = pin ? pm / {{ OH * OW }} : 0, pp = pin ? pm % {{ OH * OW }} : 0;
     const int iy0 = (pp / {{ OW }}) * {{ SH }} - {{ PT }}, ix0 = (pp % {{ OW }}) * {{ SW }} - {{ PL }};
-    const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }};
+    const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }}{% if CT < C %} + (size_t)blockIdx.y * {{ CT * IH * IW }}{% endif %};
 
     {{ et }} areg[A_PER];
     uint4 breg[B_VEC]{% if LO %}, lreg[B_VEC]{% endif %};
     constexpr int VEC = {{ 4 if TF32 else 8 }};  // elements per uint4
     auto load_tiles = [&](int k0) {
-{% if C % A_PER == 0 %}
+{% if CT % A_PER == 0 %}
         // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
         // one tap: its position is worked out once, then A_PER loads a plane apart.
         {
-            const int kk = k0 + ak0, tap = kk / {{ C }}, ci0 = kk % {{ C }};
+            const int kk = k0 + ak0, tap = kk / {{ CT }}, ci0 = kk % {{ CT }};
             const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
             const bool ok = pin && kk < {{ K }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
             const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
@@ -137,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             const int kk = k0 + ak0 + j;
             {{ et }} v = 0;
             if (pin && kk < {{ K }}) {
-                const int tap = kk / {{ C }}, ci = kk % {{ C }};
+                const int tap = kk / {{ CT }}, ci = kk % {{ CT }};
                 const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
                 if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
                     v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
