@@ -18,6 +18,7 @@ from helpers.models import (
     attention_feeds,
     attention_graph,
     check_elementwise_run,
+    conv_graph,
     espcn,
     kernel_of,
     mediapipe_model,
@@ -771,3 +772,16 @@ def test_residual_add_fused_into_conv(rng, late, precision, residual_from):
     labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize("backend", ["webgpu", "cpu"])
+def test_tf32_precision_computes_as_fp32_where_there_is_no_tf32(backend, rng):
+    """precision="tf32" lets a backend multiply on tf32 tensor cores (cuda); the others store
+    and compute float32 as at "fp32" (an fp16 path would be off by ~1e-3 here)."""
+    graph = conv_graph(rng, (1, 16, 24, 20), 24, 3)
+    x = {"x": rng.standard_normal((1, 16, 24, 20)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(graph, backends=(backend,), precision="tf32", strict=True)
+    got = sess.run(x)["y"]
+    assert got.dtype == np.float32
+    assert rel_err(got, want) <= 1e-5
