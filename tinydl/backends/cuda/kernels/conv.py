@@ -156,7 +156,7 @@ TC_FILL = 2  # K is split while the blocks stay within this many per SM
 def tc_tile(m: int, oc: int, parts: int, mode: str) -> tuple[int, int, int, int, int, int]:
     """(BM, BN, WM, WN, threads, BK) of conv_tc.cu for a convolution of M output pixels, with
     `parts` weight parts. fp16 with one part walks K 64 at a time (ResNet-18 at batch 8 on an
-    H100: 0.556 -> 0.417 ms against 32; with two fp16 parts 64 gained 0-5 %, at tf32 -7 to +2 %
+    H100: 0.556 -> 0.417 ms against 32; with two fp16 parts 64 gained 0-5 %, at tf32 -7 to +3 %
     on ResNet-18/50)."""
     bm, bn, wm, wn = TC_TILES["wide" if oc > 32 else "narrow"]
     return bm, bn, wm, wn, TC_THREADS, 64 if mode == "fp16" and parts == 1 else TC_BK
