@@ -421,3 +421,20 @@ def test_attention_is_one_kernel_that_compiles(variant, precision):
     (step,) = [s for s in plan.steps if "Softmax" in s.label]
     assert [n.op for n in plan.nodes if n.op != "Identity"] == [ATTENTION]
     assert ("h2f(q[" in step.fn.source) == (precision == "fp16")
+
+
+def test_to_tf32_rounds_to_nearest_ties_away_as_the_kernel_does():
+    """The host's tf32 rounding of weights (conv.to_tf32) is PTX cvt.rna.tf32.f32's: 11
+    significant bits, to nearest, ties away from zero; inf, NaN and the largest float32 kept."""
+    import numpy as np
+
+    from tinydl.backends.cuda.kernels.conv import to_tf32
+
+    x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32) * 1e3
+    m, e = np.frexp(x.astype(np.float64))
+    want = np.ldexp(np.sign(m) * np.floor(np.abs(m) * 2**11 + 0.5) / 2**11, e)
+    assert np.array_equal(to_tf32(x).astype(np.float64), want)
+    edges = np.array([1 + 2**-11, -(1 + 2**-11), np.inf, -np.inf, 3.4028235e38], np.float32)
+    got = to_tf32(np.append(edges, np.nan).astype(np.float32))
+    assert got[:5].tolist() == [1 + 2**-10, -(1 + 2**-10), np.inf, -np.inf, edges[4]]
+    assert np.isnan(got[5])

@@ -115,7 +115,9 @@ class Build(planned.Build):
 
     def upload(self, key, array: np.ndarray, dtype: str | None = None):
         """Upload a constant (packed weights, tables) once per compiled kernel."""
-        array = np.ascontiguousarray(array if dtype is None else np.asarray(array).astype(dtype))
+        array = np.ascontiguousarray(
+            array if dtype is None else np.asarray(array).astype(dtype, copy=False)
+        )
         return self.plan.owner.constant((self.node.name, key, array.dtype.name), array)
 
 

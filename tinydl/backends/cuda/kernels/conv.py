@@ -128,9 +128,12 @@ def to_tf32(a: np.ndarray) -> np.ndarray:
     """float32 rounded to tf32 (10 mantissa bits), to nearest with ties away from zero, as
     PTX's cvt.rna.tf32.f32 rounds the input patch in the kernel."""
     a = np.ascontiguousarray(a, np.float32)
-    u = a.view(np.uint32)
-    r = ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
-    return np.where(np.isfinite(r) | ~np.isfinite(a), r, a)  # no rounding up into inf
+    u = a.view(np.uint32) + np.uint32(0x1000)
+    np.bitwise_and(u, np.uint32(0xFFFFE000), out=u)  # (in place: weights are large)
+    r = u.view(np.float32)
+    if not np.isfinite(r).all():  # no rounding up into inf (nor touching inf or NaN)
+        r = np.where(np.isfinite(a), np.where(np.isfinite(r), r, a), a)
+    return r
 
 
 def _exact_weights(b) -> bool:
@@ -203,15 +206,20 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     # cores. In float32 throughout: a float32 minus its fp16 rounding is exact in float32, and
     # NumPy's fp16 <-> float64 conversions are several times slower than float32's. At tf32:
     # rounded to tf32 once here; 3xTF32: as big + small tf32 parts.
-    full = np.zeros((ocp, kp), np.float32)
+    rows = (
+        np.zeros((oc, taps, ct), np.float32) if group > 1 else np.empty((oc, taps, ct), np.float32)
+    )
     taps_major = np.asarray(w).reshape(oc, cg, taps).transpose(0, 2, 1)  # [oc][tap][channel]
     if group == 1:
-        full[:oc, :k] = taps_major.reshape(oc, k)
+        rows[...] = taps_major  # (in float32 as it is copied)
     else:  # each row's channels where its group lies among the tile's groups
-        rows = np.zeros((oc, taps, ct), np.float32)
         at = (np.arange(oc) // (oc // group)) % (ct // cg) * cg
         for j in range(cg):
             rows[np.arange(oc), :, at + j] = taps_major[:, :, j]
+    if (ocp, kp) == (oc, k):
+        full = rows.reshape(oc, k)
+    else:
+        full = np.zeros((ocp, kp), np.float32)
         full[:oc, :k] = rows.reshape(oc, k)
     # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
     tiles = math.ceil(m / bm) * (ocp // bn)
