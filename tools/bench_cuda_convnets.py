@@ -163,23 +163,23 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
                 cp.cuda.Device().synchronize,
             )
             row.append(f"{ms:.3f}")
-        half = (model.half() if p == "fp16" else model).to(memory_format=torch.channels_last)
+        peer = (model.half() if p == "fp16" else model).to(memory_format=torch.channels_last)
         xh = (xt.half() if p == "fp16" else xt).to(memory_format=torch.channels_last)
         with torch.no_grad():
-            theirs = half(xh).float().cpu().numpy()
+            theirs = peer(xh).float().cpu().numpy()
             torch_err = float(np.abs(theirs - ref).max() / np.abs(ref).max())
-            eager = median_ms(lambda h=half, v=xh: h(v), sync)
+            eager = median_ms(lambda h=peer, v=xh: h(v), sync)
             graph_pool = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(3):
-                    half(xh)
+                    peer(xh)
             torch.cuda.current_stream().wait_stream(s)
             with torch.cuda.graph(graph_pool):
-                half(xh)
+                peer(xh)
             replay = median_ms(graph_pool.replay, sync)
-        model = half.float().to(memory_format=torch.contiguous_format)
+        model = peer.float().to(memory_format=torch.contiguous_format)
         tc_ms = float(row[-1])
         row += [f"{eager:.3f}", f"{replay:.3f}", f"{tc_ms / replay:.2f}x", f"{err:.1e}"]
         row.append(f"{torch_err:.1e}")

@@ -109,7 +109,7 @@ def _grouped_tile(g: dict, group: int) -> int | None:
     that is at most TC_GROUP_WASTE, the tiles cover the channels evenly, and a group reads as
     many channels as it makes (ResNeXt's, RegNet's; not depthwise)."""
     mg, cg = g["OC"] // group, g["C"] // group
-    bn = TC_TILES["wide" if g["OC"] > 32 else "narrow"][1]  # as tc_tile picks it
+    bn = _tile_shape(g["OC"])[1]
     if mg != cg or bn % mg or g["OC"] % bn or bn // mg > TC_GROUP_WASTE:
         return None
     return bn
@@ -156,12 +156,16 @@ TC_THREADS, TC_BK = 128, 32
 TC_FILL = 2  # K is split while the blocks stay within this many per SM
 
 
+def _tile_shape(oc: int) -> tuple[int, int, int, int]:
+    return TC_TILES["wide" if oc > 32 else "narrow"]
+
+
 def tc_tile(m: int, oc: int, parts: int, mode: str) -> tuple[int, int, int, int, int, int]:
     """(BM, BN, WM, WN, threads, BK) of conv_tc.cu for a convolution of M output pixels, with
     `parts` weight parts. fp16 with one part walks K 64 at a time (ResNet-18 at batch 8 on an
     H100: 0.556 -> 0.417 ms against 32; with two fp16 parts 64 gained 0-5 %, at tf32 -7 to +3 %
     on ResNet-18/50)."""
-    bm, bn, wm, wn = TC_TILES["wide" if oc > 32 else "narrow"]
+    bm, bn, wm, wn = _tile_shape(oc)
     return bm, bn, wm, wn, TC_THREADS, 64 if mode == "fp16" and parts == 1 else TC_BK
 
 

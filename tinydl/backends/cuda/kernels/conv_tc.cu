@@ -16,10 +16,14 @@
 // weights (packed [OC padded][K padded] on the host, rounded to tf32; the patch is rounded as
 // it is staged) are staged in shared memory, rows padded by 4 floats against bank conflicts,
 // and read a word a lane in the MMA's fragment order. Each warp owns a {{ WM }}x{{ WN }}
-{% else %}
+{% elif LO %}
 // weights (packed [OC padded][K padded] on the host as two fp16 parts, hi + lo, so that only
 // the input's fp16 storage rounds: two MMAs per tile) are staged in shared memory, rows padded
 // by 8 halves against bank conflicts, and read with ldmatrix. Each warp owns a {{ WM }}x{{ WN }}
+{% else %}
+// weights (packed [OC padded][K padded] on the host, rounded to fp16) are staged in shared
+// memory, rows padded by 8 halves against bank conflicts, and read with ldmatrix. Each warp
+// owns a {{ WM }}x{{ WN }}
 {% endif %}
 // piece. The next K step's tiles are loaded into registers while this one is multiplied.
 // {% if SPLIT > 1 %}K is split {{ SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
