@@ -108,26 +108,52 @@ def main() -> int:
     return 0
 
 
+def prepare(name: str, onnx_dir: Path):
+    """The model in fp32 on the GPU (eval, conditioned), its example input and input names, and
+    its ONNX file with a dynamic batch (exported once into `onnx_dir`)."""
+    import torch
+
+    torch.manual_seed(zoo.SEED)
+    model, example, names = build(name)
+    zoo._condition(model, tuple(torch.from_numpy(np.asarray(a)) for a in example))
+    model = model.eval()
+    path = onnx_dir / f"{name.replace(':', '_')}_dyn.onnx"
+    if not path.exists():
+        onnx_dir.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model, tuple(torch.from_numpy(np.asarray(a)) for a in example),
+                str(path), input_names=names, opset_version=17, dynamo=False,
+                dynamic_axes={names[0]: {0: "n"}},
+            )  # fmt: skip
+    return model.cuda(), example, names, path
+
+
+def torch_ms(peer, x) -> tuple[float, float]:
+    """PyTorch's median ms for `peer(x)`: eager, and replaying a CUDA graph of it."""
+    import torch
+
+    sync = torch.cuda.synchronize
+    with torch.no_grad():
+        eager = median_ms(lambda: peer(x), sync)
+        graph = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                peer(x)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(graph):
+            peer(x)
+        return eager, median_ms(graph.replay, sync)
+
+
 def one(name: str, args, ratios: dict[int, list[float]]) -> None:
     import cupy as cp
     import torch
 
-    sync = torch.cuda.synchronize
-    torch.manual_seed(zoo.SEED)
-    model, example, names = build(name)
-    zoo._condition(model, tuple(torch.from_numpy(np.asarray(a)) for a in example))
-    model = model.eval().cuda()
-    path = args.onnx_dir / f"{name.replace(':', '_')}_dyn.onnx"
-    if not path.exists():
-        args.onnx_dir.mkdir(parents=True, exist_ok=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model.cpu(), tuple(torch.from_numpy(np.asarray(a)) for a in example),
-                str(path), input_names=names, opset_version=17, dynamo=False,
-                dynamic_axes={names[0]: {0: "n"}},
-            )  # fmt: skip
-        model = model.cuda()
+    model, example, names, path = prepare(name, args.onnx_dir)
     graph = td.load(path)
     for batch in [int(b) for b in args.batches.split(",")]:
         x = np.repeat(np.asarray(example[0]), batch, axis=0)
@@ -167,18 +193,8 @@ def one(name: str, args, ratios: dict[int, list[float]]) -> None:
         xh = (xt.half() if p == "fp16" else xt).to(memory_format=torch.channels_last)
         with torch.no_grad():
             theirs = peer(xh).float().cpu().numpy()
-            torch_err = float(np.abs(theirs - ref).max() / np.abs(ref).max())
-            eager = median_ms(lambda h=peer, v=xh: h(v), sync)
-            graph_pool = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    peer(xh)
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(graph_pool):
-                peer(xh)
-            replay = median_ms(graph_pool.replay, sync)
+        torch_err = float(np.abs(theirs - ref).max() / np.abs(ref).max())
+        eager, replay = torch_ms(peer, xh)
         model = peer.float().to(memory_format=torch.contiguous_format)
         tc_ms = float(row[-1])
         row += [f"{eager:.3f}", f"{replay:.3f}", f"{tc_ms / replay:.2f}x", f"{err:.1e}"]
