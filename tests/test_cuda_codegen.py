@@ -188,6 +188,21 @@ def test_batch_norm_then_relu_is_one_launch(fake_device):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_transposes_around_a_layer_norm_go_into_it(fake_device, precision):
+    import numpy as np
+    from helpers.models import channel_norm_graph
+
+    import tinydl as td
+
+    graph = channel_norm_graph(np.random.default_rng(0))
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    labels = [n.meta.get("label", n.op) for n in plan.nodes]
+    assert "Transpose+LayerNormalization+Transpose" in labels and "Transpose" not in labels
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_elementwise_run_is_one_launch_that_compiles(fake_device, precision):
     import numpy as np
     from helpers.models import elementwise_run_graph

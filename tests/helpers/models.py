@@ -484,6 +484,39 @@ def fp16_fragile_graph(seed: int = 0):
     return validate(graph)
 
 
+def channel_norm_graph(rng, shape=(2, 12, 9, 11), bias: bool = True, shared: bool = False):
+    """x -> Conv 1x1 -> Transpose (channels last) -> LayerNormalization (last axis) ->
+    Transpose (back) -> Relu: ConvNeXt's LayerNorm2d as PyTorch exports it; with `shared`, the
+    channels-last value is also a graph output (the transposes must then stay)."""
+    c, rank = shape[1], len(shape)
+    w = (rng.standard_normal((c, c, *(1,) * (rank - 2))) * 0.3).astype(np.float32)
+    inits = {
+        "w": w,
+        "scale": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "bias": (rng.standard_normal(c) * 0.3).astype(np.float32),
+    }
+    last, back = [0, *range(2, rank), 1], [0, rank - 1, *range(1, rank - 1)]
+    norm_in = ["t", "scale", "bias"] if bias else ["t", "scale"]
+    nodes = [
+        Node("Conv", ["x", "w"], ["h"], {}, name="conv"),
+        Node("Transpose", ["h"], ["t"], {"perm": last}, name="to_last"),
+        Node("LayerNormalization", norm_in, ["n"], {"axis": -1, "epsilon": 1e-6}, name="norm"),
+        Node("Transpose", ["n"], ["b"], {"perm": back}, name="to_first"),
+        Node("Relu", ["b"], ["y"], name="relu"),
+    ]
+    if not bias:
+        del inits["bias"]
+    outputs = [Value("y", "float32", None)] + ([Value("t", "float32", None)] if shared else [])
+    return validate(
+        Graph(
+            inputs=[Value("x", "float32", shape)],
+            outputs=outputs,
+            nodes=nodes,
+            initializers=inits,
+        )  # fmt: skip
+    )
+
+
 def bn_activation_graph(rng, activation: str, shared: bool = False) -> Graph:
     """x -> BatchNormalization -> activation -> Conv 1x1 (DenseNet's pre-activation); with
     `shared`, the BN output is also a graph output (it must then stay unfused)."""

@@ -558,6 +558,44 @@ def fuse_bn_activations(nodes: list[Node], keep: set[str], graph: Graph, shape_o
     return [out.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
 
 
+def fuse_channel_norms(nodes: list[Node], keep: set[str], shape_of) -> list[Node]:
+    """Transpose (channels last) -> LayerNormalization over the last axis -> Transpose (back),
+    as one LayerNormalization node that normalizes over axis 1 of the first Transpose's input
+    (meta["channels_first"]): ConvNeXt's LayerNorm2d as PyTorch models export it. The kernel
+    reads and writes the channels-first tensor, so neither transposed copy is made."""
+    users = _readers(nodes)
+    dropped: set[int] = set()
+    out: dict[int, Node] = {}
+    for k, node in enumerate(nodes):
+        if node.op != "Transpose":
+            continue
+        shape = shape_of(node.inputs[0])
+        rank = None if shape is None else len(shape)
+        perm = list(node.attrs.get("perm") or ())
+        if rank is None or rank < 3 or perm != [0, *range(2, rank), 1]:
+            continue
+        mid = node.outputs[0]
+        readers = users.get(mid, [])
+        if mid in keep or len(readers) != 1 or readers[0].op != "LayerNormalization":
+            continue
+        norm = readers[0]
+        if norm.inputs[0] != mid or norm.attrs.get("axis", -1) not in (-1, rank - 1):
+            continue
+        if any(norm.outputs[1:]) or norm.outputs[0] in keep:
+            continue
+        back = users.get(norm.outputs[0], [])
+        if len(back) != 1 or back[0].op != "Transpose":
+            continue
+        if list(back[0].attrs.get("perm") or ()) != [0, rank - 1, *range(1, rank - 1)]:
+            continue
+        dropped.update((id(norm), id(back[0])))
+        label = "Transpose+LayerNormalization+Transpose"
+        meta = {**norm.meta, "channels_first": True, "label": label}
+        out[k] = Node(norm.op, [node.inputs[0], *norm.inputs[1:]], [back[0].outputs[0]],
+                      dict(norm.attrs), name=norm.name, meta=meta)  # fmt: skip
+    return [out.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
+
+
 def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """BatchNormalization as y = x * k + shift per channel: (the broadcast shape (C, 1, ...),
     k, shift), float32, computed in float64."""

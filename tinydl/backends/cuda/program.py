@@ -32,6 +32,7 @@ from tinydl.backends.fusion import (
     fuse,
     fuse_attention,
     fuse_bn_activations,
+    fuse_channel_norms,
     fuse_elementwise,
     fuse_residuals,
 )
@@ -158,6 +159,7 @@ class Plan(planned.Plan):
 
     def rewrite(self, body, keep, shape_of, types):
         nodes = fuse(body, keep, shape_of, lambda n: n.op != "ConvTranspose")
+        nodes = fuse_channel_norms(nodes, keep, shape_of)
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         nodes = fuse_bn_activations(nodes, keep, body, shape_of)
         nodes = fuse_residuals(nodes, keep, shape_of, body)

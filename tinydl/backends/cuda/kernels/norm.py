@@ -4,6 +4,8 @@ norm_rows); statistics in fp32."""
 
 from __future__ import annotations
 
+import math
+
 from tinydl.backends import lowering
 from tinydl.backends.cuda.kernels import blocks, cfloat, index_type, kernel, load, store
 
@@ -20,6 +22,9 @@ BLOCK_MIN = 1024
     supports=lowering.norm_supports,
 )
 def normalization(b):
+    if b.node.meta.get("channels_first"):
+        channels_first(b)
+        return
     geo = lowering.norm_rows(b)
     if geo.rows == 0 or geo.length == 0:
         return
@@ -32,6 +37,7 @@ def normalization(b):
         [b.inputs[0], b.inputs[1], *([b.inputs[2]] if bias else []), b.outputs[0], *stats],
         blocks(geo.rows, WARP_ROWS) if per_warp else geo.rows,
         32 * WARP_ROWS if per_warp else THREADS,
+        channels_first=False,
         rows=geo.rows,
         L=geo.length,
         per_channel=geo.per_channel,
@@ -57,4 +63,45 @@ def normalization(b):
         ystore=store(yo.ctype, "v"),
         mstore=store(b.out(1).ctype, "mean") if stats else "",
         istore=store(b.out(2).ctype, "inv") if stats else "",
+    )
+
+
+def channels_first(b) -> None:
+    """LayerNormalization over axis 1 of (N, C, spatial...) (fusion.fuse_channel_norms: the
+    transposes around a channels-last LayerNormalization taken away): 32 pixels a block, their
+    channels split over its warps — 8, or 32 where that few blocks would not fill the GPU."""
+    xi, yo = b.info(0), b.out()
+    c = xi.shape[1]
+    hw = math.prod(xi.shape[2:])
+    rows = xi.shape[0] * hw
+    if rows == 0 or c == 0:
+        return
+    groups = blocks(rows, 32)
+    y = 8 if groups >= 2 * b.ctx.sm_count else 32
+    y = min(y, 1 << (c.bit_length() - 1))  # no warp without a channel
+    bias = b.has(2)
+    it = index_type(xi.size)
+    b.launch(
+        "norm.cu",
+        [b.inputs[0], b.inputs[1], *([b.inputs[2]] if bias else []), b.outputs[0]],
+        groups,
+        32 * y,
+        channels_first=True,
+        rows=rows,
+        C=c,
+        HW=hw,
+        Y=y,
+        bias=bias,
+        stats=False,
+        epsilon=cfloat(b.attrs["epsilon"]),
+        T=32 * y,
+        itype=it,
+        xt=xi.ctype,
+        wt=b.info(1).ctype,
+        bt=b.info(2).ctype if bias else "",
+        yt=yo.ctype,
+        xload=load(xi.ctype, f"x[base + ({it})c * {hw}u]"),
+        wload=load(b.info(1).ctype, "scale[c]"),
+        bload=load(b.info(2).ctype, "bias[c]") if bias else "",
+        ystore=store(yo.ctype, "v"),
     )
