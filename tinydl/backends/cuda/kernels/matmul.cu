@@ -10,34 +10,46 @@ extern "C" __global__ void __launch_bounds__({{ THREADS }}) k(
     {{ yt }}* __restrict__ y)
 {% endset %}
 {% if gemv %}
-// {{ label }}: {{ B }} x ({{ M }}x{{ K }} @ {{ K }}x{{ N }}) with few rows (a classifier's Gemm): a
-// warp per output column, its lanes along K (B's contiguous axis), each lane's partial sums of
-// the {{ M }} rows added across the warp; fp32 accumulation. The tiled kernel would give such a
-// product a handful of blocks that walk all of K.
+// {{ label }}: {{ B }} x ({{ M }}x{{ K }} @ {{ K }}x{{ N }}) with few rows (a classifier's Gemm): {{ SPLIT }}
+// warp(s) per output column, {{ COLS }} column(s) a block, the lanes along K (B's contiguous axis,
+// the warps of a column interleaved along it), each lane's partial sums of the {{ M }} rows added
+// across its warp, then across the column's warps in shared memory; fp32 accumulation. The
+// tiled kernel would give such a product a handful of blocks that walk all of K; splitting K
+// over warps keeps enough loads in flight to hide their latency.
 {{ signature }}{
-    const unsigned lane = threadIdx.x % 32u;
-    const unsigned n = blockIdx.x * {{ WARPS }}u + threadIdx.x / 32u;
-    if (n >= {{ N }}u) return;  // a whole warp at once: the shuffles below see every lane
+    __shared__ float sums[{{ WARPS }}][{{ M }}];
+    const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
+    const unsigned col = warp / {{ SPLIT }}u, part = warp % {{ SPLIT }}u;
+    const unsigned n = blockIdx.x * {{ COLS }}u + col;
     const unsigned bi = blockIdx.y;
     const {{ at }}* ab = a + batch[2 * bi];
     const {{ bt }}* bb = b + batch[2 * bi + 1];
     float acc[{{ M }}];
 #pragma unroll
     for (int m = 0; m < {{ M }}; ++m) acc[m] = 0.0f;
-    for (unsigned k = lane; k < {{ K }}u; k += 32u) {
-        const float w = {{ bload }};
+    if (n < {{ N }}u) {
+#pragma unroll 4
+        for (unsigned k = part * 32u + lane; k < {{ K }}u; k += {{ 32 * SPLIT }}u) {
+            const float w = {{ bload }};
 #pragma unroll
-        for (unsigned m = 0; m < {{ M }}u; ++m) acc[m] = fmaf({{ aload }}, w, acc[m]);
+            for (unsigned m = 0; m < {{ M }}u; ++m) acc[m] = fmaf({{ aload }}, w, acc[m]);
+        }
     }
 #pragma unroll
     for (unsigned m = 0; m < {{ M }}u; ++m) {
         float v = acc[m];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0u) {
-            const float r = {{ result }};
-            y[((unsigned long long)bi * {{ M }}u + m) * {{ N }}ull + n] = {{ ystore }};
-        }
+        if (lane == 0u) sums[warp][m] = v;
+    }
+    __syncthreads();
+    if (part == 0u && n < {{ N }}u && lane < {{ M }}u) {
+        const unsigned m = lane;
+        float v = 0.0f;
+#pragma unroll
+        for (unsigned p = 0; p < {{ SPLIT }}u; ++p) v += sums[warp + p][m];
+        const float r = {{ result }};
+        y[((unsigned long long)bi * {{ M }}u + m) * {{ N }}ull + n] = {{ ystore }};
     }
 }
 {% else %}

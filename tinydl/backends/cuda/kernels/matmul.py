@@ -23,6 +23,9 @@ TILE, DEPTH, THREADS = 64, 16, 256
 # classifier's Gemm, transB=1): matmul.cu's gemv kernel, a warp per output column, GEMV_WARPS
 # warps a block.
 GEMV_ROWS, GEMV_DEPTH, GEMV_WARPS = 16, 256, 8
+# Warps in flight the gemv kernel aims for (K split over up to GEMV_WARPS warps a column until
+# there are this many): one warp a column left an H100's SMs with 8 warps each, waiting on loads.
+GEMV_INFLIGHT = 4096
 
 
 def _float(node, graph) -> Support:
@@ -67,9 +70,14 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
         cv = load(c[1], _at("c", "m", sc[0], "n", sc[1], wide))
         r += f" + {cv}" if beta == 1.0 else f" + {cfloat(beta)} * {cv}"
     if gemv:
+        split = 1
+        while split < GEMV_WARPS and n * len(batch) * split < GEMV_INFLIGHT and k >= 64 * split * 2:
+            split *= 2
+        cols = GEMV_WARPS // split
         b.launch(
-            "matmul.cu", args, (math.ceil(n / GEMV_WARPS), len(batch)), GEMV_WARPS * 32,
+            "matmul.cu", args, (math.ceil(n / cols), len(batch)), GEMV_WARPS * 32,
             gemv=True, B=len(batch), M=m, N=n, K=k, WARPS=GEMV_WARPS, THREADS=GEMV_WARPS * 32,
+            SPLIT=split, COLS=cols,
             at=at, bt=bt, ct=None if c is None else c[1], yt=yo.ctype,
             aload=load(at, _at("ab", "m", sa[0], "k", sa[1], wide)),
             bload=load(bt, _at("bb", "k", sb[0], "n", sb[1], wide)),
