@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import zoo  # noqa: E402
+from bench_cuda import cuda_graph  # noqa: E402
 
 import tinydl as td  # noqa: E402
 
@@ -137,16 +138,7 @@ def torch_ms(peer, x) -> tuple[float, float]:
     sync = torch.cuda.synchronize
     with torch.no_grad():
         eager = median_ms(lambda: peer(x), sync)
-        graph = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                peer(x)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(graph):
-            peer(x)
-        return eager, median_ms(graph.replay, sync)
+        return eager, median_ms(cuda_graph(torch, peer, x), sync)
 
 
 def one(name: str, args, ratios: dict[int, list[float]]) -> None:
