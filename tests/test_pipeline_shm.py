@@ -10,7 +10,7 @@ from helpers.pipeline import CheckFrames, PoolFrames
 from tinydl.backends.base import Backend
 from tinydl.pipeline import App, Frame, Packet
 from tinydl.pipeline.components import Collect
-from tinydl.pipeline.process import Arena, dumps, loads
+from tinydl.pipeline.process import FRAME, Arena, dumps, encode, loads
 from tinydl.pipeline.shm import Pool, Receiver, reference
 
 TIMEOUT = 60
@@ -29,6 +29,40 @@ def test_a_pool_array_pickles_as_a_reference():
         assert back[0, 0, 0] == 9
         assert reference(np.zeros(4), None) is None  # a plain array is pickled as usual
     finally:
+        pool.close()
+        arena.release()
+
+
+def test_a_frame_packet_goes_as_a_flat_message_and_anything_else_as_before():
+    pool, arena = Pool("tinydl_test_", lends=False), Arena()
+    attached: dict = {}
+    try:
+        image = pool.empty((720, 1280, 3))
+        image[...] = 3
+        sent = Packet(Frame(image[:, 10:], "bgr", 0.25), 4, 5, 6, "app")
+        message = encode({"in": sent}, arena)
+        assert message[0] == FRAME and len(pickle.dumps(message)) < 300
+        for copy in (False, True):  # a component that holds its inputs gets a copy
+            got = loads(pickle.loads(pickle.dumps(message)), {}, copy, Receiver(counts=False))
+            packet = got["in"]
+            assert (packet.flow_id, packet.request_id, packet.timestamp, packet.app_id) == (
+                4, 5, 6, "app",
+            )  # fmt: skip
+            frame = packet.payload
+            assert (frame.format, frame.pts, frame.image.shape) == ("bgr", 0.25, (720, 1270, 3))
+            image[0, 10, 0] = 8
+            assert frame.image[0, 0, 0] == (3 if copy else 8)
+            image[0, 10, 0] = 3
+        # Not a lone frame packet, or pixels in no block and no pool to put them in: dumps.
+        small = Packet(Frame(np.ones((4, 4, 3), np.uint8)))
+        for inputs in ({"in": small}, {"a": sent, "b": sent}, {"in": Packet(np.arange(3))}):
+            message = encode(inputs, arena)
+            assert message[0] != FRAME
+            back = loads(message, attached, True, Receiver(counts=False))
+            assert back.keys() == inputs.keys()
+    finally:
+        for shm in attached.values():
+            shm.close()
         pool.close()
         arena.release()
 

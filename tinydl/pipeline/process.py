@@ -35,10 +35,10 @@ import numpy as np
 from tinydl.pipeline.accounting import ERROR
 from tinydl.pipeline.component import Component, Context, finished, output_packets
 from tinydl.pipeline.errors import PipelineError
-from tinydl.pipeline.packet import Packet
+from tinydl.pipeline.packet import Frame, Packet
 from tinydl.pipeline.queues import RESERVED
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
-from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
+from tinydl.pipeline.shm import Pool, Receiver, _view, receiving, reference, sweep
 
 START_TIMEOUT_S = 120.0  # spawn, imports and unpickling the component: not the component's time
 OPEN_TIMEOUT_S = 120.0  # open, when the component sets no timeout
@@ -167,6 +167,27 @@ def dumps(
     return (shm.name, layout, f.getvalue())
 
 
+FRAME = 1  # a message's first item: one Packet of a Frame by reference (shm names are str)
+
+
+def encode(
+    inputs: dict, arena: Arena, pool: Pool | None = None, lend: bool = True, copies=None
+) -> tuple:
+    """A call's inputs as a message: `dumps`, but for the common one — a single packet of a
+    Frame whose pixels lie in a frame block (or go into one) — a flat tuple of the frame's
+    reference and ids, which pickles and unpickles with no Python code called back (half the
+    time of a hop's message work)."""
+    if len(inputs) == 1:
+        ((port, packet),) = inputs.items()
+        frame = packet.payload if type(packet) is Packet else None
+        if type(frame) is Frame and type(frame.image) is np.ndarray:
+            ref = reference(frame.image, pool, lend, copies)
+            if ref is not None:
+                ids = (packet.flow_id, packet.request_id, packet.timestamp, packet.app_id)
+                return (FRAME, port, ref[1], frame.format, frame.pts, *ids)
+    return dumps(inputs, arena, pool, lend, copies)
+
+
 def loads(
     message: tuple,
     attached: dict[str, SharedMemory],
@@ -180,6 +201,10 @@ def loads(
 
 
 def _loads(message: tuple, attached: dict[str, SharedMemory], copy: bool) -> Any:
+    if message[0] == FRAME:
+        _, port, ref, fmt, pts, flow_id, request_id, timestamp, app_id = message
+        frame = Frame(_view(*ref), fmt, pts)
+        return {port: Packet(frame, flow_id, request_id, timestamp, app_id)}
     name, layout, data = message
     if name is None:
         return pickle.loads(data)
@@ -342,7 +367,7 @@ class _Forward:
         mine = [packet for port, packet in pairs if port == self.port]
         if len(mine) != 1:
             return False
-        body = dumps({self.dst_port: mine[0]}, self.arena, self.pool, False, copies)
+        body = encode({self.dst_port: mine[0]}, self.arena, self.pool, False, copies)
         self.conn.send_bytes(pickle.dumps(("process", body, [], None, call, None), protocol=5))
         return True
 
@@ -417,7 +442,7 @@ class ProcessNode(Node):
         t0 = time.perf_counter_ns()
         call, error = next(self.calls), None
         try:
-            self._send("process", dumps(inputs, self.arena), "process", call)
+            self._send("process", encode(inputs, self.arena), "process", call)
         except Exception as exc:  # noqa: BLE001 - raised on this node's thread, as its call's
             error = exc
         self.inbox.start((inputs, (t0, error, call)))
@@ -543,7 +568,7 @@ class ProcessNode(Node):
         return result
 
     def _process(self, inputs: dict) -> Any:
-        return self._rpc("process", dumps(inputs, self.arena), "process")
+        return self._rpc("process", encode(inputs, self.arena), "process")
 
     # The reserved next worker is let go when its packet did not go to it after all.
     def _deliver(self, pairs, packets, keys) -> None:
