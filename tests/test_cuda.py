@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from helpers.models import (
     bn_activation_graph,
-    channel_norm_graph,
     check_elementwise_run,
     espcn,
     kernel_of,
@@ -337,24 +336,6 @@ def test_batch_norm_and_activation_are_one_kernel(rng, activation, precision, sh
     got = sess.run({"x": x})
     labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
     assert (f"BatchNormalization+{activation}" in labels) == (not shared), labels
-    for name in want:
-        assert rel_err(got[name], want[name]) <= (1e-5 if precision == "fp32" else 1e-2), name
-
-
-@pytest.mark.parametrize(
-    ("shape", "bias", "shared"),
-    [((2, 12, 9, 11), True, False), ((3, 40, 7, 5), False, False), ((2, 16, 30), True, False),
-     ((2, 12, 9, 11), True, True)],
-)  # fmt: skip
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_layer_norm_over_channels_without_the_transposes(rng, shape, bias, shared, precision):
-    graph = channel_norm_graph(rng, shape, bias, shared)
-    x = rng.standard_normal(shape).astype(np.float32) * 2 + 0.5
-    want = td.compile(graph, backends=("numpy",)).run({"x": x})
-    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    got = sess.run({"x": x})
-    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, "cuda")).nodes]
-    assert ("Transpose+LayerNormalization+Transpose" in labels) == (not shared), labels
     for name in want:
         assert rel_err(got[name], want[name]) <= (1e-5 if precision == "fp32" else 1e-2), name
 

@@ -18,6 +18,7 @@ from helpers.models import (
     ATTENTION_VARIANTS,
     attention_feeds,
     attention_graph,
+    channel_norm_graph,
     crnn_onnx,
     embedding_graph,
     embedding_reference,
@@ -426,3 +427,27 @@ def test_precision_auto_keeps_in_float32_what_fp16_storage_breaks(backend):
     }
     assert stored and all(stored[n] in ("float32", "f32") for n in decision.fp32 if n in stored)
     assert any(t in ("float16", "f16") for n, t in stored.items() if n in decision.fp16)
+
+
+@pytest.mark.parametrize(
+    ("shape", "bias", "shared"),
+    [((2, 12, 9, 11), True, False), ((3, 40, 7, 5), False, False), ((2, 16, 30), True, False),
+     ((2, 12, 9, 11), True, True)],
+)  # fmt: skip
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_layer_norm_over_channels_without_the_transposes(backend, shape, bias, shared, precision):
+    """ConvNeXt's LayerNorm2d as PyTorch exports it (Transpose -> LayerNormalization over the
+    last axis -> Transpose) runs as one kernel over the channels, unless the channels-last
+    value is needed (a graph output)."""
+    if precision == "fp16":
+        require_f16(backend)
+    rng = np.random.default_rng(7)
+    graph = channel_norm_graph(rng, shape, bias, shared)
+    x = rng.standard_normal(shape).astype(np.float32) * 2 + 0.5
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})
+    sess = td.compile(graph, backends=(backend,), precision=precision, strict=True)
+    got = sess.run({"x": x})
+    labels = [n.meta.get("label", n.op) for n in only_plan(kernel_of(sess, backend)).nodes]
+    assert ("Transpose+LayerNormalization+Transpose" in labels) == (not shared), labels
+    for name in want:
+        assert rel_err(got[name], want[name]) <= (1e-5 if precision == "fp32" else 1e-2), name

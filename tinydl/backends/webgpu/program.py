@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
-from tinydl.backends.fusion import fuse, fuse_attention, fuse_elementwise, fuse_residuals
+from tinydl.backends.fusion import (
+    fuse,
+    fuse_attention,
+    fuse_channel_norms,
+    fuse_elementwise,
+    fuse_residuals,
+)
 from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels import grid as kernel_grid
@@ -266,6 +272,7 @@ class Plan(planned.Plan):
                 ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
                 hoist=True,
             )  # fmt: skip
+        nodes = fuse_channel_norms(nodes, keep, shape_of)
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per

@@ -1,8 +1,15 @@
 {{ header }}
 {% import "tree.wgsl" as tree %}
+{% if channels_first %}
+// {{ label }}: LayerNormalization over axis 1 of an NCHW tensor, each of {{ rows }} pixels'
+// {{ C }} channels normalized alone (the channels-last LayerNormalization between two
+// transposes, without them): the mean, then the variance as the mean of (x - mean)^2 (both in
+// f32), then (x - mean) / sqrt(var + epsilon) * scale + bias.
+{% else %}
 // {{ label }}: {{ rows }} rows of {{ L }} elements normalized alone; a workgroup per row: the mean,
 // then the variance as the mean of (x - mean)^2 (both in f32, so a large mean with a small
 // variance keeps its precision), then (x - mean) / sqrt(var + epsilon) * scale + bias.
+{% endif %}
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
 @group(0) @binding(1) var<storage, read> scale: array<{{ wt }}>;
 {% if bias %}
@@ -14,6 +21,45 @@
 @group(0) @binding({{ 5 if bias else 4 }}) var<storage, read_write> inv_out: array<{{ it }}>;
 {% endif %}
 
+{% if channels_first %}
+// 32 neighbouring pixels a workgroup (so every read is contiguous), their channels split 8 ways.
+var<workgroup> part: array<f32, 256>;
+
+fn column_sum(li: u32, v: f32) -> f32 {
+    part[li] = v;
+    workgroupBarrier();
+    var r = 0.0;
+    for (var j = 0u; j < 8u; j = j + 1u) {
+        r = r + part[j * 32u + li % 32u];
+    }
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let p = (wid.y * {{ gx }}u + wid.x) * 32u + li % 32u;
+    let pc = min(p, {{ rows - 1 }}u);
+    let base = pc / {{ HW }}u * {{ C * HW }}u + pc % {{ HW }}u;
+    var s = 0.0;
+    for (var c = li / 32u; c < {{ C }}u; c = c + 8u) {
+        s = s + f32(x[base + c * {{ HW }}u]);
+    }
+    let mean = column_sum(li, s) / {{ C }}.0;
+    var q = 0.0;
+    for (var c = li / 32u; c < {{ C }}u; c = c + 8u) {
+        let d = f32(x[base + c * {{ HW }}u]) - mean;
+        q = q + d * d;
+    }
+    let inv = 1.0 / sqrt(column_sum(li, q) / {{ C }}.0 + {{ epsilon }});
+    if (p < {{ rows }}u) {
+        for (var c = li / 32u; c < {{ C }}u; c = c + 8u) {
+            let v = (f32(x[base + c * {{ HW }}u]) - mean) * inv * f32(scale[c]){{ " + f32(bias[c])" if bias else "" }};
+            y[base + c * {{ HW }}u] = {{ ot }}(v);
+        }
+    }
+}
+{% else %}
 var<workgroup> part: array<f32, {{ WG }}>;
 
 fn row_sum(li: u32, v: f32) -> f32 {
@@ -63,3 +109,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {% endif %}
     }
 }
+{% endif %}
