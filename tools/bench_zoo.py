@@ -6,7 +6,8 @@ beside them, and a new process's start (cold and warm caches) per model.
     python tools/bench_zoo.py --models resnet18,timm:resnet50 --precisions fp16 --no-init
     python tools/bench_zoo.py --compile none --webgpu none --json zoo.json
 
-Models are built here with seeded random weights (tools/zoo.py: torchvision's and timm's
+Needs an NVIDIA GPU, PyTorch with CUDA, torchvision, timm, CuPy and onnx (wgpu for the webgpu
+columns). Models are built here with seeded random weights (tools/zoo.py: torchvision's and timm's
 constructors, norm layers conditioned on one pass) and exported to ONNX once into --onnx-dir; a
 model is a tools/zoo.py name, `tv:NAME` or `timm:NAME`, at 224x224. Every output — tinydl's at
 each precision, PyTorch's, webgpu's — is compared with PyTorch in fp32 (TF32 off) before any
@@ -321,8 +322,12 @@ def main(argv=None) -> int:
             ap.error(f"--precisions: {p!r} is not one of fp16, tf32, fp32")
     args.compile, args.webgpu = _list(args.compile), _list(args.webgpu)
     args.init_backends = _list(args.init_backends)
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        ap.error("needs PyTorch (with CUDA), torchvision, timm, CuPy and onnx installed")
+    if not torch.cuda.is_available():
+        ap.error("needs an NVIDIA GPU that PyTorch can use (torch.cuda.is_available() is False)")
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, tinydl {td.__version__}")
     print(HEADER)
     models = args.models.split(",")
