@@ -58,6 +58,14 @@ THIRTEEN = (
 )
 
 
+def set_tf32(on: bool) -> None:
+    """Whether PyTorch's convolutions and matmuls may use TF32."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = on
+    torch.backends.cuda.matmul.allow_tf32 = on
+
+
 def build(name: str):
     if name in zoo.MODELS:
         return zoo.MODELS[name]()
@@ -82,11 +90,8 @@ def main() -> int:
         "fp32: against PyTorch fp32, TF32 off",
     )
     args = ap.parse_args()
-    import torch
-
     # PyTorch at tf32 as by default (cuDNN convolutions on TF32); fp16 needs neither.
-    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    set_tf32(args.precision == "tf32")
     p = args.precision
     peer = {"fp16": "torch fp16", "tf32": "torch fp32 (TF32)", "fp32": "torch fp32"}[p]
     first = "fp32, CUDA cores" if p == "fp32" else "tinydl fp32"

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_coldstart  # noqa: E402
-from bench_cuda_convnets import THIRTEEN, median_ms, prepare, torch_ms  # noqa: E402
+from bench_cuda_convnets import THIRTEEN, median_ms, prepare, set_tf32, torch_ms  # noqa: E402
 
 import tinydl as td  # noqa: E402
 
@@ -72,13 +72,6 @@ def inputs(example: np.ndarray, batch: int) -> np.ndarray:
     x = np.repeat(np.asarray(example, np.float32), batch, axis=0)
     x[1:] += 0.25 * rng.standard_normal(x[1:].shape, dtype=np.float32)
     return x
-
-
-def set_tf32(on: bool) -> None:
-    import torch
-
-    torch.backends.cudnn.allow_tf32 = on
-    torch.backends.cuda.matmul.allow_tf32 = on
 
 
 def tinydl_cuda(graph, name: str, x: np.ndarray, precision: str, ref, tol) -> tuple:
@@ -104,14 +97,7 @@ def webgpu_host(graph, name: str, x: np.ndarray, precision: str, ref) -> tuple:
         sess = td.compile(graph, backends=("webgpu",), precision=precision)
     feed = {name: x}
     err = rel_err(next(iter(sess.run(feed).values())), ref)
-    for _ in range(3):
-        sess.run(feed)
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        sess.run(feed)
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times), err
+    return median_ms(lambda: sess.run(feed), lambda: None, runs=20), err  # returns NumPy: synced
 
 
 def compiled_ms(peer, x) -> tuple[float, float]:

@@ -213,6 +213,14 @@ def norm_rows(b) -> NormRows:
     return NormRows(n * groups, c // groups * spatial, True, groups, c, spatial)
 
 
+def channel_norm_rows(b) -> tuple[int, int, int]:
+    """A channels-first LayerNormalization (fusion.fuse_channel_norms) over its input of shape
+    (N, C, spatial...): (pixels N * spatial, channels C, the spatial size: channel stride)."""
+    shape = b.info(0).shape
+    hw = math.prod(shape[2:])
+    return shape[0] * hw, shape[1], hw
+
+
 def norm_supports(node, graph) -> Support:
     """The GPU kernels compute statistics in f32, and take LayerNormalization's scale and bias
     with the normalized shape itself (not broadcast to it)."""

@@ -4,8 +4,6 @@ norm_rows); statistics in fp32."""
 
 from __future__ import annotations
 
-import math
-
 from tinydl.backends import lowering
 from tinydl.backends.cuda.kernels import blocks, cfloat, index_type, kernel, load, store
 
@@ -71,9 +69,7 @@ def channels_first(b) -> None:
     transposes around a channels-last LayerNormalization taken away): 32 pixels a block, their
     channels split over its warps — 8, or 32 where that few blocks would not fill the GPU."""
     xi, yo = b.info(0), b.out()
-    c = xi.shape[1]
-    hw = math.prod(xi.shape[2:])
-    rows = xi.shape[0] * hw
+    rows, c, hw = lowering.channel_norm_rows(b)
     if rows == 0 or c == 0:
         return
     groups = blocks(rows, 32)

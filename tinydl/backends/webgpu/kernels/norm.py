@@ -57,9 +57,7 @@ def channels_first(b) -> None:
     transposes around a channels-last LayerNormalization taken away): 32 pixels a workgroup,
     their channels split over 8 rows of invocations."""
     xi = b.info(0)
-    c = xi.shape[1]
-    hw = math.prod(xi.shape[2:])
-    rows = xi.shape[0] * hw
+    rows, c, hw = lowering.channel_norm_rows(b)
     if rows == 0 or c == 0:
         return
     bias = b.has(2)
