@@ -110,7 +110,11 @@ def model_path(name: str, onnx_dir: Path) -> str:
 def start(
     path: str, backend: str, cache: str, threads: int, profile: str = "", pycache: str = ""
 ) -> dict:
-    """One new process's start; `pycache`: the folder of its .pyc files ("": none written)."""
+    """One new process's start; `pycache`: the folder of its .pyc files ("": none written).
+    The child runs in this checkout's root, so it imports this checkout's tinydl (`python -c`
+    puts its working folder first on the path)."""
+    path, cache = os.path.abspath(path), os.path.abspath(cache)
+    pycache, profile = (os.path.abspath(p) if p else "" for p in (pycache, profile))
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
     if pycache:
@@ -133,6 +137,7 @@ def start(
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, path, backend, str(threads)],
         env=env,
+        cwd=ROOT,
         capture_output=True,
         text=True,
     )
