@@ -49,7 +49,9 @@ class FakeContext:
         self.cc = (9, 0)
         self._seen: dict[str, bytes] = {}
 
-    def prefetch(self, source: str, label: str = "kernel", entry: str = "k") -> None:
+    def prefetch(
+        self, source: str, label: str = "kernel", entry: str = "k", weight: int = 1
+    ) -> None:
         """Compiled in `function`, one at a time (the real context batches them on threads)."""
 
     def flush(self) -> None:

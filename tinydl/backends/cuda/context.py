@@ -36,7 +36,9 @@ MAX_MODULES = 2048
 # Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
 COMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
 # Kernels a program gets at least before another thread starts one: NVRTC's threads contend,
-# so a program of one small kernel on each of 16 threads is slower than a few programs.
+# so a program of one small kernel on each of 16 threads is slower than a few programs. Counted
+# in weights: a kernel that compiles as slowly as several small ones (an implicit-GEMM
+# convolution: about 8 on an x86 core) says so at `prefetch`.
 MIN_PER_PROGRAM = 8
 
 
@@ -118,6 +120,7 @@ class Context:
         self._lock = threading.Lock()
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._queued: dict[str, tuple[str, str, str, str]] = {}
+        self._weights: dict[str, int] = {}  # of the queued kernels
         # Source key -> (cubin key, entry suffix) for kernels compiled or found on disk.
         self._where: dict[str, tuple[str, str]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -189,19 +192,23 @@ class Context:
             self.stats["compiled"] += len(items)
         return where
 
-    def prefetch(self, source: str, label: str = "kernel", entry: str = "k") -> None:
+    def prefetch(
+        self, source: str, label: str = "kernel", entry: str = "k", weight: int = 1
+    ) -> None:
         """Queue `source` for compilation unless it is loaded or on its way; `flush` compiles
-        the queue, `function` waits for it."""
+        the queue, `function` waits for it. `weight`: its compile time in small kernels'."""
         key = self._key(source)
         with self._lock:
             if key in self._where or key in self._pending:
                 return
             self._queued[key] = (key, source, label, entry)
+            self._weights[key] = max(1, int(weight))
 
     def flush(self) -> None:
         """Compile the queued kernels the disk cache lacks, spread over the compile threads."""
         with self._lock:
             queued, self._queued = list(self._queued.values()), {}
+            weight, self._weights = self._weights, {}
         todo = []
         for item in queued:
             where = self._cached(item[0])
@@ -213,19 +220,20 @@ class Context:
                     self._where[item[0]] = where
         if not todo:
             return
-        chunks = max(1, min(COMPILE_THREADS, len(todo) // MIN_PER_PROGRAM))
+        chunks = max(1, min(COMPILE_THREADS, sum(weight[i[0]] for i in todo) // MIN_PER_PROGRAM))
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
                 )
-            # Longest sources first, each to the lightest program: programs finish together.
+            # Heaviest kernels first, each to the lightest program: programs finish together.
             groups: list[list] = [[] for _ in range(chunks)]
             loads = [0] * chunks
-            for item in sorted(todo, key=lambda item: -len(item[1])):
+            for item in sorted(todo, key=lambda item: (-weight[item[0]], -len(item[1]))):
                 c = loads.index(min(loads))
                 groups[c].append(item)
-                loads[c] += len(item[1])
+                loads[c] += weight[item[0]]
+            groups = [group for group in groups if group]
             for group in groups:
                 future = self._pool.submit(self._compile, group)
                 for key, *_ in group:

@@ -85,15 +85,17 @@ class Build(planned.Build):
         entry: str = "k",
         smem: int = 0,
         label: str = "",
+        weight: int = 1,
         **params,
     ) -> None:
         """Render `template` with `params`, start compiling it (cached) and append a launch of
         its function `entry` on `grid` x `threads`; `args` are value names, uploaded constants
-        or scalars. The function is looked up once every kernel of the plan is compiling
-        (`Plan.finish`)."""
+        or scalars (NumPy's, structured ones as C structs). The function is looked up once
+        every kernel of the plan is compiling (`Plan.finish`). `weight`: how many small
+        kernels' compile time this one takes (it spreads the compiling over threads)."""
         label = label or self.label
         source = render(template, label=label, **params)
-        self.ctx.prefetch(source, label, entry)
+        self.ctx.prefetch(source, label, entry, weight)
         fn = _Deferred(source, entry, label, smem)
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple | list) else (grid,)))
         threads = tuple(
