@@ -159,6 +159,29 @@ def test_grouped_conv_tensor_cores_match_the_reference(c, group, precision, rng,
     assert rel_err(got, want) <= {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
 
 
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_convolutions_sharing_one_kernel_match_the_reference(precision, rng, monkeypatch):
+    """A dense block whose three 1x1 convolutions (32, 96, 160 input channels) share one
+    conv_tc.cu kernel, their channel counts passed at launch, then convolutions of differing
+    geometry (strides, dilation, padding, kernel shapes; three images of an odd size): each
+    computes its own."""
+    from helpers.models import CONV_STACK, DENSE_LAYERS, conv_stack_graph
+
+    import tinydl.backends.cuda.context as context
+
+    ctx, asked = context.get_context(), []
+    real = ctx.prefetch
+    monkeypatch.setattr(ctx, "prefetch", lambda src, *a: asked.append(src) or real(src, *a))
+    graph = conv_stack_graph(rng)
+    x = {"x": rng.standard_normal((3, 32, 23, 29)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    got = td.compile(graph, backends=("cuda",), precision=precision, strict=True).run(x)["y"]
+    assert rel_err(got, want) <= {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
+    gemms = [src for src in asked if "implicit GEMM" in src and " k(" in src]
+    assert len(gemms) == len(CONV_STACK) + DENSE_LAYERS
+    assert len(set(gemms)) == len(CONV_STACK) + 1
+
+
 def test_espcn_fp32_matches_cpu(tmp_path, rng):
     graph = espcn(tmp_path, rng)
     y = rng.random((2, 1, 37, 53), dtype=np.float32)

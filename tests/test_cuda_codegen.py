@@ -116,6 +116,55 @@ def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, prec
     assert ("mma1688_tf32(part[i][j], as[i]" in gemms[0]) == (precision == "fp32")
 
 
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, precision):
+    """conv_tc.cu's source holds no channel count where a plan has three or more convolutions
+    that differ only in their input channels (a dense block): those share one GEMM kernel,
+    whose launches carry each layer's channel counts (the Geo struct); the other layers' own
+    kernels are specialized on every extent and take no Geo."""
+    import numpy as np
+    from helpers.models import CONV_STACK, DENSE_LAYERS, conv_stack_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda.kernels.conv import GEO
+
+    context._contexts[0]._seen.clear()
+    graph = conv_stack_graph(np.random.default_rng(0))
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
+    assert len(gemms) == len(CONV_STACK) + 1
+    assert sum("fast_div(kk, g.ct_mul" in s for s in gemms) == 1  # the dense block's
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    geos = [a for step in plan.steps for a in getattr(step, "args", ()) if isinstance(a, np.void)]
+    assert all(a.dtype == GEO for a in geos)
+    assert sorted(int(a["C"]) for a in geos) == [32 + 64 * i for i in range(DENSE_LAYERS)]
+    assert all(int(a["K"]) == int(a["C"]) and int(a["KP"]) % 16 == 0 for a in geos)
+
+
+def test_fast_division_magic_numbers():
+    """conv_tc.cu divides by runtime extents as (umulhi(n, mul) + n) >> shr: exact for every
+    divisor and numerator it meets (below 2**31), here checked in integers."""
+    import numpy as np
+
+    from tinydl.backends.cuda.kernels.conv import magic
+
+    rng = np.random.default_rng(0)
+    divisors = [*range(1, 3000), *(2**k + e for k in range(12, 31) for e in (-1, 0, 1))]
+    divisors += [int(d) for d in rng.integers(1, 2**31 - 1, 500)]
+    for d in divisors:
+        mul, shr = magic(d)
+        assert 0 <= mul < 2**32 and 0 <= shr <= 31
+        top = (2**31 - 1) // d * d
+        for n in [0, 1, d - 1, d, d + 1, 2 * d - 1, top - 1, top, 2**31 - 1,
+                  *(int(v) for v in rng.integers(0, 2**31, 8))]:  # fmt: skip
+            if 0 <= n < 2**31:
+                assert ((n * mul >> 32) + n) >> shr == n // d, (n, d)
+    with pytest.raises(ValueError, match="divisor 0"):
+        magic(0)
+
+
 @pytest.mark.parametrize(
     ("c", "group", "taken"),
     [(64, 8, True), (256, 16, True), (128, 4, True), (128, 32, False), (32, 32, False)],
@@ -265,7 +314,7 @@ def _cpu_context(monkeypatch, tmp_path):
     ctx.device = contextlib.nullcontext()
     ctx.arch, ctx.nvrtc_version, ctx.smem_optin = "sm_90", (13, 0), 227 << 10
     ctx._lock, ctx._pool = threading.Lock(), None
-    ctx._pending, ctx._queued, ctx._where = {}, {}, {}
+    ctx._pending, ctx._queued, ctx._where, ctx._weights = {}, {}, {}, {}
     ctx.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
     ctx._modules = collections.OrderedDict()
     return ctx, loaded
@@ -319,6 +368,33 @@ def test_a_plans_kernels_compile_as_few_programs_on_threads(monkeypatch, tmp_pat
     fresh.flush()
     assert [fresh.function(s, "k") for s in sources] == fns
     assert fresh.stats["compiled"] == 0 and fresh.stats["cache_hits"] == 6
+
+
+def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path):
+    """A kernel prefetched with a weight counts as that many small ones: two heavy kernels
+    and four light ones (weight 20, 8 a program) make two programs, a heavy one in each."""
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setattr(context, "COMPILE_THREADS", 4)
+    monkeypatch.setattr(context, "MIN_PER_PROGRAM", 8)
+    ctx, _ = _cpu_context(monkeypatch, tmp_path)
+    programs = []
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        programs.append(source)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    sources = _kernels(6)
+    for i, s in enumerate(sources):
+        ctx.prefetch(s, "Heavy" if i < 2 else "Light", "k", 8 if i < 2 else 1)
+    ctx.flush()
+    for s in sources:
+        ctx.function(s, "k")
+    assert len(programs) == 2 and ctx.stats["compiled"] == 6
+    heavy = [sum(f"twice({i}.0f)" in p for i in range(2)) for p in programs]
+    assert heavy == [1, 1]
 
 
 def test_a_kernel_that_fails_in_a_program_is_named_and_the_rest_still_load(monkeypatch, tmp_path):

@@ -572,6 +572,50 @@ def conv_graph(rng, shape: tuple, oc: int, k: int, stride: int = 1, group: int =
     )
 
 
+# (output channels, kernel, stride, dilation, pads [top, left, bottom, right]) of the
+# convolutions after conv_stack_graph's dense block
+CONV_STACK = [
+    (96, (3, 3), 2, 1, [1, 1, 1, 1]),  # stride 2, more channels than a tile
+    (96, (3, 3), 1, 2, [2, 2, 2, 2]),  # dilated
+    (64, (1, 3), 1, 1, [0, 1, 0, 1]),  # not square
+    (64, (3, 3), 1, 1, [0, 1, 2, 0]),  # asymmetric padding
+]
+DENSE_LAYERS = 3
+
+
+def conv_stack_graph(rng, shape: tuple = (3, 32, 23, 29)) -> Graph:
+    """A dense block, then convolutions of differing geometry (CONV_STACK), each with a Relu.
+    The dense block's DENSE_LAYERS 1x1 convolutions (64 channels out) read the concatenation
+    of the input and the block's outputs so far (32, 96, 160 channels): they differ only in
+    their input channels, and on cuda share one implicit-GEMM kernel."""
+    nodes, consts = [], {}
+
+    def conv(i, x, c, oc, kernel, stride, dil, pads):
+        w = rng.standard_normal((oc, c, *kernel)) / np.sqrt(c * np.prod(kernel))
+        consts[f"w{i}"] = w.astype(np.float32)
+        consts[f"b{i}"] = rng.standard_normal(oc).astype(np.float32)
+        attrs = {"pads": pads, "strides": [stride] * 2, "dilations": [dil] * 2}
+        nodes.append(Node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], attrs, name=f"conv{i}"))
+        nodes.append(Node("Relu", [f"c{i}"], [f"a{i}"], name=f"relu{i}"))
+        return f"a{i}"
+
+    feats, c = ["x"], shape[1]
+    for i in range(DENSE_LAYERS):
+        x = feats[0]
+        if len(feats) > 1:
+            x = f"cat{i}"
+            nodes.append(Node("Concat", list(feats), [x], {"axis": 1}, name=f"concat{i}"))
+        feats.append(conv(i, x, c, 64, (1, 1), 1, 1, [0, 0, 0, 0]))
+        c += 64
+    x, c = feats[-1], 64
+    for j, (oc, kernel, stride, dil, pads) in enumerate(CONV_STACK, DENSE_LAYERS):
+        x, c = conv(j, x, c, oc, kernel, stride, dil, pads), oc
+    nodes[-1].outputs = ["y"]
+    return validate(
+        Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, consts)
+    )
+
+
 def elementwise_run_graph(rng) -> Graph:
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Relu -> Sqrt as one run ("y"), and Tanh(z)
     read twice by a Mul ("w"): a value read twice ends a run."""

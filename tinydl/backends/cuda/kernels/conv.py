@@ -154,6 +154,8 @@ def _fp32_input(b) -> bool:
 TC_TILES = {"wide": (64, 64, 32, 32), "narrow": (128, 32, 32, 32)}
 TC_THREADS, TC_BK = 128, 32
 TC_FILL = 2  # K is split while the blocks stay within this many per SM
+# conv_tc.cu's GEMM compiles in about 8 small kernels' time (NVRTC, 0.25-0.75 s on an x86 core).
+TC_COMPILE_WEIGHT = 8
 
 
 def _tile_shape(oc: int) -> tuple[int, int, int, int]:
@@ -189,6 +191,68 @@ def conv_epilogue(b, g: dict, bias: np.ndarray) -> tuple[str, list[str], dict]:
     )
     channels = b.upload("channels", np.concatenate(chan), "float32")
     return channels, [residual] if residual is not None else [], params
+
+
+def magic(d: int) -> tuple[int, int]:
+    """(mul, shr) with n // d == (umulhi(n, mul) + n) >> shr for 0 <= n < 2**31: conv_tc.cu's
+    fast_div, a division by a runtime extent in two integer instructions."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"divisor {d} is outside 1 .. 2**31 - 1")
+    shr = (d - 1).bit_length()
+    return (1 << 32) * ((1 << shr) - d) // d + 1, shr
+
+
+# conv_tc.cu's `Geo` argument: the channel counts of a layer whose kernel is shared.
+GEO = np.dtype(
+    [(f, np.int32) for f in ("C", "CT", "K", "KP", "KS")]
+    + [("ct_mul", np.uint32), ("ct_shr", np.uint32)],
+    align=True,
+)
+# Layers of a plan that differ only in their input channels (DenseNet's growing inputs: 6 to
+# 24 of them a class) share one conv_tc.cu kernel, their channel counts passed at launch,
+# where at least SHARE_CHANNELS channel counts would share it; elsewhere every extent is a
+# constant of the source. On an H100 at fp16 the runtime channel counts cost 2 % on
+# DenseNet-121, and 5-30 % where applied to every layer of EfficientNet-B0 or a MobileNet
+# (their 1x1 convolutions walk K in one to three steps; a known trip count is unrolled); a
+# runtime input plane or output extent cost up to 1.3x (immediate offsets become address
+# arithmetic), so those stay constants.
+SHARE_CHANNELS = 3
+
+
+def geo_struct(c: int, ct: int, k: int, kp: int, ks: int) -> np.void:
+    """The `Geo` argument of a shared conv_tc.cu kernel."""
+    value = np.zeros((), GEO)
+    value["C"], value["CT"], value["K"], value["KP"], value["KS"] = c, ct, k, kp, ks
+    value["ct_mul"], value["ct_shr"] = magic(ct)
+    return value[()]
+
+
+def _channel_free(plan, node) -> tuple:
+    """What a convolution's kernel depends on but its input channels: its ops, the input
+    but for its channels, the weights' output channels and window, attributes, residual."""
+    n, _, *spatial = plan.infos[node.inputs[0]].shape
+    weights = plan.infos.get(node.inputs[1]) or plan.const(node.inputs[1])
+    oc, _, *window = weights.shape
+    attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
+    return (conv_label(node), n, *spatial, oc, *window, attrs, node.meta.get("residual") is None)
+
+
+def shares_channels(b) -> bool:
+    """Whether this convolution takes its channel counts at launch: at least SHARE_CHANNELS
+    convolutions of its plan differ from it only in their input channels."""
+    plan = b.plan
+    classes = getattr(plan, "_channel_classes", None)
+    if classes is None:
+        classes = {}
+        for node in plan.nodes:
+            if node.op in ("Conv", FUSED):
+                try:
+                    key = _channel_free(plan, node)
+                except (KeyError, AttributeError, TypeError, ValueError):
+                    continue
+                classes.setdefault(key, set()).add(plan.infos[node.inputs[0]].shape[1])
+        plan._channel_classes = classes
+    return len(classes.get(_channel_free(plan, b.node), ())) >= SHARE_CHANNELS
 
 
 def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 1) -> None:
@@ -252,12 +316,17 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         weights = [src, b.upload("weights_hi", hi)]
         if parts == 2:
             weights.append(b.upload("weights_lo", to_half(full - hi.astype(np.float32))))
+    a_per = bm * bk // threads
+    shared = shares_channels(b)
     params = dict(
+        RUNTIME=shared,
         TF32=mode != "fp16",
-        CT=ct,
-        G=group,
+        GROUPED=ct < g["C"],
+        WHOLE_TAPS=ct % a_per == 0,
         X3=mode == "3xtf32",
         LO=parts == 2,
+        G=group,
+        CT=ct,
         **g,
         M=m,
         K=k,
@@ -268,19 +337,28 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         WM=wm,
         WN=wn,
         THREADS=threads,
-        A_PER=bm * bk // threads,
+        A_PER=a_per,
         SPLIT=split,
         **finish,
     )
+    if shared:  # the channel counts at launch: a source without them (see SHARE_CHANNELS)
+        for name in ("C", "CT", "K", "KP"):
+            params[name] = None
+        geo = [geo_struct(g["C"], ct, k, kp, kp // split)]
+    else:
+        geo = []
     grid = (math.ceil(m / bm), ocp // bn, split)
     if split == 1:
-        args = [*weights, channels, *tail, b.outputs[0]]
-        b.launch("conv_tc.cu", args, grid, threads, ENTRY="k", **params)
+        args = [*geo, *weights, channels, *tail, b.outputs[0]]
+        b.launch("conv_tc.cu", args, grid, threads, ENTRY="k", weight=TC_COMPILE_WEIGHT, **params)
         return
     ws = b.scratch("partial", (m * oc,), "float32", precise=True)
     each = blocks(m * oc, 256)
     b.launch("conv_tc.cu", [ws], each, 256, entry="zero", ENTRY="zero", **params)
-    b.launch("conv_tc.cu", [*weights, ws], grid, threads, ENTRY="k", **params)
+    b.launch(
+        "conv_tc.cu", [*geo, *weights, ws], grid, threads,
+        ENTRY="k", weight=TC_COMPILE_WEIGHT, **params,
+    )  # fmt: skip
     b.launch(
         "conv_tc.cu", [ws, channels, *tail, b.outputs[0]], each, 256,
         entry="finish", ENTRY="finish", **params,

@@ -1,10 +1,21 @@
 // {{ label }}: convolution as an implicit GEMM on {% if TF32 and X3 %}3xTF32{% elif TF32 %}tf32{% else %}fp16{% endif %} tensor cores (mma.sync {% if TF32 %}m16n8k8{% else %}m16n8k16{% endif %}, fp32
+{% if RUNTIME %}
+// accumulation), NCHW, input {{ N }}x(C)x{{ IH }}x{{ IW }} ({% if TF32 %}float32{% else %}fp16{% endif %}), output
+// {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
+// channels, K = taps x input channels (tap-major: ky, kx, then channels). The channel counts
+// (C, K) are the argument `g` (a struct in the parameter bank), so the layers of a plan that
+// differ only in their input channels share this kernel.{% if GROUPED %}
+// Grouped: the weights are block-diagonal, so a tile of {{ BN }} output channels reads only
+// the g.CT input channels of its groups, at blockIdx.y * g.CT; K runs over those, zero where a
+// channel is another group's.{% endif %}
+{% else %}
 // accumulation), NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }} ({% if TF32 %}float32{% else %}fp16{% endif %}), output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
-// channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).{% if CT < C %}
+// channels, K = taps x input channels ({{ K }}, tap-major: ky, kx, then channels).{% if GROUPED %}
 // Grouped ({{ G }} groups of {{ C // G }} input channels): the weights are block-diagonal, so a
 // tile of {{ BN }} output channels reads only the {{ CT }} input channels of its groups, at
 // blockIdx.y * {{ CT }}; K runs over those, zero where a channel is another group's.{% endif %}
+{% endif %}
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
 {% if TF32 and X3 %}
@@ -49,6 +60,18 @@
 
 {% include "mma.cuh" %}
 
+{% if RUNTIME %}
+// The layer's channel counts, set per launch. CT's magic numbers (mul, shr) make
+// n / CT == (umulhi(n, mul) + n) >> shr for 0 <= n < 2^31 (Granlund and Montgomery).
+struct Geo {
+    int C, CT, K, KP, KS;  // input channels (a grouped tile's: CT), K, K padded, K a block
+    unsigned ct_mul, ct_shr;
+};
+__device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
+    return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
+}
+
+{% endif %}
 {% macro finish_one() %}
 {% if has_slope %}
             const float slope = chan[{{ OC }}u + oc];
@@ -91,6 +114,9 @@ extern "C" __global__ void finish(
 }
 {% else %}
 extern "C" __global__ void __launch_bounds__(THREADS) k(
+{% if RUNTIME %}
+    const Geo g,
+{% endif %}
     const {{ et }}* __restrict__ x,
     const {{ et }}* __restrict__ w,
 {% if LO %}
@@ -121,20 +147,31 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     const bool pin = pm < {{ M }};
     const int pn = pin ? pm / {{ OH * OW }} : 0, pp = pin ? pm % {{ OH * OW }} : 0;
     const int iy0 = (pp / {{ OW }}) * {{ SH }} - {{ PT }}, ix0 = (pp % {{ OW }}) * {{ SW }} - {{ PL }};
-    const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }}{% if CT < C %} + (size_t)blockIdx.y * {{ CT * IH * IW }}{% endif %};
+{% if RUNTIME %}
+    const {{ et }}* xn = x + (size_t)pn * g.C * {{ IH * IW }}{% if GROUPED %} + (size_t)blockIdx.y * g.CT * {{ IH * IW }}{% endif %};
+{% else %}
+    const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }}{% if GROUPED %} + (size_t)blockIdx.y * {{ CT * IH * IW }}{% endif %};
+{% endif %}
 
     {{ et }} areg[A_PER];
     uint4 breg[B_VEC]{% if LO %}, lreg[B_VEC]{% endif %};
     constexpr int VEC = {{ 4 if TF32 else 8 }};  // elements per uint4
     auto load_tiles = [&](int k0) {
-{% if CT % A_PER == 0 %}
+{% if WHOLE_TAPS %}
         // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
         // one tap: its position is worked out once, then A_PER loads a plane apart.
         {
+{% if RUNTIME %}
+            const int kk = k0 + ak0, tap = fast_div(kk, g.ct_mul, g.ct_shr), ci0 = kk - tap * g.CT;
+            const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
+            const bool ok = pin && kk < g.K && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
+            const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
+{% else %}
             const int kk = k0 + ak0, tap = kk / {{ CT }}, ci0 = kk % {{ CT }};
             const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
             const bool ok = pin && kk < {{ K }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
             const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
+{% endif %}
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : ({{ et }})0;
         }
@@ -143,8 +180,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int j = 0; j < A_PER; ++j) {
             const int kk = k0 + ak0 + j;
             {{ et }} v = 0;
+{% if RUNTIME %}
+            if (pin && kk < g.K) {
+                const int tap = fast_div(kk, g.ct_mul, g.ct_shr), ci = kk - tap * g.CT;
+{% else %}
             if (pin && kk < {{ K }}) {
                 const int tap = kk / {{ CT }}, ci = kk % {{ CT }};
+{% endif %}
                 const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
                 if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
                     v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
@@ -156,9 +198,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int j = 0; j < B_VEC; ++j) {
             const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
             const int row = e / (BK / VEC), col = (e % (BK / VEC)) * VEC;
-            breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+            breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ "g.KP" if RUNTIME else KP }} + k0 + col);
 {% if LO %}
-            lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ KP }} + k0 + col);
+            lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ "g.KP" if RUNTIME else KP }} + k0 + col);
 {% endif %}
         }
     };
@@ -179,8 +221,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     float acc[MT][NT][4];
     each_sum(acc[i][j][q] = 0.0f);
 
-    // This block's share of K: {{ KP // SPLIT }} of it per split.
-    const int kbeg = blockIdx.z * {{ KP // SPLIT }}, kend = kbeg + {{ KP // SPLIT }};
+    // This block's share of K: {{ "g.KS" if RUNTIME else KP // SPLIT }} of it per split.
+    const int kbeg = blockIdx.z * {{ "g.KS" if RUNTIME else KP // SPLIT }}, kend = kbeg + {{ "g.KS" if RUNTIME else KP // SPLIT }};
     load_tiles(kbeg);
     for (int k0 = kbeg; k0 < kend; k0 += BK) {
         __syncthreads();
