@@ -61,6 +61,8 @@
 {% include "mma.cuh" %}
 
 {% if RUNTIME %}
+{% set KV, KPV, KSV = "g.K", "g.KP", "g.KS" %}
+{% macro tap_of(kk, ci) %}tap = fast_div({{ kk }}, g.ct_mul, g.ct_shr), {{ ci }} = {{ kk }} - tap * g.CT{% endmacro %}
 // The layer's channel counts, set per launch. CT's magic numbers (mul, shr) make
 // n / CT == (umulhi(n, mul) + n) >> shr for 0 <= n < 2^31 (Granlund and Montgomery).
 struct Geo {
@@ -71,6 +73,9 @@ __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
     return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
 }
 
+{% else %}
+{% set KV, KPV, KSV = K, KP, KP // SPLIT %}
+{% macro tap_of(kk, ci) %}tap = {{ kk }} / {{ CT }}, {{ ci }} = {{ kk }} % {{ CT }}{% endmacro %}
 {% endif %}
 {% macro finish_one() %}
 {% if has_slope %}
@@ -161,17 +166,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
         // one tap: its position is worked out once, then A_PER loads a plane apart.
         {
-{% if RUNTIME %}
-            const int kk = k0 + ak0, tap = fast_div(kk, g.ct_mul, g.ct_shr), ci0 = kk - tap * g.CT;
+            const int kk = k0 + ak0, {{ tap_of("kk", "ci0") }};
             const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
-            const bool ok = pin && kk < g.K && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
+            const bool ok = pin && kk < {{ KV }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
             const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
-{% else %}
-            const int kk = k0 + ak0, tap = kk / {{ CT }}, ci0 = kk % {{ CT }};
-            const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
-            const bool ok = pin && kk < {{ K }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
-            const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
-{% endif %}
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : ({{ et }})0;
         }
@@ -180,13 +178,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int j = 0; j < A_PER; ++j) {
             const int kk = k0 + ak0 + j;
             {{ et }} v = 0;
-{% if RUNTIME %}
-            if (pin && kk < g.K) {
-                const int tap = fast_div(kk, g.ct_mul, g.ct_shr), ci = kk - tap * g.CT;
-{% else %}
-            if (pin && kk < {{ K }}) {
-                const int tap = kk / {{ CT }}, ci = kk % {{ CT }};
-{% endif %}
+            if (pin && kk < {{ KV }}) {
+                const int {{ tap_of("kk", "ci") }};
                 const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
                 if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
                     v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
@@ -198,9 +191,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int j = 0; j < B_VEC; ++j) {
             const int e = tid + j * THREADS;  // uint4 index within the BN x BK tile
             const int row = e / (BK / VEC), col = (e % (BK / VEC)) * VEC;
-            breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ "g.KP" if RUNTIME else KP }} + k0 + col);
+            breg[j] = *(const uint4*)(w + (size_t)(n0 + row) * {{ KPV }} + k0 + col);
 {% if LO %}
-            lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ "g.KP" if RUNTIME else KP }} + k0 + col);
+            lreg[j] = *(const uint4*)(wl + (size_t)(n0 + row) * {{ KPV }} + k0 + col);
 {% endif %}
         }
     };
@@ -221,8 +214,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     float acc[MT][NT][4];
     each_sum(acc[i][j][q] = 0.0f);
 
-    // This block's share of K: {{ "g.KS" if RUNTIME else KP // SPLIT }} of it per split.
-    const int kbeg = blockIdx.z * {{ "g.KS" if RUNTIME else KP // SPLIT }}, kend = kbeg + {{ "g.KS" if RUNTIME else KP // SPLIT }};
+    // This block's share of K: {{ KSV }} of it per split.
+    const int kbeg = blockIdx.z * {{ KSV }}, kend = kbeg + {{ KSV }};
     load_tiles(kbeg);
     for (int k0 = kbeg; k0 < kend; k0 += BK) {
         __syncthreads();
