@@ -142,6 +142,18 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
     assert sorted(int(a["C"]) for a in geos) == [32 + 64 * i for i in range(DENSE_LAYERS)]
     assert all(int(a["K"]) == int(a["C"]) and int(a["KP"]) % 16 == 0 for a in geos)
 
+    # Backend option conv_shared_kernels=False: every layer its own kernel, no Geo at launch.
+    context._contexts[0]._seen.clear()
+    sess = td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True,
+        backend_options={"cuda": {"conv_shared_kernels": False}},
+    )  # fmt: skip
+    gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
+    assert len(gemms) == len(CONV_STACK) + DENSE_LAYERS
+    ((*_, kernel),) = sess.partitions
+    (plan,) = kernel.plans.values()
+    assert not any(isinstance(a, np.void) for step in plan.steps for a in getattr(step, "args", ()))
+
 
 def test_fast_division_magic_numbers():
     """conv_tc.cu divides by runtime extents as (umulhi(n, mul) + n) >> shr: exact for every

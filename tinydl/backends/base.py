@@ -85,6 +85,8 @@ class CompileOptions:
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
       float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
+      "conv_shared_kernels" (bool, default True: tensor-core convolutions that differ only in
+      their input channels, three or more in a plan, share one kernel; False specializes each),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
 

@@ -315,7 +315,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         if parts == 2:
             weights.append(b.upload("weights_lo", to_half(full - hi.astype(np.float32))))
     a_per = bm * bk // threads
-    shared = shares_channels(b)
+    shared = bool(b.option("conv_shared_kernels", True)) and shares_channels(b)
     params = dict(
         RUNTIME=shared,
         TF32=mode != "fp16",
