@@ -11,7 +11,7 @@ import re
 
 import pytest
 from helpers.cases import CASES, REFERENCE_CASES
-from helpers.models import ATTENTION_VARIANTS, attention_graph
+from helpers.models import ATTENTION_VARIANTS, attention_graph, kernel_of, only_plan
 from helpers.opcheck import backend_case, wrap_fp16
 
 from tinydl.backends.base import CompileOptions
@@ -86,8 +86,7 @@ def test_ppocr_models_compile_whole(fake_device, rapidocr_models, name, precisio
 
     graph = _fixed(td.load(rapidocr_models / name), REAL[name])
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert plan.steps
 
 
@@ -105,8 +104,7 @@ def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, prec
 
     graph = conv_graph(np.random.default_rng(0), (1, c, 30, 30), oc, k)
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.op for n in plan.nodes] == ["Relu", "tinydl.FusedConv"], plan.nodes
     sources = [src for src in context._contexts[0]._seen if "implicit GEMM" in src]
     # One source, or three where K is split (zero the workspace, the GEMM, the epilogue).
@@ -135,8 +133,7 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
     gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
     assert len(gemms) == len(CONV_STACK) + 1
     assert sum("fast_div(kk, g.ct_mul" in s for s in gemms) == 1  # the dense block's
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     geos = [a for step in plan.steps for a in getattr(step, "args", ()) if isinstance(a, np.void)]
     assert all(a.dtype == GEO for a in geos)
     assert sorted(int(a["C"]) for a in geos) == [32 + 64 * i for i in range(DENSE_LAYERS)]
@@ -150,8 +147,7 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
     )  # fmt: skip
     gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
     assert len(gemms) == len(CONV_STACK) + DENSE_LAYERS
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert not any(isinstance(a, np.void) for step in plan.steps for a in getattr(step, "args", ()))
 
 
@@ -230,8 +226,7 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device):
     path = importlib.resources.files("tinydl") / "models" / "espcn_x3.tdl"
     graph = _fixed(td.load(path), (2, 1, 37, 53))
     sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
 
 
@@ -243,8 +238,7 @@ def test_batch_norm_then_relu_is_one_launch(fake_device):
 
     graph = bn_activation_graph(np.random.default_rng(0), "Relu")
     sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.meta.get("label", n.op) for n in plan.nodes][:1] == ["BatchNormalization+Relu"]
 
 
@@ -257,8 +251,7 @@ def test_transposes_around_a_layer_norm_go_into_it(fake_device, precision):
 
     graph = channel_norm_graph(np.random.default_rng(0))
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     labels = [n.meta.get("label", n.op) for n in plan.nodes]
     assert "Transpose+LayerNormalization+Transpose" in labels and "Transpose" not in labels
 
@@ -272,8 +265,7 @@ def test_elementwise_run_is_one_launch_that_compiles(fake_device, precision):
 
     graph = elementwise_run_graph(np.random.default_rng(0))
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    ((*_, kernel),) = sess.partitions
-    (plan,) = kernel.plans.values()
+    plan = only_plan(kernel_of(sess, "cuda"))
     labels = [s.label for s in plan.steps]
     assert labels == ["Mul+Add+HardSwish+Sub+Relu+Sqrt", "Tanh", "Mul"], labels
 
@@ -444,7 +436,7 @@ def test_tables_are_uploaded_per_input_shape(fake_device):
     from tinydl.backends.cuda.program import Info
 
     sess = td.compile(shape_tables_graph(), backends=("cuda",), strict=True)
-    ((*_, kernel),) = sess.partitions
+    kernel = kernel_of(sess, "cuda")
 
     def tables():
         return {k: v for k, v in kernel._constants.items() if k[0] == "resize"}

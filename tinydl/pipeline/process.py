@@ -38,7 +38,7 @@ from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Frame, Packet
 from tinydl.pipeline.queues import RESERVED
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
-from tinydl.pipeline.shm import Pool, Receiver, _view, receiving, reference, sweep
+from tinydl.pipeline.shm import Pool, Receiver, block_view, receiving, reference, sweep
 
 START_TIMEOUT_S = 120.0  # spawn, imports and unpickling the component: not the component's time
 OPEN_TIMEOUT_S = 120.0  # open, when the component sets no timeout
@@ -203,7 +203,7 @@ def loads(
 def _loads(message: tuple, attached: dict[str, SharedMemory], copy: bool) -> Any:
     if message[0] == FRAME:
         _, port, ref, fmt, pts, flow_id, request_id, timestamp, app_id = message
-        frame = Frame(_view(*ref), fmt, pts)
+        frame = Frame(block_view(*ref), fmt, pts)
         return {port: Packet(frame, flow_id, request_id, timestamp, app_id)}
     name, layout, data = message
     if name is None:

@@ -255,7 +255,8 @@ class receiving:  # noqa: N801 - used as a context manager, as contextlib's are
         _receiving.rx = None
 
 
-def _view(name: str, offset: int, shape, dtype: str, strides) -> np.ndarray:
+def block_view(name: str, offset: int, shape, dtype: str, strides) -> np.ndarray:
+    """The array a `reference` names, in the block as this (receiving) process maps it."""
     return _receiving.rx.view(name, offset, shape, dtype, strides)
 
 
@@ -292,4 +293,4 @@ def reference(
     if lend and pool is not None and pool.lends and name.startswith(pool.prefix):
         pool.lend(name, base)
     offset = arr.__array_interface__["data"][0] - address
-    return (_view, (name, offset, arr.shape, arr.dtype.str, arr.strides))
+    return (block_view, (name, offset, arr.shape, arr.dtype.str, arr.strides))
