@@ -19,6 +19,7 @@ from helpers.models import (
     attention_graph,
     check_elementwise_run,
     conv_graph,
+    depthwise_block_graph,
     espcn,
     kernel_of,
     mediapipe_model,
@@ -719,6 +720,54 @@ def test_a_shortcut_listed_after_the_conv_moves_before_it(rng, shortcut):
     assert rel_err(got, want) <= 1e-5
 
 
+@pytest.mark.parametrize(
+    "channels,source,fill,precision",
+    [
+        ((8, 12), "input", 0.0, "fp32"),
+        ((6, 10), "conv", 0.0, "fp32"),
+        ((5, 16), "conv", 0.0, "fp16"),
+        ((6, 10), "input", 0.0, "fp16"),
+        ((8, 12), "conv", 1.5, "fp32"),  # not zeros: the Pad stays
+    ],
+)
+def test_a_channel_pad_of_the_residual_is_read_unpadded(rng, channels, source, fill, precision):
+    """BlazeFace's widening blocks: Add(conv(r), Pad(r)) where the Pad adds zero channels after
+    the last. The convolution reads r itself and adds nothing past its channels (r as NCHW, a
+    graph input, or packed-4, another conv's output; channel counts not a multiple of 4); a Pad
+    of another value stays a step of its own. Against NumPy."""
+    c, oc = channels
+    w = (rng.standard_normal((oc, c, 3, 3)) * 0.2).astype(np.float32)
+    consts = {"w": w, "pads": np.array([0, 0, 0, 0, 0, oc - c, 0, 0], np.int64)}
+    consts["fill"] = np.array(fill, np.float32)
+    nodes, r = [], "x"
+    if source == "conv":
+        consts["w0"] = (rng.standard_normal((c, c, 3, 3)) * 0.2).astype(np.float32)
+        nodes.append(Node("Conv", ["x", "w0"], ["c0"], {"pads": [1] * 4}, name="conv0"))
+        # packed-4 lanes past the channels hold Sigmoid(0) = 0.5: the read must leave them out
+        nodes.append(Node("Sigmoid", ["c0"], ["x0"], name="sigmoid"))
+        r = "x0"
+    nodes.append(Node("Conv", [r, "w"], ["c"], {"pads": [1] * 4}, name="conv"))
+    nodes.append(Node("Pad", [r, "pads", "fill"], ["p"], {"mode": "constant"}, name="pad"))
+    nodes.append(Node("Add", ["c", "p"], ["sum"], name="add"))
+    nodes.append(Node("Relu", ["sum"], ["y"], name="relu"))
+    shape = (2, c, 9, 13)
+    graph = validate(
+        Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, consts)
+    )
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run(x)["y"]
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    labels = [s.label for s in plan.steps]
+    assert ("Pad" in labels) == (fill != 0), labels
+    if fill == 0:
+        assert labels[-1] == "Conv+Add+Relu", labels
+        if source == "conv":  # read by convolutions alone
+            assert plan.infos["x0"].layout == "nc4hw4"
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
 def test_blazepalm_blocks_run_as_one_kernel_each(rng):
     """MediaPipe's palm detector (lite): its residual blocks end Add -> PRelu, which now runs in
     the convolution's epilogue (98 steps before, 79 after on lavapipe). Against NumPy."""
@@ -772,6 +821,76 @@ def test_residual_add_fused_into_conv(rng, late, precision, residual_from):
     labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
     assert any("Add" in label and "Conv" in label for label in labels) == (not late), labels
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,dilation,channels,source,act,residual,precision",
+    [
+        (3, 1, 1, 6, "input", "Clip", False, "fp32"),
+        (3, 2, 1, 6, "conv", "Relu", False, "fp32"),
+        (5, 1, 1, 12, "conv", None, False, "fp16"),
+        (3, 1, 2, 8, "input", "Clip", False, "fp16"),
+        (5, 2, 1, 13, "input", "Sigmoid", False, "fp32"),
+        (3, 1, 1, 10, "conv", "Clip", True, "fp32"),
+        (3, 1, 1, 10, "input", "Relu", True, "fp16"),
+    ],
+)
+def test_depthwise_conv_fused_into_the_pointwise_conv(
+    rng, monkeypatch, kernel, stride, dilation, channels, source, act, residual, precision
+):
+    """Depthwise conv -> BN -> activation -> 1x1 conv [-> + input -> Relu] (MobileNet's and
+    BlazeFace's blocks) runs as one kernel that computes the depthwise output as it stages the
+    1x1's input tile: kernels 3 and 5, strides 1 and 2, dilation 2, channels not a multiple of
+    4, the block's input read as NCHW (a graph input) or packed-4 (another conv's output), odd
+    sizes, two images (small ones: the fused kernel's least image size is lowered). Against
+    NumPy."""
+    from tinydl.backends.webgpu import program
+
+    monkeypatch.setattr(program, "DW_MIN_PIXELS", 1)
+    shape = (2, channels, 15, 19)
+    graph = depthwise_block_graph(
+        rng, shape, kernel, stride, dilation, oc=channels if residual else 10, source=source,
+        act=act, residual=residual,
+    )  # fmt: skip
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run(x)["y"]
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    labels = [s.label for s in plan.steps]
+    fused = [label for label in labels if label.startswith("DepthwiseConv")]
+    assert len(fused) == 1 and len(labels) == 1 + (source == "conv"), labels
+    assert fused[0].endswith("Conv+Add+Relu" if residual else "+Conv"), labels
+    if source == "conv":
+        assert plan.infos["x0"].layout == "nc4hw4"
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize("case", ["shared", "PRelu", "off", "small", "wide"])
+def test_depthwise_conv_kept_apart(rng, monkeypatch, case):
+    """The depthwise conv stays a kernel of its own when its output is read elsewhere too (a
+    graph output here), when its epilogue has a PRelu (one slope buffer a kernel, the 1x1's),
+    when the backend option fuse_depthwise is False, when the image is small (fewer pixels
+    than DW_MIN_PIXELS), or when the 1x1 has more than DW_MAX_OC output channels (each
+    workgroup would compute the depthwise output again). Against NumPy."""
+    from tinydl.backends.webgpu import program
+
+    if case != "small":
+        monkeypatch.setattr(program, "DW_MIN_PIXELS", 1)
+    graph = depthwise_block_graph(
+        rng, act="PRelu" if case == "PRelu" else "Clip", shared=case == "shared",
+        oc=program.DW_MAX_OC + 1 if case == "wide" else 10,
+    )  # fmt: skip
+    x = {"x": rng.standard_normal((2, 6, 15, 19)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)
+    options = {"webgpu": {"fuse_depthwise": case != "off"}}
+    sess = td.compile(graph, backends=("webgpu",), strict=True, backend_options=options)
+    got = sess.run(x)
+    labels = [s.label for s in only_plan(kernel_of(sess, "webgpu")).steps]
+    assert len(labels) == 2 and not any(label.startswith("Depthwise") for label in labels), labels
+    for name in want:
+        assert rel_err(got[name], want[name]) <= 1e-5, name
 
 
 @pytest.mark.parametrize("backend", ["webgpu", "cpu"])

@@ -616,6 +616,66 @@ def conv_stack_graph(rng, shape: tuple = (3, 32, 23, 29)) -> Graph:
     )
 
 
+def depthwise_block_graph(
+    rng,
+    shape: tuple = (2, 6, 15, 19),
+    kernel: int = 3,
+    stride: int = 1,
+    dilation: int = 1,
+    oc: int = 10,
+    source: str = "input",
+    act: str = "Clip",
+    residual: bool = False,
+    shared: bool = False,
+) -> Graph:
+    """A MobileNet / BlazeFace block: [a 3x3 conv making the block's input, when `source` is
+    "conv"] -> a depthwise `kernel` x `kernel` conv (same padding, `stride`, `dilation`) ->
+    BatchNormalization -> `act` (Clip as ReLU6, Relu, PRelu, or None) -> a 1x1 conv to `oc`
+    channels [-> + the block's input -> Relu, with `residual` (needs oc == C, stride 1)]. With
+    `shared`, the depthwise output is a graph output too."""
+    n, c, h, w = shape
+    consts = {
+        "wdw": (rng.standard_normal((c, 1, kernel, kernel)) / kernel).astype(np.float32),
+        "bdw": rng.standard_normal(c).astype(np.float32),
+        "gamma": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "beta": rng.standard_normal(c).astype(np.float32),
+        "mean": rng.standard_normal(c).astype(np.float32),
+        "var": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "wpw": (rng.standard_normal((oc, c, 1, 1)) / np.sqrt(c)).astype(np.float32),
+        "bpw": rng.standard_normal(oc).astype(np.float32),
+    }
+    nodes, x = [], "x"
+    if source == "conv":
+        consts["w0"] = (rng.standard_normal((c, c, 3, 3)) / (3 * np.sqrt(c))).astype(np.float32)
+        nodes.append(Node("Conv", ["x", "w0"], ["x0"], {"pads": [1] * 4}, name="conv0"))
+        x = "x0"
+    pad = dilation * (kernel - 1) // 2
+    attrs = {"group": c, "pads": [pad] * 4, "strides": [stride] * 2, "dilations": [dilation] * 2}
+    nodes.append(Node("Conv", [x, "wdw", "bdw"], ["d"], attrs, name="dw"))
+    nodes.append(
+        Node("BatchNormalization", ["d", "gamma", "beta", "mean", "var"], ["bn"], name="bn")
+    )
+    a = "bn"
+    if act == "Clip":
+        consts["lo"], consts["hi"] = np.array(0, np.float32), np.array(6, np.float32)
+        nodes.append(Node("Clip", ["bn", "lo", "hi"], ["a"], name="act"))
+        a = "a"
+    elif act == "PRelu":
+        consts["slope"] = rng.uniform(0.05, 0.4, (c, 1, 1)).astype(np.float32)
+        nodes.append(Node("PRelu", ["bn", "slope"], ["a"], name="act"))
+        a = "a"
+    elif act is not None:
+        nodes.append(Node(act, ["bn"], ["a"], name="act"))
+        a = "a"
+    nodes.append(Node("Conv", [a, "wpw", "bpw"], ["p"], name="pw"))
+    if residual:
+        nodes.append(Node("Add", ["p", x], ["s"], name="add"))
+        nodes.append(Node("Relu", ["s"], ["r"], name="relu"))
+    nodes[-1].outputs = ["y"]
+    outputs = [Value("y", "float32", None)] + ([Value(a, "float32", None)] if shared else [])
+    return validate(Graph([Value("x", "float32", shape)], outputs, nodes, consts))
+
+
 def elementwise_run_graph(rng) -> Graph:
     """Mul -> Add -> HardSwish -> Sub(z, .) -> Relu -> Sqrt as one run ("y"), and Tanh(z)
     read twice by a Mul ("w"): a value read twice ends a run."""

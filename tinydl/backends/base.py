@@ -75,7 +75,10 @@ class CompileOptions:
     - webgpu and cuda: "max_plans" (int, default 16: plans, one per set of input shapes, kept
       per compiled partition; the least recently used is freed first, with its buffers and
       per-shape tables).
-    - webgpu: "fuse_elementwise" (bool, default True), "conv_configs" ({node name or "*":
+    - webgpu: "fuse_elementwise" (bool, default True), "fuse_depthwise" (bool, default
+      True: a depthwise convolution computed inside the 1x1 convolution that alone reads
+      it), "residual_pads" (bool, default True: a residual that is a zero Pad adding
+      channels read unpadded by the convolution's epilogue), "conv_configs" ({node name or "*":
       "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
       the default; "fragment": every node the render path takes drawn into textures; "auto":
@@ -138,6 +141,7 @@ def threads_option(options: CompileOptions) -> int:
 # variable -> (backend, value -> options).
 ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_ELEMENTWISE": ("webgpu", lambda v: {"fuse_elementwise": v != "off"}),
+    "TINYDL_WEBGPU_DEPTHWISE": ("webgpu", lambda v: {"fuse_depthwise": v != "off"}),
     "TINYDL_WEBGPU_CONV": ("webgpu", lambda v: {"conv_configs": {"*": v}}),
     "TINYDL_WEBGPU_ACCUMULATE": ("webgpu", lambda v: {"accumulate": v}),
     "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),

@@ -194,6 +194,7 @@ def fuse_residuals(
     ok: Callable[[Node], bool] | None = None,
     slopes: bool = False,
     hoist: bool = False,
+    pads: bool = False,
 ) -> list[Node]:
     """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
     shape and is computed before the convolution runs, and the activation after the Add (if
@@ -201,7 +202,9 @@ def fuse_residuals(
     whether the backend's kernel for that convolution has the residual epilogue; `slopes`:
     whether it takes a PRelu after the Add (BlazeFace/BlazePalm blocks), when the
     convolution's own epilogue has none (one slope per kernel); `hoist`: whether r's cheap
-    producers (a shortcut's Pad or MaxPool) listed after the convolution may move before it."""
+    producers (a shortcut's Pad or MaxPool) listed after the convolution may move before it;
+    `pads`: whether r may be a zero Pad that only adds channels at the end (BlazeFace's shortcut
+    where a block widens), read unpadded by the kernel, which adds nothing past its channels."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     users = _readers(nodes)
     out: list[Node] = []
@@ -222,9 +225,18 @@ def fuse_residuals(
         add = us[0]
         other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
         shape = shape_of(y)
-        if shape_of(add.outputs[0]) != shape or shape_of(other) != shape:
+        pad = producer_at.get(other)
+        pad = nodes[pad] if pads and pad is not None else None
+        readers = users.get(other, [])
+        only = len(readers) == 1 and readers[0] is add
+        if pad is not None and only and channel_pad(pad, graph, shape_of):
+            other = pad.inputs[0]  # the Pad goes; the kernel reads its input
+        else:
+            pad = None
+        if shape_of(add.outputs[0]) != shape or other in graph.initializers:
             continue
-        if other in graph.initializers:
+        r = shape_of(other)
+        if r != shape and (pad is None or r[:1] + r[2:] != shape[:1] + shape[2:]):
             continue
         late = producer_at.get(other, -1) >= i
         moved = _hoist(other, i, nodes, producer_at, graph) if late and hoist else []
@@ -233,6 +245,9 @@ def fuse_residuals(
         # r's producers (a shortcut's Pad or MaxPool, listed after the conv) move before it.
         out[-1:-1] = [nodes[j] for j in moved]
         dropped.update(id(nodes[j]) for j in moved)
+        if pad is not None:
+            dropped.add(id(pad))
+            out = [n for n in out if n is not pad]
         meta = {**node.meta, "residual": other, "post": []}
         value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
         dropped.add(id(add))
@@ -250,6 +265,96 @@ def fuse_residuals(
             node.op, list(node.inputs), [value], dict(node.attrs), name=node.name, meta=meta
         )
     return out
+
+
+def depthwise(node: Node, shape_of) -> bool:
+    """Whether a node is a 2-D depthwise convolution (one input channel per group, one output
+    channel per input channel) whose epilogue has no PRelu and no residual or pixel shuffle."""
+    if node.op not in ("Conv", FUSED_CONV) or "d2s" in node.meta or "residual" in node.meta:
+        return False
+    shape = shape_of(node.inputs[0])
+    return (
+        len(shape) == 4
+        and node.attrs.get("group", 1) == shape[1] > 1
+        and shape_of(node.outputs[0])[1] == shape[1]
+        and not _has_slope(node)
+    )
+
+
+def pointwise(node: Node, graph) -> bool:
+    """Whether a node is a 1x1 convolution, stride 1, no padding, one group."""
+    if node.op not in ("Conv", FUSED_CONV):
+        return False
+    w = graph.initializers.get(node.inputs[1])
+    if w is None or w.shape[2:] != (1, 1):
+        return False
+    a = node.attrs
+    return (
+        a.get("group", 1) == 1
+        and all(s == 1 for s in a.get("strides") or [1])
+        and all(p == 0 for p in a.get("pads") or [0])
+        and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+    )
+
+
+def fuse_depthwise(
+    nodes: list[Node], keep: set[str], shape_of, graph, ok: Callable[[Node, Node], bool]
+) -> list[Node]:
+    """Fold a depthwise convolution (its BatchNormalization and activations with it) into the
+    1x1 convolution that alone reads it: the 1x1's kernel computes the depthwise output as it
+    stages its input tile, so the intermediate is never stored. The fused node reads the
+    depthwise convolution's input and carries it as `meta["dw"]` (MobileNet and BlazeFace
+    blocks: two kernels become one). `ok(pointwise, depthwise)`: whether the backend's kernel
+    takes the pair."""
+    users = _readers(nodes)
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    fused: dict[int, Node] = {}
+    dropped: set[int] = set()
+    for node in nodes:
+        if not pointwise(node, graph) or "dw" in node.meta:
+            continue
+        dw = producer.get(node.inputs[0])
+        if dw is None or id(dw) in dropped or not depthwise(dw, shape_of):
+            continue
+        v = dw.outputs[0]
+        if v in keep or users.get(v) != [node] or not ok(node, dw):
+            continue
+        dropped.add(id(dw))
+        label = ["Depthwise" + conv_label(dw), conv_label(node)]
+        fused[id(node)] = Node(
+            node.op,
+            [dw.inputs[0], *node.inputs[1:]],
+            list(node.outputs),
+            dict(node.attrs),
+            name=node.name,
+            meta={**node.meta, "dw": dw, "dw_shape": tuple(shape_of(v)), "label": "+".join(label)},
+        )
+    return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+def channel_pad(node: Node, graph, shape_of) -> bool:
+    """Whether a node is a constant zero Pad that only adds channels after the last (axis 1 of
+    a 4-D value)."""
+    if node.op != "Pad" or node.attrs.get("mode", "constant") != "constant":
+        return False
+    if len(node.inputs) > 1:
+        p = graph.initializers.get(node.inputs[1])
+    else:  # before opset 11: pads and value are attributes
+        p = node.attrs.get("pads")
+    fill = node.attrs.get("value", 0)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        fill = graph.initializers.get(node.inputs[2])
+    if p is None or fill is None or np.any(np.asarray(fill) != 0):
+        return False
+    if len(node.inputs) > 3 and node.inputs[3]:  # axes
+        return False
+    p = [int(v) for v in np.asarray(p).ravel()]
+    return (
+        len(shape_of(node.inputs[0])) == 4
+        and len(p) == 8
+        and p[5] > 0
+        and not any(v for i, v in enumerate(p) if i != 5)
+    )
 
 
 HOISTED_OPS = frozenset({"Pad", "MaxPool", "AveragePool", "Relu", "Clip", "Identity"})
@@ -331,6 +436,8 @@ def _silu(users: list[Node], value: str, consumers, keep: set[str]) -> Node | No
 
 def conv_label(node: Node) -> str:
     """Conv+Tanh+DepthToSpace: the ops a fused conv node stands for."""
+    if "dw" in node.meta:  # fuse_depthwise wrote the whole label
+        return node.meta["label"]
     parts = ["ConvTranspose" if node.op == "ConvTranspose" else "Conv"]
     if node.op == FUSED_CONV and node.attrs["activation"] != NO_ACTIVATION:
         parts.append(node.attrs["activation"])

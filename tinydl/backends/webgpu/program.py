@@ -27,6 +27,7 @@ from tinydl.backends.fusion import (
     fuse,
     fuse_attention,
     fuse_channel_norms,
+    fuse_depthwise,
     fuse_elementwise,
     fuse_residuals,
 )
@@ -34,7 +35,7 @@ from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels import grid as kernel_grid
 from tinydl.backends.webgpu.kernels.attention import MAX_DIM
-from tinydl.backends.webgpu.kernels.conv import direct_ok
+from tinydl.backends.webgpu.kernels.conv import DW_MAX_OC, DW_MIN_PIXELS, direct_ok
 from tinydl.backends.webgpu.kernels.fragment import (
     FRAGMENT,
     SHADER_MODES,
@@ -264,13 +265,22 @@ class Plan(planned.Plan):
         nodes = fuse(
             body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
         )
-        # A residual Add (and the activation after it) into conv_direct's epilogue; Winograd,
-        # opt-in, has no residual epilogue.
+        # A residual Add (and the activation after it, and a Pad that widened the residual's
+        # channels) into conv_direct's epilogue; Winograd, opt-in, has no residual epilogue.
         if not self.owner.extra.get("winograd"):
             nodes = fuse_residuals(
                 nodes, keep, shape_of, body,
                 ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
-                hoist=True,
+                hoist=True, pads=self.owner.extra.get("residual_pads", True),
+            )  # fmt: skip
+        # A depthwise convolution into the 1x1 convolution after it (extra["fuse_depthwise"] =
+        # False keeps them apart, for comparisons).
+        if self.owner.extra.get("fuse_depthwise", True):
+            nodes = fuse_depthwise(
+                nodes, keep, shape_of, body,
+                ok=lambda pw, dw: direct_ok(pw, w := body.initializers.get(pw.inputs[1]))
+                and w.shape[0] <= DW_MAX_OC
+                and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS,
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
         # Before the elementwise runs, which would take the scores' scale and mask.

@@ -67,6 +67,18 @@ class DirectConfig:
 MAX_DIRECT_WINDOW = 8 << 10
 
 
+# A depthwise convolution joins the 1x1 convolution after it (fusion.fuse_depthwise) when the
+# 1x1 has at most this many output channels: one workgroup's 4 vec4 of them, so each depthwise
+# output is computed once. Recomputed for every block of 16 output channels instead (every
+# pair fused), GPU ms on an H100 went up on MediaPipe's models (docs/webgpu.md, "A depthwise
+# convolution inside the 1x1"): palm detection 0.91 -> 1.46, pose landmark 2.36 -> 3.41, pose
+# detection 1.77 -> 2.58.
+DW_MAX_OC = 16
+# ... and when its image has at least this many pixels: the fused kernel's workgroups split the
+# image alone, so a small one leaves few of them to loop over every tap of every channel.
+DW_MIN_PIXELS = 4096
+
+
 def direct_ok(node, weights: np.ndarray | None = None) -> bool:
     """Whether the direct (staged-tile) kernel runs this convolution; `weights` gives the kernel
     size when the node has no kernel_shape attribute."""
@@ -108,6 +120,8 @@ def conv(b):
     xi, yo = b.info(0), b.out()
     w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
     n, c, ih, iw = as_2d(xi.shape)
+    if "dw" in b.node.meta:  # the input tile is a fused depthwise convolution's output
+        n, c, ih, iw = b.node.meta["dw_shape"]
     oc = w.shape[0]
     _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
     acts, slope = _epilogue(b, oc)
@@ -174,7 +188,7 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             else DirectConfig(**vars(override))
         )
     else:
-        cfg = _default_config(geom, scalar_in, oc4)
+        cfg = _default_config(geom, scalar_in, oc4, "dw" in b.node.meta)
         # fp16 accumulation is opt-in: about 1.5x faster on an H200, less accurate (see
         # docs/webgpu.md, "Precision").
         accumulate = b.option("accumulate")
@@ -200,7 +214,7 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
     return cfg
 
 
-def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
+def _default_config(g, scalar_in: bool, oc4: int, dw: bool = False) -> DirectConfig:
     """Blockings measured best on an H200 for ESPCN's layers at 360p with nc4hw4
     intermediates (tools/bench_webgpu_espcn.py --sweep): 32x4 threads of 2 rows x 4 vec4 of
     channels, one vec4 of input channels per barrier (0.273 ms for 64->32 3x3); for one
@@ -222,7 +236,11 @@ def _default_config(g, scalar_in: bool, oc4: int) -> DirectConfig:
     # few workgroups to loop over every input channel: fewer output channels and rows per
     # thread make more of them, down to one vec4 and one row.
     while _workgroups(cfg, g, oc4) < MIN_WORKGROUPS and (cfg.ocv > 1 or cfg.py > 1):
-        if cfg.ocv > 1:
+        if dw:  # fewer output channels a workgroup would compute the depthwise conv again
+            if cfg.py == 1:
+                break
+            cfg.py //= 2
+        elif cfg.ocv > 1:
             cfg.ocv //= 2
         else:
             cfg.py //= 2
@@ -306,9 +324,12 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         ri = b.info(residual)
         bindings.append(residual)
         store.update(
-            residual=True, rt=ri.stype, res_layout=ri.layout,
+            residual=True, rt=ri.stype, res_layout=ri.layout, RC=ri.shape[1],
+            RC4=math.ceil(ri.shape[1] / 4),
             post=epilogue_code(b.node.meta.get("post", []), activation_expr),
         )  # fmt: skip
+    dw = b.node.meta.get("dw")
+    store.update(_depthwise(b, dw, bindings) if dw is not None else {"dw": False})
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
@@ -340,6 +361,29 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         ct=cfg.ct,
         **store,
     )
+
+
+def _depthwise(b, dw, bindings: list) -> dict:
+    """A depthwise convolution fused before a 1x1 one (fusion.fuse_depthwise): its weights
+    (BatchNormalization folded in) as vec4 of channels per tap, then its bias, bound after the
+    others, and its window and epilogue as template parameters."""
+    bd = type(b)(b.plan, dw)
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(bd)
+    acts, _ = _epilogue(bd, w.shape[0])
+    _, c, xh, xw = bd.info(0).shape
+    c4, taps = math.ceil(c / 4), kernel_shape[0] * kernel_shape[1]
+    wp = np.zeros((c4 * 4, taps))
+    wp[:c] = w.reshape(c, taps)
+    bp = np.zeros(c4 * 4)
+    bp[:c] = bias
+    packed = np.concatenate([wp.reshape(c4, 4, taps).transpose(0, 2, 1).ravel(), bp])
+    bindings.append(b.upload("depthwise", packed.reshape(-1, 4).astype(np.float32), "f32"))
+    return dict(
+        dw=True, dw_binding=len(bindings) - 1, XH=xh, XW=xw,
+        DKH=kernel_shape[0], DKW=kernel_shape[1], DSH=strides[0], DSW=strides[1],
+        DDH=dilations[0], DDW=dilations[1], DPT=geo[0][0], DPL=geo[1][0],
+        dw_epilogue=epilogue_code(acts, activation_expr),
+    )  # fmt: skip
 
 
 @dataclass

@@ -13,24 +13,70 @@
 @group(0) @binding(2) var<storage, read> chan: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nc4hw4" else ot }}>;
 {% if residual %}
-// The residual: a value of the output's shape ({{ res_layout }}) added after the epilogue.
+// The residual: a value of the output's shape ({{ res_layout }}) added after the epilogue{% if RC < OC %};
+// it has {{ RC }} channels, the rest are zeros (a Pad that added channels, folded in){% endif %}.
 @group(0) @binding(4) var<storage, read> res: array<{{ "vec4<" ~ rt ~ ">" if res_layout == "nc4hw4" else rt }}>;
 
 fn residual_at(n: u32, oc4: u32, oy: u32, ox: u32) -> vec4<f32> {
-    if (ox >= {{ OW }}u || oy >= {{ OH }}u || oc4 >= {{ OC4 }}u) {
+    if (ox >= {{ OW }}u || oy >= {{ OH }}u || oc4 >= {{ RC4 }}u) {
         return vec4<f32>(0.0);
     }
 {% if res_layout == "nc4hw4" %}
-    return vec4<f32>(res[((n * {{ OC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+{% if RC < OC and RC % 4 %}
+    let v = vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+    if (oc4 == {{ RC4 - 1 }}u) {
+        return vec4<f32>({% for j in range(4) %}{{ "v." ~ "xyzw"[j] if j < RC % 4 else "0.0" }}{{ ", " if not loop.last }}{% endfor %});
+    }
+    return v;
+{% else %}
+    return vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+{% endif %}
 {% else %}
     var v = vec4<f32>(0.0);
 {% for j in range(4) %}
-    if (oc4 * 4u + {{ j }}u < {{ OC }}u) {
-        v[{{ j }}] = f32(res[((n * {{ OC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+    if (oc4 * 4u + {{ j }}u < {{ RC }}u) {
+        v[{{ j }}] = f32(res[((n * {{ RC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox]);
     }
 {% endfor %}
     return v;
 {% endif %}
+}
+{% endif %}
+
+{% if dw %}
+// The input tile is a depthwise convolution's output, computed as it is staged: its input
+// {{ N }}x{{ C }}x{{ XH }}x{{ XW }} ({{ in_layout }}), kernel {{ DKH }}x{{ DKW }}, stride {{ DSH }}x{{ DSW }}, dilation {{ DDH }}x{{ DDW }}, pad {{ DPT }},{{ DPL }};
+// its weights as vec4 of channels per tap, then its bias.
+@group(0) @binding({{ dw_binding }}) var<storage, read> dw: array<vec4<f32>>;
+
+fn dw_in(n: u32, c4: u32, iy: i32, ix: i32) -> vec4<f32> {
+    if (iy < 0 || iy >= {{ XH }} || ix < 0 || ix >= {{ XW }}) {
+        return vec4<f32>(0.0);
+    }
+{% if in_layout == "nc4hw4" %}
+    return vec4<f32>(x[((n * {{ C4 }}u + c4) * {{ XH }}u + u32(iy)) * {{ XW }}u + u32(ix)]);
+{% else %}
+    let base = (n * {{ C }}u + c4 * 4u) * {{ XH * XW }}u + u32(iy) * {{ XW }}u + u32(ix);
+    var v = vec4<f32>(0.0);
+{% for j in range(4) %}
+    if (c4 * 4u + {{ j }}u < {{ C }}u) { v[{{ j }}] = f32(x[base + {{ j * XH * XW }}u]); }
+{% endfor %}
+    return v;
+{% endif %}
+}
+
+fn depthwise(n: u32, c4: u32, oy: u32, ox: u32) -> vec4<f32> {
+    let iy = i32(oy * {{ DSH }}u) - {{ DPT }};
+    let ix = i32(ox * {{ DSW }}u) - {{ DPL }};
+    let wb = c4 * {{ DKH * DKW }}u;
+    var r = dw[{{ C4 * DKH * DKW }}u + c4];
+{% for ky in range(DKH) %}{% for kx in range(DKW) %}
+    r = fma(dw[wb + {{ ky * DKW + kx }}u], dw_in(n, c4, iy + {{ ky * DDH }}, ix + {{ kx * DDW }}), r);
+{% endfor %}{% endfor %}
+{% for e in dw_epilogue %}
+    r = {{ e }};
+{% endfor %}
+    return r;
 }
 {% endif %}
 
@@ -66,7 +112,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let c4 = ch * {{ CC4 }}u + cl;
             var v = {{ tin_t }}(0.0);
             if (iy >= 0 && iy < {{ IH }} && ix >= 0 && ix < {{ IW }} && c4 < {{ C4 }}u) {
-{% if scalar_in %}
+{% if dw %}
+                v = {{ tin_t }}(depthwise(n, c4, u32(iy), u32(ix)));
+{% elif scalar_in %}
                 v = {{ ct }}(x[(n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);
 {% elif in_layout == "nc4hw4" %}
                 v = {{ cvec }}(x[((n * {{ C4 }}u + c4) * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);

@@ -1,0 +1,84 @@
+"""The webgpu backend under several sets of backend options, in one process: per model and
+set, the plan's dispatches, the largest error against the NumPy reference, the median host
+in/out time of N runs (NumPy in, NumPy out) and the median GPU time (timestamps, device in/out,
+`bench_fragment.measure`); the sets alternate over R rounds, so they share the machine's state.
+
+    python tools/bench_webgpu_variants.py MODEL.tflite [MODEL.onnx ...] \\
+        --variant off='{"fuse_depthwise": false, "residual_pads": false}' --variant on='{}' \\
+        [--rounds 3] [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_fragment import measure
+
+import tinydl as td
+
+
+def variant(text: str) -> tuple[str, dict]:
+    name, _, options = text.partition("=")
+    if not name or not options:
+        raise argparse.ArgumentTypeError(f"expected NAME='{{json options}}', got {text!r}")
+    return name, json.loads(options)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("models", nargs="+", help="model files (.onnx, .tflite, ...)")
+    ap.add_argument("--variant", type=variant, action="append", required=True,
+                    help="NAME='{json backend options}' (webgpu), two or more")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
+    ap.add_argument("--runs", type=int, default=200, help="runs a round and set (default 200)")
+    args = ap.parse_args()
+    for path in args.models:
+        name = Path(path).name
+        graph = td.load(path)
+        rng = np.random.default_rng(0)
+        feeds = {
+            v.name: rng.random([d if isinstance(d, int) else 1 for d in v.shape], dtype=np.float32)
+            for v in graph.inputs
+        }
+        want = td.compile(graph, backends=("numpy",)).run(feeds)
+        sessions = {}
+        for label, options in args.variant:
+            sess = td.compile(
+                graph, backends=("webgpu",), strict=True, backend_options={"webgpu": options}
+            )
+            got = sess.run(feeds)
+            err = max(
+                float(np.abs(got[k] - want[k]).max() / (np.abs(want[k]).max() + 1e-12))
+                for k in want
+            )
+            plan = next(iter(sess.partitions[0].kernel.plans.values()))
+            print(f"{name} {label}: {len(plan.steps)} dispatches, largest error {err:.1e}")
+            sessions[label] = sess
+        host: dict[str, list[float]] = {label: [] for label, _ in args.variant}
+        gpu: dict[str, list[float]] = {label: [] for label, _ in args.variant}
+        for r in range(args.rounds):
+            order = args.variant if r % 2 == 0 else args.variant[::-1]
+            for label, options in order:
+                sess = sessions[label]
+                for _ in range(20):
+                    sess.run(feeds)
+                times = []
+                for _ in range(args.runs):
+                    t = time.perf_counter()
+                    sess.run(feeds)
+                    times.append(time.perf_counter() - t)
+                host[label].append(1e3 * statistics.median(times))
+                gpu[label].append(measure(graph, feeds, "fp32", options, args.runs)[0]["gpu_ms"])
+        for label, _ in args.variant:
+            h = ", ".join(f"{v:.3f}" for v in host[label])
+            g = ", ".join(f"{v:.3f}" for v in gpu[label])
+            print(f"{name} {label}: host in/out ms {h} | GPU ms {g}")
+
+
+if __name__ == "__main__":
+    main()
