@@ -720,6 +720,19 @@ def test_a_shortcut_listed_after_the_conv_moves_before_it(rng, shortcut):
     assert rel_err(got, want) <= 1e-5
 
 
+def _against_numpy(graph, x: dict, precision: str = "fp32", **options):
+    """The graph's output "y" on webgpu (strict, `options` as its backend options) and from
+    NumPy, and the webgpu plan's step labels."""
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(
+        graph, backends=("webgpu",), precision=precision, strict=True,
+        backend_options={"webgpu": options},
+    )  # fmt: skip
+    got = sess.run(x)["y"]
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    return got, want, plan, [s.label for s in plan.steps]
+
+
 @pytest.mark.parametrize(
     "channels,source,fill,precision",
     [
@@ -755,11 +768,7 @@ def test_a_channel_pad_of_the_residual_is_read_unpadded(rng, channels, source, f
         Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, consts)
     )
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
-    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
-    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
-    got = sess.run(x)["y"]
-    plan = only_plan(kernel_of(sess, "webgpu"))
-    labels = [s.label for s in plan.steps]
+    got, want, plan, labels = _against_numpy(graph, x, precision)
     assert ("Pad" in labels) == (fill != 0), labels
     if fill == 0:
         assert labels[-1] == "Conv+Add+Relu", labels
@@ -853,11 +862,7 @@ def test_depthwise_conv_fused_into_the_pointwise_conv(
         act=act, residual=residual,
     )  # fmt: skip
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
-    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
-    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
-    got = sess.run(x)["y"]
-    plan = only_plan(kernel_of(sess, "webgpu"))
-    labels = [s.label for s in plan.steps]
+    got, want, plan, labels = _against_numpy(graph, x, precision)
     fused = [label for label in labels if label.startswith("DepthwiseConv")]
     assert len(fused) == 1 and len(labels) == 1 + (source == "conv"), labels
     assert fused[0].endswith("Conv+Add+Relu" if residual else "+Conv"), labels
