@@ -734,20 +734,25 @@ def _against_numpy(graph, x: dict, precision: str = "fp32", **options):
 
 
 @pytest.mark.parametrize(
-    "channels,source,fill,precision",
+    "channels,source,fill,pool,precision",
     [
-        ((8, 12), "input", 0.0, "fp32"),
-        ((6, 10), "conv", 0.0, "fp32"),
-        ((5, 16), "conv", 0.0, "fp16"),
-        ((6, 10), "input", 0.0, "fp16"),
-        ((8, 12), "conv", 1.5, "fp32"),  # not zeros: the Pad stays
+        ((8, 12), "input", 0.0, 1, "fp32"),
+        ((6, 10), "conv", 0.0, 1, "fp32"),
+        ((5, 16), "conv", 0.0, 1, "fp16"),
+        ((6, 10), "input", 0.0, 1, "fp16"),
+        ((8, 12), "conv", 1.5, 1, "fp32"),  # not zeros: the Pad stays
+        ((8, 12), "conv", 0.0, 2, "fp32"),  # a stride-2 block: MaxPool, then Pad
+        ((6, 6), "input", 0.0, 2, "fp16"),  # MaxPool alone
+        ((5, 8), "conv", 0.0, 3, "fp32"),
     ],
 )
-def test_a_channel_pad_of_the_residual_is_read_unpadded(rng, channels, source, fill, precision):
-    """BlazeFace's widening blocks: Add(conv(r), Pad(r)) where the Pad adds zero channels after
-    the last. The convolution reads r itself and adds nothing past its channels (r as NCHW, a
-    graph input, or packed-4, another conv's output; channel counts not a multiple of 4); a Pad
-    of another value stays a step of its own. Against NumPy."""
+def test_a_shortcut_pad_and_pool_are_read_through(rng, channels, source, fill, pool, precision):
+    """BlazeFace's widening blocks: Add(conv(r), Pad(MaxPool(r))) where the Pad adds zero
+    channels after the last and the MaxPool (k x k, stride k, for a stride-k block) may be
+    missing. The convolution reads r itself, pooling as it reads and adding nothing past its
+    channels (r as NCHW, a graph input, or packed-4, another conv's output; channel counts not
+    a multiple of 4; pools 2 and 3); a Pad of another value stays a step of its own. Against
+    NumPy."""
     c, oc = channels
     w = (rng.standard_normal((oc, c, 3, 3)) * 0.2).astype(np.float32)
     consts = {"w": w, "pads": np.array([0, 0, 0, 0, 0, oc - c, 0, 0], np.int64)}
@@ -759,11 +764,18 @@ def test_a_channel_pad_of_the_residual_is_read_unpadded(rng, channels, source, f
         # packed-4 lanes past the channels hold Sigmoid(0) = 0.5: the read must leave them out
         nodes.append(Node("Sigmoid", ["c0"], ["x0"], name="sigmoid"))
         r = "x0"
-    nodes.append(Node("Conv", [r, "w"], ["c"], {"pads": [1] * 4}, name="conv"))
-    nodes.append(Node("Pad", [r, "pads", "fill"], ["p"], {"mode": "constant"}, name="pad"))
-    nodes.append(Node("Add", ["c", "p"], ["sum"], name="add"))
+    attrs = {"pads": [1] * 4, "strides": [pool] * 2}
+    nodes.append(Node("Conv", [r, "w"], ["c"], attrs, name="conv"))
+    if pool > 1:
+        attrs = {"kernel_shape": [pool] * 2, "strides": [pool] * 2}
+        nodes.append(Node("MaxPool", [r], ["m"], attrs, name="pool"))
+        r = "m"
+    if oc > c:
+        nodes.append(Node("Pad", [r, "pads", "fill"], ["p"], {"mode": "constant"}, name="pad"))
+        r = "p"
+    nodes.append(Node("Add", ["c", r], ["sum"], name="add"))
     nodes.append(Node("Relu", ["sum"], ["y"], name="relu"))
-    shape = (2, c, 9, 13)
+    shape = (2, c, 9, 13) if pool == 1 else (2, c, 5 * pool, 7 * pool)
     graph = validate(
         Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, consts)
     )
@@ -771,9 +783,47 @@ def test_a_channel_pad_of_the_residual_is_read_unpadded(rng, channels, source, f
     got, want, plan, labels = _against_numpy(graph, x, precision)
     assert ("Pad" in labels) == (fill != 0), labels
     if fill == 0:
-        assert labels[-1] == "Conv+Add+Relu", labels
+        assert labels[-1] == "Conv+Add+Relu" and "MaxPool" not in labels, labels
         if source == "conv":  # read by convolutions alone
             assert plan.infos["x0"].layout == "nc4hw4"
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "c,oc,stride,precision,shared",
+    [
+        (6, 10, 1, "fp32", False),
+        (3, 8, 2, "fp32", False),  # a TensorFlow model's RGB input
+        (8, 5, 1, "fp16", False),
+        (6, 10, 1, "fp32", True),  # both transposed values are outputs too: kept
+    ],
+)
+def test_channels_last_transposes_fold_into_the_conv(rng, c, oc, stride, precision, shared):
+    """NHWC -> Transpose(0, 3, 1, 2) -> Conv -> Relu -> Transpose(0, 2, 3, 1) (a model
+    converted from TensorFlow: its input and its heads) runs as one kernel that reads NHWC and
+    stores NHWC; when the transposed values are read elsewhere too, the Transposes stay.
+    Against NumPy."""
+    w = (rng.standard_normal((oc, c, 3, 3)) / (3 * np.sqrt(c))).astype(np.float32)
+    nodes = [
+        Node("Transpose", ["x"], ["t"], {"perm": [0, 3, 1, 2]}, name="to_nchw"),
+        Node("Conv", ["t", "w", "b"], ["c"], {"pads": [1] * 4, "strides": [stride] * 2}),
+        Node("Relu", ["c"], ["r"], name="relu"),
+        Node("Transpose", ["r"], ["y"], {"perm": [0, 2, 3, 1]}, name="to_nhwc"),
+    ]
+    outputs = [Value("y", "float32", None)]
+    if shared:
+        outputs += [Value("t", "float32", None), Value("r", "float32", None)]
+    shape = (2, 9, 13, c)
+    consts = {"w": w, "b": rng.standard_normal(oc).astype(np.float32)}
+    graph = validate(Graph([Value("x", "float32", shape)], outputs, nodes, consts))
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, want, _, labels = _against_numpy(graph, x, precision)
+    if shared:
+        assert labels == ["Transpose", "Conv+Relu", "Transpose"], labels
+    else:
+        assert labels == ["Transpose+Conv+Relu+Transpose"], labels
+    assert got.shape == want.shape
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 
 

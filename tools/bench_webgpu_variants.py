@@ -4,7 +4,7 @@ in/out time of N runs (NumPy in, NumPy out) and the median GPU time (timestamps,
 `bench_fragment.measure`); the sets alternate over R rounds, so they share the machine's state.
 
     python tools/bench_webgpu_variants.py MODEL.tflite [MODEL.onnx ...] \\
-        --variant off='{"fuse_depthwise": false, "residual_pads": false}' --variant on='{}' \\
+        --variant off='{"fuse_depthwise": false, "fold_shortcuts": false}' --variant on='{}' \\
         [--rounds 3] [--runs 200]
 """
 

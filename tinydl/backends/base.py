@@ -77,8 +77,10 @@ class CompileOptions:
       per-shape tables).
     - webgpu: "fuse_elementwise" (bool, default True), "fuse_depthwise" (bool, default
       True: a depthwise convolution computed inside the 1x1 convolution that alone reads
-      it), "residual_pads" (bool, default True: a residual that is a zero Pad adding
-      channels read unpadded by the convolution's epilogue), "conv_configs" ({node name or "*":
+      it), "fold_shortcuts" (bool, default True: a residual that is a zero Pad adding
+      channels or a k x k MaxPool of stride k, read through by the convolution's epilogue),
+      "fuse_channels_last" (bool, default True: Transposes between NHWC and NCHW folded into
+      a convolution's loads and stores), "conv_configs" ({node name or "*":
       "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
       the default; "fragment": every node the render path takes drawn into textures; "auto":

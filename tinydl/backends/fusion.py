@@ -195,6 +195,7 @@ def fuse_residuals(
     slopes: bool = False,
     hoist: bool = False,
     pads: bool = False,
+    pools: bool = False,
 ) -> list[Node]:
     """Fold `Add(conv_out, r)` into the convolution's epilogue when r has the output's exact
     shape and is computed before the convolution runs, and the activation after the Add (if
@@ -204,7 +205,9 @@ def fuse_residuals(
     convolution's own epilogue has none (one slope per kernel); `hoist`: whether r's cheap
     producers (a shortcut's Pad or MaxPool) listed after the convolution may move before it;
     `pads`: whether r may be a zero Pad that only adds channels at the end (BlazeFace's shortcut
-    where a block widens), read unpadded by the kernel, which adds nothing past its channels."""
+    where a block widens), read unpadded by the kernel, which adds nothing past its channels;
+    `pools`: whether r (or the value so padded) may be a k x k MaxPool of stride k (the
+    shortcut of a stride-2 block), read through the pool by the kernel (`meta["res_pool"]`)."""
     producer_at = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     users = _readers(nodes)
     out: list[Node] = []
@@ -233,10 +236,24 @@ def fuse_residuals(
             other = pad.inputs[0]  # the Pad goes; the kernel reads its input
         else:
             pad = None
+        pool = producer_at.get(other)
+        pool = nodes[pool] if pools and pool is not None else None
+        k = 1
+        readers = users.get(other, [])
+        only = len(readers) == 1 and readers[0] is (pad or add)
+        if pool is not None and only and _plain_pool(pool):
+            k = pool.attrs["kernel_shape"][0]
+            other = pool.inputs[0]  # the MaxPool goes; the kernel pools as it reads
+        else:
+            pool = None
         if shape_of(add.outputs[0]) != shape or other in graph.initializers:
             continue
         r = shape_of(other)
-        if r != shape and (pad is None or r[:1] + r[2:] != shape[:1] + shape[2:]):
+        if len(r) != len(shape) or r[0] != shape[0] or (r[1] != shape[1] and pad is None):
+            continue
+        if r[1] > shape[1] or any(a // k != b for a, b in zip(r[2:], shape[2:], strict=True)):
+            continue
+        if pool is None and r[2:] != shape[2:]:
             continue
         late = producer_at.get(other, -1) >= i
         moved = _hoist(other, i, nodes, producer_at, graph) if late and hoist else []
@@ -245,10 +262,13 @@ def fuse_residuals(
         # r's producers (a shortcut's Pad or MaxPool, listed after the conv) move before it.
         out[-1:-1] = [nodes[j] for j in moved]
         dropped.update(id(nodes[j]) for j in moved)
-        if pad is not None:
-            dropped.add(id(pad))
-            out = [n for n in out if n is not pad]
+        for gone in (pad, pool):
+            if gone is not None:
+                dropped.add(id(gone))
+                out = [n for n in out if n is not gone]
         meta = {**node.meta, "residual": other, "post": []}
+        if pool is not None:
+            meta["res_pool"] = k
         value, label = add.outputs[0], [node.meta.get("label", node.op), "Add"]
         dropped.add(id(add))
         after = users.get(value, [])
@@ -330,6 +350,70 @@ def fuse_depthwise(
             meta={**node.meta, "dw": dw, "dw_shape": tuple(shape_of(v)), "label": "+".join(label)},
         )
     return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+def fuse_channels_last(nodes: list[Node], keep: set[str], shape_of, ok) -> list[Node]:
+    """Fold the Transposes between channels-last and NCHW into convolutions: one to
+    channels-last (perm 0, 2, 3, 1) that alone reads a convolution's output, which the
+    convolution then stores NHWC (`meta["nhwc"]`; the heads of models converted from
+    TensorFlow, as MediaPipe's, transpose every output so), and one from channels-last (perm 0,
+    3, 1, 2) that only a convolution reads, which then reads the NHWC value (`meta["nhwc_in"]`;
+    such models' input). `ok(conv)`: whether the backend's kernel for that convolution can."""
+    users = _readers(nodes)
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    fused: dict[int, Node] = {}
+    dropped: set[int] = set()
+    for node in nodes:
+        if node.op not in ("Conv", FUSED_CONV) or {"dw", "nhwc_in"} & set(node.meta):
+            continue
+        t = producer.get(node.inputs[0])
+        if t is None or t.op != "Transpose" or list(t.attrs.get("perm") or []) != [0, 3, 1, 2]:
+            continue
+        readers = users.get(t.outputs[0], [])
+        if t.outputs[0] in keep or len(readers) != 1 or not ok(node):
+            continue
+        dropped.add(id(t))
+        fused[id(node)] = Node(
+            node.op, [t.inputs[0], *node.inputs[1:]], list(node.outputs), dict(node.attrs),
+            name=node.name, meta={**node.meta, "nhwc_in": True},
+        )  # fmt: skip
+    nodes = [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+    users = _readers(nodes)
+    fused, dropped = {}, set()
+    for node in nodes:
+        if node.op not in ("Conv", FUSED_CONV) or {"d2s", "nhwc"} & set(node.meta):
+            continue
+        y = node.outputs[0]
+        us = users.get(y, [])
+        if y in keep or len(us) != 1 or us[0].op != "Transpose" or len(shape_of(y)) != 4:
+            continue
+        if list(us[0].attrs.get("perm") or []) != [0, 2, 3, 1] or not ok(node):
+            continue
+        dropped.add(id(us[0]))
+        meta = {**node.meta, "nhwc": True, "label": f"{node.meta.get('label', node.op)}+Transpose"}
+        fused[id(node)] = Node(
+            node.op, list(node.inputs), list(us[0].outputs), dict(node.attrs), name=node.name,
+            meta=meta,
+        )  # fmt: skip
+    return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+def _plain_pool(node: Node) -> bool:
+    """Whether a node is a 2-D k x k MaxPool of stride k: no padding, dilation or ceil mode,
+    one output."""
+    a = node.attrs
+    k = a.get("kernel_shape") or []
+    return (
+        node.op == "MaxPool"
+        and len(k) == 2
+        and k[0] == k[1] > 1
+        and list(a.get("strides") or [1, 1]) == list(k)
+        and not any(a.get("pads") or [])
+        and all(d == 1 for d in a.get("dilations") or [1])
+        and not a.get("ceil_mode", 0)
+        and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+        and len([o for o in node.outputs if o]) == 1
+    )
 
 
 def channel_pad(node: Node, graph, shape_of) -> bool:
@@ -441,7 +525,8 @@ def conv_label(node: Node) -> str:
     parts = ["ConvTranspose" if node.op == "ConvTranspose" else "Conv"]
     if node.op == FUSED_CONV and node.attrs["activation"] != NO_ACTIVATION:
         parts.append(node.attrs["activation"])
-    return "+".join(parts + node.meta.get("label", node.op).split("+")[1:])
+    parts += node.meta.get("label", node.op).split("+")[1:]
+    return "+".join(["Transpose", *parts] if "nhwc_in" in node.meta else parts)
 
 
 def epilogue(b, channels: int) -> tuple[list, np.ndarray | None]:

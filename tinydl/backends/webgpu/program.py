@@ -27,6 +27,7 @@ from tinydl.backends.fusion import (
     fuse,
     fuse_attention,
     fuse_channel_norms,
+    fuse_channels_last,
     fuse_depthwise,
     fuse_elementwise,
     fuse_residuals,
@@ -265,13 +266,14 @@ class Plan(planned.Plan):
         nodes = fuse(
             body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
         )
-        # A residual Add (and the activation after it, and a Pad that widened the residual's
-        # channels) into conv_direct's epilogue; Winograd, opt-in, has no residual epilogue.
+        # A residual Add (and the activation after it, and the shortcut's Pad of channels and
+        # MaxPool) into conv_direct's epilogue; Winograd, opt-in, has no residual epilogue.
         if not self.owner.extra.get("winograd"):
+            shortcuts = self.owner.extra.get("fold_shortcuts", True)
             nodes = fuse_residuals(
                 nodes, keep, shape_of, body,
                 ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
-                hoist=True, pads=self.owner.extra.get("residual_pads", True),
+                hoist=True, pads=shortcuts, pools=shortcuts,
             )  # fmt: skip
         # A depthwise convolution into the 1x1 convolution after it (extra["fuse_depthwise"] =
         # False keeps them apart, for comparisons).
@@ -283,6 +285,14 @@ class Plan(planned.Plan):
                 and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS,
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
+        # The Transposes between NHWC and NCHW around convolutions (TensorFlow models' input
+        # and heads) into the convolution's loads and stores; after the channel norms, whose
+        # kernel takes the Transposes around a LayerNormalization. Compute path only: the
+        # render path folds a frame's Cast and Transpose into its texture transition.
+        if self.owner.extra.get("fuse_channels_last", True) and self.shaders == "compute":
+            nodes = fuse_channels_last(
+                nodes, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
+            )
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per
@@ -551,7 +561,7 @@ class Plan(planned.Plan):
                     users.setdefault(name, []).append((node, i))
         for node in self.nodes:
             kd = REGISTRY[node.op]
-            if kd.packed4 is None or not kd.packed4(node, self) or "d2s" in node.meta:
+            if kd.packed4 is None or not kd.packed4(node, self) or {"d2s", "nhwc"} & set(node.meta):
                 continue
             name = node.outputs[0]
             readers = users.get(name, [])

@@ -94,18 +94,21 @@ def direct_ok(node, weights: np.ndarray | None = None) -> bool:
 
 def _packed4(node, plan) -> bool:
     return (
-        direct_ok(node, plan.const(node.inputs[1])) and len(plan.infos[node.inputs[0]].shape) == 4
+        direct_ok(node, plan.const(node.inputs[1]))
+        and len(plan.infos[node.inputs[0]].shape) == 4
+        and "nhwc_in" not in node.meta  # reads channels-last
     )
 
 
-def conv_window(b) -> tuple:
+def conv_window(b, spatial: tuple | None = None) -> tuple:
     """A conv node's weights (BatchNormalization folded in), bias, and 2-D window: kernel shape,
-    strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W."""
+    strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W.
+    `spatial`: the input's spatial size, when input 0 is not the NCHW value the conv reads."""
     w, bias = _weights_and_bias(b, 0)
     kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
     strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
     geo = window_geometry(
-        b.info(0).shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"]
+        spatial or b.info(0).shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"]
     )
     if len(kernel_shape) == 1:
         kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
@@ -118,12 +121,20 @@ def conv_window(b) -> tuple:
 def conv(b):
     b.label = conv_label(b.node)
     xi, yo = b.info(0), b.out()
-    w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
     n, c, ih, iw = as_2d(xi.shape)
     if "dw" in b.node.meta:  # the input tile is a fused depthwise convolution's output
         n, c, ih, iw = b.node.meta["dw_shape"]
+    elif "nhwc_in" in b.node.meta:  # reads the channels-last value a Transpose would permute
+        n, ih, iw, c = xi.shape
+    spatial = (ih, iw) if {"dw", "nhwc_in"} & set(b.node.meta) else None
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(b, spatial)
     oc = w.shape[0]
-    _, _, oh, ow = as_2d(yo.shape) if "d2s" not in b.node.meta else (0, 0, geo[0][2], geo[1][2])
+    if "d2s" in b.node.meta:
+        oh, ow = geo[0][2], geo[1][2]
+    elif "nhwc" in b.node.meta:  # a Transpose to channels-last fused: N, H, W, C
+        oh, ow = yo.shape[1:3]
+    else:
+        _, _, oh, ow = as_2d(yo.shape)
     acts, slope = _epilogue(b, oc)
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
     if "residual" in b.node.meta and not direct_ok(b.node, w):
@@ -150,7 +161,7 @@ def _store_params(b, bias, slope, acts, oc: int):
     bs = d2s[0] if d2s else 1
     yo = b.out()
     return cbuf, dict(
-        out_mode="d2s" if d2s else yo.layout,
+        out_mode="d2s" if d2s else "nhwc" if "nhwc" in b.node.meta else yo.layout,
         ot=yo.stype,
         has_slope=slope is not None,
         epilogue=epilogue_code(acts, activation_expr),
@@ -325,7 +336,8 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         bindings.append(residual)
         store.update(
             residual=True, rt=ri.stype, res_layout=ri.layout, RC=ri.shape[1],
-            RC4=math.ceil(ri.shape[1] / 4),
+            RC4=math.ceil(ri.shape[1] / 4), RK=b.node.meta.get("res_pool", 1),
+            RH=as_2d(ri.shape)[2], RW=as_2d(ri.shape)[3],
             post=epilogue_code(b.node.meta.get("post", []), activation_expr),
         )  # fmt: skip
     dw = b.node.meta.get("dw")
@@ -355,7 +367,7 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         WCHUNK=wchunk,
         rows=rows,
         scalar_in=scalar_in,
-        in_layout=xi.layout,
+        in_layout="nhwc" if "nhwc_in" in b.node.meta else xi.layout,
         st=xi.stype,
         wt=wt,
         ct=cfg.ct,

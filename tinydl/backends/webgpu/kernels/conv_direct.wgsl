@@ -14,31 +14,44 @@
 @group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nc4hw4" else ot }}>;
 {% if residual %}
 // The residual: a value of the output's shape ({{ res_layout }}) added after the epilogue{% if RC < OC %};
-// it has {{ RC }} channels, the rest are zeros (a Pad that added channels, folded in){% endif %}.
+// it has {{ RC }} channels, the rest are zeros (a Pad that added channels, folded in){% endif %}{% if RK > 1 %};
+// read through a {{ RK }}x{{ RK }} max pool of stride {{ RK }} (folded in) from {{ RH }}x{{ RW }}{% endif %}.
 @group(0) @binding(4) var<storage, read> res: array<{{ "vec4<" ~ rt ~ ">" if res_layout == "nc4hw4" else rt }}>;
 
-fn residual_at(n: u32, oc4: u32, oy: u32, ox: u32) -> vec4<f32> {
-    if (ox >= {{ OW }}u || oy >= {{ OH }}u || oc4 >= {{ RC4 }}u) {
-        return vec4<f32>(0.0);
-    }
+fn res_load(n: u32, oc4: u32, ry: u32, rx: u32) -> vec4<f32> {
 {% if res_layout == "nc4hw4" %}
 {% if RC < OC and RC % 4 %}
-    let v = vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+    let v = vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ RH }}u + ry) * {{ RW }}u + rx]);
     if (oc4 == {{ RC4 - 1 }}u) {
         return vec4<f32>({% for j in range(4) %}{{ "v." ~ "xyzw"[j] if j < RC % 4 else "0.0" }}{{ ", " if not loop.last }}{% endfor %});
     }
     return v;
 {% else %}
-    return vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+    return vec4<f32>(res[((n * {{ RC4 }}u + oc4) * {{ RH }}u + ry) * {{ RW }}u + rx]);
 {% endif %}
 {% else %}
     var v = vec4<f32>(0.0);
 {% for j in range(4) %}
     if (oc4 * 4u + {{ j }}u < {{ RC }}u) {
-        v[{{ j }}] = f32(res[((n * {{ RC }}u + oc4 * 4u + {{ j }}u) * {{ OH }}u + oy) * {{ OW }}u + ox]);
+        v[{{ j }}] = f32(res[((n * {{ RC }}u + oc4 * 4u + {{ j }}u) * {{ RH }}u + ry) * {{ RW }}u + rx]);
     }
 {% endfor %}
     return v;
+{% endif %}
+}
+
+fn residual_at(n: u32, oc4: u32, oy: u32, ox: u32) -> vec4<f32> {
+    if (ox >= {{ OW }}u || oy >= {{ OH }}u || oc4 >= {{ RC4 }}u) {
+        return vec4<f32>(0.0);
+    }
+{% if RK > 1 %}
+    var v = res_load(n, oc4, oy * {{ RK }}u, ox * {{ RK }}u);
+{% for t in range(1, RK * RK) %}
+    v = max(v, res_load(n, oc4, oy * {{ RK }}u + {{ t // RK }}u, ox * {{ RK }}u + {{ t % RK }}u));
+{% endfor %}
+    return v;
+{% else %}
+    return res_load(n, oc4, oy, ox);
 {% endif %}
 }
 {% endif %}
@@ -118,6 +131,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 v = {{ ct }}(x[(n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);
 {% elif in_layout == "nc4hw4" %}
                 v = {{ cvec }}(x[((n * {{ C4 }}u + c4) * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)]);
+{% elif in_layout == "nhwc" %}
+                let base = ((n * {{ IH }}u + u32(iy)) * {{ IW }}u + u32(ix)) * {{ C }}u + c4 * 4u;
+{% for j in range(4) %}
+                if (c4 * 4u + {{ j }}u < {{ C }}u) { v[{{ j }}] = {{ ct }}(x[base + {{ j }}u]); }
+{% endfor %}
 {% else %}
                 let base = (n * {{ C }}u + c4 * 4u) * {{ IH * IW }}u + u32(iy) * {{ IW }}u + u32(ix);
 {% for j in range(4) %}

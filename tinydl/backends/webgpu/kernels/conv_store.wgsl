@@ -1,10 +1,17 @@
 {# Macros of the convolution templates (imported with context; renders nothing itself). #}
 {# store: write vec4<f32> `r` (output channels 4*oc4..4*oc4+3 of pixel ox,oy of image n) in the
-   output layout: nc4hw4, NCHW, or NCHW through a fused DepthToSpace (BS, CO, dcr). #}
+   output layout: nc4hw4, NCHW, NHWC (a Transpose to channels-last fused), or NCHW through a
+   fused DepthToSpace (BS, CO, dcr). #}
 {% macro store(r, ox, oy, oc4) %}
             if (({{ ox }}) < {{ OW }}u && ({{ oy }}) < {{ OH }}u && ({{ oc4 }}) < {{ OC4 }}u) {
 {% if out_mode == "nc4hw4" %}
                 y[((n * {{ OC4 }}u + ({{ oc4 }})) * {{ OH }}u + ({{ oy }})) * {{ OW }}u + ({{ ox }})] = vec4<{{ ot }}>({{ r }});
+{% elif out_mode == "nhwc" %}
+{% for j in range(4) %}
+                if (({{ oc4 }}) * 4u + {{ j }}u < {{ OC }}u) {
+                    y[((n * {{ OH }}u + ({{ oy }})) * {{ OW }}u + ({{ ox }})) * {{ OC }}u + ({{ oc4 }}) * 4u + {{ j }}u] = {{ ot }}({{ r }}[{{ j }}]);
+                }
+{% endfor %}
 {% elif out_mode == "nchw" %}
 {% for j in range(4) %}
                 if (({{ oc4 }}) * 4u + {{ j }}u < {{ OC }}u) {

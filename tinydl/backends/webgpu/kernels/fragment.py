@@ -111,6 +111,8 @@ def _conv_ok(node, shape_of, dtype_of, const) -> str | None:
         return "a residual Add in its epilogue (the compute kernel's)"
     if "dw" in node.meta:
         return "a depthwise convolution fused before it (the compute kernel's)"
+    if "nhwc" in node.meta or "nhwc_in" in node.meta:
+        return "a Transpose of channels-last fused into it (the compute kernel's)"
     w = const(node.inputs[1])
     if w is None or w.ndim != 4:
         return "weights are not constant 2-D"
