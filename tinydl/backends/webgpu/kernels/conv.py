@@ -70,9 +70,9 @@ MAX_DIRECT_WINDOW = 8 << 10
 # A depthwise convolution joins the 1x1 convolution after it (fusion.fuse_depthwise) when the
 # 1x1 has at most this many output channels: one workgroup's 4 vec4 of them, so each depthwise
 # output is computed once. Recomputed for every block of 16 output channels instead (every
-# pair fused), GPU ms on an H100 went up on MediaPipe's models (docs/webgpu.md, "A depthwise
-# convolution inside the 1x1"): palm detection 0.91 -> 1.46, pose landmark 2.36 -> 3.41, pose
-# detection 1.77 -> 2.58.
+# pair fused), GPU ms on an H100 went up on MediaPipe's models (docs/webgpu.md, "Fewer
+# dispatches"): palm detection 0.91 -> 1.46, pose landmark 2.36 -> 3.41, pose detection 1.77
+# -> 2.58.
 DW_MAX_OC = 16
 # ... and when its image has at least this many pixels: the fused kernel's workgroups split the
 # image alone, so a small one leaves few of them to loop over every tap of every channel.
