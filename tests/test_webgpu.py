@@ -827,6 +827,55 @@ def test_channels_last_transposes_fold_into_the_conv(rng, c, oc, stride, precisi
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 
 
+@pytest.mark.parametrize(
+    "case,copies",
+    [
+        ("heads", 0),  # every input made in place
+        ("batch", 3),  # two images: the output is no run per input
+        ("feed", 1),  # a graph input is copied
+        ("twice", 2),  # one value twice: both copied
+        ("chain", 1),  # a Relu reads the first input's slice to make the second: copied
+        ("unaligned", 2),  # the first input is 35 floats: the next two start off alignment
+        ("fp16", 3),  # the output is float32, the inputs fp16 storage: copied
+    ],
+)
+def test_concat_inputs_made_in_place(rng, case, copies):
+    """A Concat whose output is one run per input (a detector's heads: conv -> Transpose ->
+    Reshape, concatenated along the anchors): the convolutions write their slices of the
+    output and the copies go, but where an input is a feed, appears twice, is read by another
+    input's producer, would start at an offset the adapter cannot bind, or is stored unlike the
+    output. Against NumPy."""
+    n = 2 if case == "batch" else 1
+    shape = (n, 8, 5, 7) if case == "unaligned" else (n, 8, 8, 8)
+    nodes, consts, parts = [], {}, []
+    for k, oc in enumerate([1, 8, 2] if case == "unaligned" else [4, 8, 2]):
+        consts[f"w{k}"] = (rng.standard_normal((oc, 8, 3, 3)) * 0.2).astype(np.float32)
+        nodes.append(Node("Conv", ["x", f"w{k}"], [f"c{k}"], {"pads": [1] * 4}, name=f"conv{k}"))
+        nodes.append(Node("Transpose", [f"c{k}"], [f"t{k}"], {"perm": [0, 2, 3, 1]}))
+        consts[f"s{k}"] = np.array([n, -1, 1], np.int64)
+        nodes.append(Node("Reshape", [f"t{k}", f"s{k}"], [f"r{k}"], name=f"reshape{k}"))
+        parts.append(f"r{k}")
+    if case == "feed":
+        consts["sx"] = np.array([n, -1, 1], np.int64)
+        nodes.append(Node("Reshape", ["x", "sx"], ["rx"], name="reshape_x"))
+        parts = ["rx", *parts[1:]]
+    if case == "twice":
+        parts = [parts[0], parts[1], parts[0]]
+    if case == "chain":
+        nodes.append(Node("Relu", ["r0"], ["rr"], name="relu"))
+        parts = [parts[0], "rr", parts[2]]
+    nodes.append(Node("Concat", parts, ["y"], {"axis": 1}, name="concat"))
+    graph = validate(
+        Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, consts)
+    )
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    precision = "fp16" if case == "fp16" else "fp32"
+    got, want, _, labels = _against_numpy(graph, x, precision)
+    assert labels.count("Concat") == copies, labels
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
 def test_blazepalm_blocks_run_as_one_kernel_each(rng):
     """MediaPipe's palm detector (lite): its residual blocks end Add -> PRelu, which now runs in
     the convolution's epilogue (98 steps before, 79 after on lavapipe). Against NumPy."""

@@ -80,7 +80,9 @@ class CompileOptions:
       it), "fold_shortcuts" (bool, default True: a residual that is a zero Pad adding
       channels or a k x k MaxPool of stride k, read through by the convolution's epilogue),
       "fuse_channels_last" (bool, default True: Transposes between NHWC and NCHW folded into
-      a convolution's loads and stores), "conv_configs" ({node name or "*":
+      a convolution's loads and stores), "concat_in_place" (bool, default True: a Concat's
+      inputs written straight into their slices of its output where they can be),
+      "conv_configs" ({node name or "*":
       "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
       the default; "fragment": every node the render path takes drawn into textures; "auto":

@@ -234,6 +234,8 @@ class Plan(planned.Plan):
         # node name -> "fragment" | "compute" (auto's measured choice; see shaders.py)
         self.choice = choice
         self.tex: dict[str, TexInfo] = {}  # values held as textures
+        # value root -> (Concat output, byte offset): made in place in its slice (place_concat)
+        self.places: dict[str, tuple[str, int]] = {}
         self.drawn: set[str] = set()  # ... of them, made by fragment kernels
         self.buffered: set[str] = set()  # drawn values also copied into their buffer
         self.feeds = inputs
@@ -705,10 +707,13 @@ class Plan(planned.Plan):
         if bind_group is None:
             resources = []
             for b in item.args:
+                offset = 0
                 if isinstance(b, str):
-                    b = env[self.root(b)]
+                    b, offset = env[self.root(b)], self.offset(b)
                 if isinstance(b, Storage):
-                    resources.append({"buffer": b.buffer})
+                    resources.append(
+                        {"buffer": b.buffer, "offset": offset} if offset else {"buffer": b.buffer}
+                    )
                 elif isinstance(b, TexRef):
                     resources.append(self.textures[b.name].view)
                 elif isinstance(b, WeightTexture):
@@ -723,6 +728,83 @@ class Plan(planned.Plan):
             )
             item.bind_groups[key] = bind_group
         return bind_group
+
+    # -- Concat in place ------------------------------------------------------------------------
+    def root(self, name: str) -> str:
+        """The value whose buffer holds `name`: through views (aliases) and through the Concat
+        outputs that values are made in place in."""
+        r = self.alias.get(name, name)
+        while r in self.places:
+            base = self.places[r][0]
+            r = self.alias.get(base, base)
+        return r
+
+    def offset(self, name: str) -> int:
+        """The byte offset of `name` in the buffer of `root(name)`."""
+        r, offset = self.alias.get(name, name), 0
+        while r in self.places:
+            base, at = self.places[r]
+            r, offset = self.alias.get(base, base), offset + at
+        return offset
+
+    def place_concat(self, b, parts) -> list:
+        """Make the inputs of a Concat in place where the output is one run per input (nothing
+        before the axis but size-1 dims): the step that makes an input writes its slice of the
+        output, and the copy goes. Taken for an input the plan makes (not a feed, a constant or
+        an output) whose root no other input shares, stored like the output, at an offset the
+        adapter can bind, and when no step would then bind one buffer twice. Returns the gathers
+        still to run."""
+        out = b.out()
+        axis = b.attrs["axis"] % len(out.shape)
+        if (
+            not self.owner.extra.get("concat_in_place", True)
+            or self.shaders != "compute"
+            or math.prod(out.shape[:axis]) != 1
+            or out.layout != "nchw"
+        ):
+            return parts
+        align = int(self.ctx.limits.get("min-storage-buffer-offset-alignment", 256))
+        fixed = {self.root(n) for n in [*self.input_names, *self.output_names]}
+        fixed |= set(self.consts) | set(self.graph.initializers)
+        roots = [self.root(n) for n in b.inputs]
+        itemsize = self.nbytes(out) // max(1, math.prod(out.shape))
+        left, at = [], 0
+        for name, r, g in zip(b.inputs, roots, parts, strict=True):
+            info = self.infos.get(r)
+            size = math.prod(b.info(name).shape) * itemsize
+            ok = (
+                info is not None
+                and roots.count(r) == 1
+                and r not in fixed
+                and r not in self.places
+                and r != self.root(b.outputs[0])
+                and info.stype == out.stype
+                and info.layout == "nchw"
+                and self.nbytes(info) == size
+                and at % align == 0
+            )
+            if ok:
+                self.places[r] = (b.outputs[0], at)
+                if self._binds_twice():
+                    del self.places[r]
+                    ok = False
+            if not ok:
+                left.append(g)
+            at += size
+        if any(self.root(g.src) == self.root(b.outputs[0]) for g in left):
+            for r in roots:  # a copy would read the buffer it writes: none in place
+                self.places.pop(r, None)
+            return parts
+        return left
+
+    def _binds_twice(self) -> bool:
+        """Whether a step would bind one buffer under two names it did not share before."""
+        for step in self.steps:
+            names = [a for a in step.args if isinstance(a, str)]
+            views = {self.alias.get(a, a) for a in names}
+            if len({self.root(a) for a in names}) < len(views):
+                return True
+        return False
 
     def _draw(self, encoder, step: Draw, env, queries, begin, end) -> None:
         target = self.textures[step.target.name]

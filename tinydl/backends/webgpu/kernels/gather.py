@@ -74,4 +74,14 @@ def emit_indexed(b, g: Indexed) -> None:
     )
 
 
-register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd)
+def emit_concat(b) -> bool:
+    """A Concat whose inputs are made in place in the output where the plan can
+    (Plan.place_concat); one gather for each other input."""
+    from tinydl.backends.gathers import concat
+
+    for g in b.plan.place_concat(b, concat(b)):
+        emit_gather(b, g, b.outputs[0])
+    return True
+
+
+register(kernel, constant_inputs, emit_gather, emit_indexed, emit_gather_nd, emit_concat)
