@@ -317,6 +317,38 @@ def test_pad_folds_into_conv_and_pools(rng):
     assert out.nodes[1].attrs["count_include_pad"] == 1
 
 
+def test_a_pad_read_by_several_convolutions_folds_into_each(rng):
+    """A Pad shared by a block's two branches (MediaPipe's pose detector: a stride-2 depthwise
+    conv and a 1x1 conv read one padded value) folds into both; when one reader cannot take
+    the padding (a Relu), the Pad stays for all."""
+
+    def build(third):
+        nodes = [
+            ("Pad", ["x", "p"], ["xp"], None),
+            ("Conv", ["xp", "w"], ["a"], {"strides": [2, 2]}),
+            ("Conv", ["xp", "w1"], ["b"], {"pads": [1, 0, 0, 1]}),
+        ]
+        if third:
+            nodes.append(("Relu", ["xp"], ["r"], None))
+        return graph(
+            nodes,
+            {"x": ("N", 2, "H", "W")},
+            inits={
+                "p": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+                "w": f32(rng, 3, 2, 3, 3),
+                "w1": f32(rng, 3, 2, 1, 1),
+            },
+            outputs=["a", "b", "r"] if third else ["a", "b"],
+        )
+
+    out = check(build(False), "pad_folding", {"x": f32(rng, 2, 2, 8, 10)})
+    assert ops(out) == ["Conv", "Conv"]
+    assert out.nodes[0].attrs["pads"] == [0, 0, 1, 1]
+    assert out.nodes[1].attrs["pads"] == [1, 0, 1, 2]
+    out = check(build(True), "pad_folding", {"x": f32(rng, 2, 2, 8, 10)})
+    assert ops(out)[0] == "Pad"
+
+
 def test_pad_stays_when_folding_would_change_values(rng):
     g = graph(
         [

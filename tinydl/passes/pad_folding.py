@@ -1,5 +1,5 @@
-"""Pad folding: a constant Pad of the spatial axes in front of a Conv or pooling op (its only
-reader) becomes that op's own `pads`.
+"""Pad folding: a constant Pad of the spatial axes in front of Conv or pooling ops (its only
+readers, one or several) becomes each op's own `pads`.
 
 Exact when the padded value is what the op pads with: zeros for Conv; zeros for AveragePool
 when padding counts as data (count_include_pad=1, which is set when the pool had no pads of its
@@ -28,32 +28,42 @@ def _fold_one(graph: Graph) -> bool:
     for pad in graph.nodes:
         if pad.op != "Pad" or pad.attrs["mode"] != "constant":
             continue
-        readers = uses.readers.get(pad.outputs[0], [])
-        if len(readers) != 1 or not uses.sole_reader(pad.outputs[0], readers[0]):
-            continue
-        host = readers[0]
-        if host.inputs[0] != pad.outputs[0] or host.attrs.get("auto_pad") != "NOTSET":
+        hosts = uses.readers.get(pad.outputs[0], [])
+        # Every reader takes the padding itself (a Pad shared by a block's two branches, as in
+        # MediaPipe's pose detector): each gets its own pads, and the Pad goes.
+        if not hosts or not uses.only_read_by(pad.outputs[0], hosts):
             continue
         widths = _spatial_widths(graph, pad)
-        if widths is None or not _fill_fits(graph, pad, host):
+        if widths is None:
             continue
-        n = len(widths)
-        own = host.attrs["pads"] or [0] * (2 * n)
-        pads = [own[i] + widths[i][0] for i in range(n)] + [
-            own[n + i] + widths[i][1] for i in range(n)
-        ]
-        if host.op in ("AveragePool", "MaxPool"):
-            if host.attrs["ceil_mode"] or not _inside_window(host, pads):
-                continue
+        folded = [_folded_pads(graph, pad, host, widths) for host in hosts]
+        if any(p is None for p in folded):
+            continue
+        for host, pads in zip(hosts, folded, strict=True):
             if host.op == "AveragePool":
-                if not host.attrs["count_include_pad"] and any(own):
-                    continue
                 host.attrs["count_include_pad"] = 1
-        host.attrs["pads"] = pads
-        host.inputs[0] = pad.inputs[0]
+            host.attrs["pads"] = pads
+            host.inputs[0] = pad.inputs[0]
         graph.nodes.remove(pad)
         return True
     return False
+
+
+def _folded_pads(graph: Graph, pad: Node, host: Node, widths) -> list[int] | None:
+    """The pads `host` takes with the Pad's folded in, or None when it cannot take them."""
+    if host.inputs[0] != pad.outputs[0] or pad.outputs[0] in host.inputs[1:]:
+        return None
+    if host.attrs.get("auto_pad") != "NOTSET" or not _fill_fits(graph, pad, host):
+        return None
+    n = len(widths)
+    own = host.attrs["pads"] or [0] * (2 * n)
+    pads = [own[i] + widths[i][0] for i in range(n)] + [own[n + i] + widths[i][1] for i in range(n)]
+    if host.op in ("AveragePool", "MaxPool"):
+        if host.attrs["ceil_mode"] or not _inside_window(host, pads):
+            return None
+        if host.op == "AveragePool" and not host.attrs["count_include_pad"] and any(own):
+            return None
+    return pads
 
 
 def _spatial_widths(graph: Graph, pad: Node) -> list[tuple[int, int]] | None:
