@@ -363,11 +363,11 @@ class Context:
         """Copy `nbytes` of a GPU buffer to a new host array (uint8), through a staging buffer."""
         u = self.wgpu.BufferUsage
         staging = self.acquire(nbytes, u.MAP_READ | u.COPY_DST)
-        with self.guard("reading a tensor back"):
+        with self.queue_lock, self.guard("reading a tensor back"):
             encoder = self.device.create_command_encoder()
             encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, _round4(nbytes))
             self.queue.submit([encoder.finish()])
-            return self.map_read(staging, nbytes)
+        return self.map_read(staging, nbytes)
 
     def map_read(self, staging, nbytes: int) -> np.ndarray:
         """The bytes of a staging buffer whose copy is already submitted, without a copy: the
@@ -378,12 +378,62 @@ class Context:
             self.release(staging, u.MAP_READ | u.COPY_DST)
             return np.empty(0, np.uint8)
         with self.guard("reading a tensor back"):
-            staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
+            if self.map_here:
+                self._map_here(staging, _round4(nbytes))
+            else:
+                staging.map_sync("READ_NOSYNC", 0, _round4(nbytes))
             view = staging.read_mapped(0, _round4(nbytes), copy=False)
         address = np.frombuffer(view, np.uint8).ctypes.data
         memory = (ctypes.c_uint8 * nbytes).from_address(address)
         weakref.finalize(memory, self._unmap, staging)
         return np.frombuffer(memory, np.uint8)
+
+    # Read-backs wait on the calling thread (`_map_here`); False: through wgpu-py's map_sync,
+    # for comparisons.
+    map_here = True
+
+    def _map_here(self, staging, size: int) -> None:
+        """Map a staging buffer for reading, as wgpu-py 0.32's map_sync("READ_NOSYNC") does,
+        but wait on this thread: wgpu-native's map, then device polls here (the GIL released
+        in each) until its callback has run, without blocking for up to SPIN_S (a core busy
+        meanwhile), then blocking. map_sync instead wakes wgpu-py's poll thread,
+        which polls and then wakes this thread: two thread hand-offs a read-back. One thread
+        maps and polls at a time (`_POLL_LOCK`, taken before the queue lock, never after)."""
+        from wgpu import enums, flags
+        from wgpu.backends.wgpu_native._api import ffi, lib, new_struct
+
+        status: list[int] = []
+
+        @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def mapped(code, _message, _data1, _data2):
+            status.append(code)
+
+        info = new_struct(
+            "WGPUBufferMapCallbackInfo",
+            mode=lib.WGPUCallbackMode_AllowProcessEvents,
+            callback=mapped,
+        )
+        device = self.device._internal
+        with _POLL_LOCK:
+            staging._map_state = enums.BufferMapState.pending
+            lib.wgpuBufferMapAsync(staging._internal, lib.WGPUMapMode_Read, 0, size, info)
+            # Non-blocking polls for a while (the GIL released in each), then blocking ones
+            # under the queue lock: a blocking poll while another thread submits aborted the
+            # process (wgpu-native 29 on lavapipe, threads sharing a session).
+            end = time.perf_counter() + SPIN_S
+            while not status and time.perf_counter() < end:
+                lib.wgpuDevicePoll(device, False, ffi.NULL)
+            for _ in range(_MAP_POLLS):
+                if status:
+                    break
+                with self.queue_lock:
+                    lib.wgpuDevicePoll(device, True, ffi.NULL)
+        if status != [lib.WGPUMapAsyncStatus_Success]:
+            staging._map_state = enums.BufferMapState.unmapped
+            raise RuntimeError(f"could not map a buffer for reading (status {status})")
+        staging._map_state = enums.BufferMapState.mapped
+        staging._mapped_status = 0, size, flags.MapMode.READ
+        staging._mapped_memoryviews = []
 
     def _unmap(self, staging) -> None:
         if self.lost:
@@ -440,6 +490,14 @@ class _Guard:
 def _pipeline_key(source: str, extra: str = "") -> str:
     """The pipeline cache's key: a hash of the WGSL source (and of `extra`: render targets)."""
     return hashlib.sha256((source + extra).encode()).hexdigest()
+
+
+_POLL_LOCK = threading.Lock()
+# How long a read-back polls without blocking before it blocks (seconds).
+SPIN_S = 0.002
+# Blocking polls a read-back makes before giving up: each returns once the queue is idle, so
+# the map's callback runs in the first.
+_MAP_POLLS = 100
 
 
 def _round4(n: int) -> int:
