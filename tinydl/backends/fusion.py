@@ -336,8 +336,8 @@ def fuse_depthwise(
         dw = producer.get(node.inputs[0])
         if dw is None or id(dw) in dropped or not depthwise(dw, shape_of):
             continue
-        v = dw.outputs[0]
-        if v in keep or users.get(v) != [node] or not ok(node, dw):
+        v, us = dw.outputs[0], users.get(dw.outputs[0], [])
+        if v in keep or len(us) != 1 or us[0] is not node or not ok(node, dw):
             continue
         dropped.add(id(dw))
         label = ["Depthwise" + conv_label(dw), conv_label(node)]

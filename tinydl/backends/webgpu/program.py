@@ -780,7 +780,7 @@ class Plan(planned.Plan):
                 and r != self.root(b.outputs[0])
                 and info.stype == out.stype
                 and info.layout == "nchw"
-                and self.nbytes(info) == size
+                and self.nbytes(info) == size > 0
                 and at % align == 0
             )
             if ok:
