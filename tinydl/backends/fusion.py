@@ -24,6 +24,7 @@ import numpy as np
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.fused import FUSED_CONV, NO_ACTIVATION
+from tinydl.ops.resize import _pad_widths
 
 CONV_OPS = ("Conv", "ConvTranspose", FUSED_CONV)
 
@@ -228,24 +229,18 @@ def fuse_residuals(
         add = us[0]
         other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
         shape = shape_of(y)
-        pad = producer_at.get(other)
-        pad = nodes[pad] if pads and pad is not None else None
-        readers = users.get(other, [])
-        only = len(readers) == 1 and readers[0] is add
-        if pad is not None and only and channel_pad(pad, graph, shape_of):
-            other = pad.inputs[0]  # the Pad goes; the kernel reads its input
+        # A shortcut's Pad, then its MaxPool, that the Add alone reads through: they go, and
+        # the kernel reads their input.
+        pad = _sole_producer(other, add, nodes, producer_at, users) if pads else None
+        if pad is not None and channel_pad(pad, graph, shape_of):
+            other = pad.inputs[0]
         else:
             pad = None
-        pool = producer_at.get(other)
-        pool = nodes[pool] if pools and pool is not None else None
-        k = 1
-        readers = users.get(other, [])
-        only = len(readers) == 1 and readers[0] is (pad or add)
-        if pool is not None and only and _plain_pool(pool):
-            k = pool.attrs["kernel_shape"][0]
-            other = pool.inputs[0]  # the MaxPool goes; the kernel pools as it reads
+        pool = _sole_producer(other, pad or add, nodes, producer_at, users) if pools else None
+        if pool is not None and _plain_pool(pool):
+            k, other = pool.attrs["kernel_shape"][0], pool.inputs[0]
         else:
-            pool = None
+            k, pool = 1, None
         if shape_of(add.outputs[0]) != shape or other in graph.initializers:
             continue
         r = shape_of(other)
@@ -398,6 +393,14 @@ def fuse_channels_last(nodes: list[Node], keep: set[str], shape_of, ok) -> list[
     return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
 
 
+def _sole_producer(value: str, reader: Node, nodes, producer_at, users) -> Node | None:
+    """The node making `value` when `reader` is the value's only reader."""
+    at, readers = producer_at.get(value), users.get(value, [])
+    if at is None or len(readers) != 1 or readers[0] is not reader:
+        return None
+    return nodes[at]
+
+
 def _plain_pool(node: Node) -> bool:
     """Whether a node is a 2-D k x k MaxPool of stride k: no padding, dilation or ceil mode,
     one output."""
@@ -419,26 +422,16 @@ def _plain_pool(node: Node) -> bool:
 def channel_pad(node: Node, graph, shape_of) -> bool:
     """Whether a node is a constant zero Pad that only adds channels after the last (axis 1 of
     a 4-D value)."""
-    if node.op != "Pad" or node.attrs.get("mode", "constant") != "constant":
+    if node.op != "Pad" or node.attrs["mode"] != "constant" or len(shape_of(node.inputs[0])) != 4:
         return False
-    if len(node.inputs) > 1:
-        p = graph.initializers.get(node.inputs[1])
-    else:  # before opset 11: pads and value are attributes
-        p = node.attrs.get("pads")
-    fill = node.attrs.get("value", 0)
-    if len(node.inputs) > 2 and node.inputs[2]:
-        fill = graph.initializers.get(node.inputs[2])
-    if p is None or fill is None or np.any(np.asarray(fill) != 0):
+    names = [*node.inputs[1:], "", ""][:3]  # pads, constant value, axes
+    pads, fill, axes = (graph.initializers.get(n) if n else None for n in names)
+    if pads is None or any(n and v is None for n, v in zip(names[1:], (fill, axes), strict=True)):
         return False
-    if len(node.inputs) > 3 and node.inputs[3]:  # axes
+    if fill is not None and np.any(fill != 0):
         return False
-    p = [int(v) for v in np.asarray(p).ravel()]
-    return (
-        len(shape_of(node.inputs[0])) == 4
-        and len(p) == 8
-        and p[5] > 0
-        and not any(v for i, v in enumerate(p) if i != 5)
-    )
+    widths = _pad_widths(4, pads, axes)
+    return widths[1][0] == 0 < widths[1][1] and all(w == (0, 0) for w in widths[:1] + widths[2:])
 
 
 HOISTED_OPS = frozenset({"Pad", "MaxPool", "AveragePool", "Relu", "Clip", "Identity"})

@@ -776,7 +776,6 @@ class Plan(planned.Plan):
                 info is not None
                 and roots.count(r) == 1
                 and r not in fixed
-                and r not in self.places
                 and r != self.root(b.outputs[0])
                 and info.stype == out.stype
                 and info.layout == "nchw"

@@ -333,11 +333,11 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     bindings = [b.inputs[0], wbuf, cbuf, b.outputs[0]]
     if residual is not None:  # + a same-shaped value, then the activation after the Add
         ri = b.info(residual)
+        _, rc, rh, rw = as_2d(ri.shape)
         bindings.append(residual)
         store.update(
-            residual=True, rt=ri.stype, res_layout=ri.layout, RC=ri.shape[1],
-            RC4=math.ceil(ri.shape[1] / 4), RK=b.node.meta.get("res_pool", 1),
-            RH=as_2d(ri.shape)[2], RW=as_2d(ri.shape)[3],
+            residual=True, rt=ri.stype, res_layout=ri.layout, RC=rc, RC4=math.ceil(rc / 4),
+            RK=b.node.meta.get("res_pool", 1), RH=rh, RW=rw,
             post=epilogue_code(b.node.meta.get("post", []), activation_expr),
         )  # fmt: skip
     dw = b.node.meta.get("dw")
