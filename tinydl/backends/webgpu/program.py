@@ -265,25 +265,25 @@ class Plan(planned.Plan):
                 step.pipeline = step.pipeline.result()
 
     def rewrite(self, body, keep, shape_of, types):
-        nodes = fuse(
-            body, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
-        )
+        def direct(n) -> bool:  # conv_direct runs the convolution (its epilogues, its layouts)
+            return direct_ok(n, body.initializers.get(n.inputs[1]))
+
+        nodes = fuse(body, keep, shape_of, direct)
         # A residual Add (and the activation after it, and the shortcut's Pad of channels and
         # MaxPool) into conv_direct's epilogue; Winograd, opt-in, has no residual epilogue.
         if not self.owner.extra.get("winograd"):
             shortcuts = self.owner.extra.get("fold_shortcuts", True)
             nodes = fuse_residuals(
                 nodes, keep, shape_of, body,
-                ok=lambda n: direct_ok(n, body.initializers.get(n.inputs[1])), slopes=True,
-                hoist=True, pads=shortcuts, pools=shortcuts,
+                ok=direct, slopes=True, hoist=True, pads=shortcuts, pools=shortcuts,
             )  # fmt: skip
         # A depthwise convolution into the 1x1 convolution after it (extra["fuse_depthwise"] =
         # False keeps them apart, for comparisons).
         if self.owner.extra.get("fuse_depthwise", True):
             nodes = fuse_depthwise(
                 nodes, keep, shape_of, body,
-                ok=lambda pw, dw: direct_ok(pw, w := body.initializers.get(pw.inputs[1]))
-                and w.shape[0] <= DW_MAX_OC
+                ok=lambda pw, dw: direct(pw)
+                and body.initializers[pw.inputs[1]].shape[0] <= DW_MAX_OC
                 and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS,
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
@@ -292,9 +292,7 @@ class Plan(planned.Plan):
         # kernel takes the Transposes around a LayerNormalization. Compute path only: the
         # render path folds a frame's Cast and Transpose into its texture transition.
         if self.owner.extra.get("fuse_channels_last", True) and self.shaders == "compute":
-            nodes = fuse_channels_last(
-                nodes, keep, shape_of, lambda n: direct_ok(n, body.initializers.get(n.inputs[1]))
-            )
+            nodes = fuse_channels_last(nodes, keep, shape_of, direct)
         # Before the elementwise runs, which would take the scores' scale and mask.
         nodes = fuse_attention(nodes, keep, shape_of, types, self.const, MAX_DIM)
         # extra["fuse_elementwise"] = False (TINYDL_WEBGPU_ELEMENTWISE=off): one dispatch per
