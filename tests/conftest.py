@@ -4,6 +4,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Compiled sessions and imported models are not kept between tests (tests/test_snapshot.py
+# turns the caches on where it checks them): a test that changes a module's constant must not
+# be handed a session another test compiled.
+os.environ.setdefault("TINYDL_SESSION_CACHE", "off")
+os.environ.setdefault("TINYDL_MODEL_CACHE", "off")
+
 
 def pytest_report_header(config):
     return f"tinydl backend under test: {os.environ.get('TINYDL_BACKEND', 'cpu')}"

@@ -7,7 +7,10 @@ Each measurement is a fresh Python process. "cold" gives it an empty tinydl cach
 (`TINYDL_CACHE_DIR`: compiled CUDA kernels and templates, webgpu shader-path choices) and empty
 driver shader caches (NVIDIA's and Mesa's on-disk caches, CUDA's JIT cache, pointed into the
 same folder), "warm" runs it again on the caches the cold run left, as a second start of the
-same app does. Reported per model, backend
+same app does: the imported model and the compiled session read back (tinydl/tinydl/snapshot.py).
+"kernels" is a start between the two: the compiled GPU code cached, the model imported and the
+session compiled again (TINYDL_MODEL_CACHE=off, TINYDL_SESSION_CACHE=off), as every warm start
+was before those caches. Reported per model, backend
 and start: import, load, compile, first run (with its host read-back) and the total, in seconds,
 with the kernels compiled and the compile threads' summed time on cuda.
 
@@ -85,7 +88,8 @@ if backend == "cuda":
     from tinydl.backends.cuda.context import get_context
     stats = dict(get_context().stats)
 print(json.dumps({"import": t1 - t0, "device": t15 - t1, "load": t2 - t15,
-                  "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats}))
+                  "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats,
+                  "cache": sess.profile()["init"].get("cache")}))
 """
 
 
@@ -108,7 +112,13 @@ def model_path(name: str, onnx_dir: Path) -> str:
 
 
 def start(
-    path: str, backend: str, cache: str, threads: int, profile: str = "", pycache: str = ""
+    path: str,
+    backend: str,
+    cache: str,
+    threads: int,
+    profile: str = "",
+    pycache: str = "",
+    label: str = "cold",
 ) -> dict:
     """One new process's start; `pycache`: the folder of its .pyc files ("": none written).
     The child runs in this checkout's root, so it imports this checkout's tinydl (`python -c`
@@ -117,6 +127,8 @@ def start(
     pycache, profile = (os.path.abspath(p) if p else "" for p in (pycache, profile))
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(os.environ, TINYDL_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
+    caches = "off" if label == "kernels" else "on"
+    env.update(TINYDL_MODEL_CACHE=caches, TINYDL_SESSION_CACHE=caches)
     if pycache:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache
@@ -179,22 +191,22 @@ def main(argv=None) -> int:
     rows = []
     print(
         "| model | backend | start | import s | device s | load s | compile s | first run s | "
-        "total s | kernels compiled | NVRTC thread s |"
+        "total s | kernels compiled | NVRTC thread s | session cache |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.models.split(","):
         path = model_path(name, args.onnx_dir)
         for backend in args.backends.split(","):
             if prime:
                 prime_bytecode(path, backend, prime)
             with tempfile.TemporaryDirectory() as cache:
-                for label in ("cold", "warm"):
+                for label in ("cold", "kernels", "warm"):
                     prof = ""
                     if args.profile_dir:
                         args.profile_dir.mkdir(parents=True, exist_ok=True)
                         stem = f"{name.replace(':', '_')}-{backend}-{label}.prof"
                         prof = str(args.profile_dir.resolve() / stem)
-                    r = start(path, backend, cache, args.compile_threads, prof, prime)
+                    r = start(path, backend, cache, args.compile_threads, prof, prime, label)
                     rows.append({"model": name, "backend": backend, "start": label, **r})
                     if "error" in r:
                         print(f"| {name} | {backend} | {label} | error: {r['error']} |")
@@ -203,8 +215,9 @@ def main(argv=None) -> int:
                     cuda = f"{st['compiled']} | {st['compile_s']:.1f}" if st else " | "
                     print(
                         f"| {name} | {backend} | {label} | {r['import']:.2f} | {r['device']:.2f} | "
-                        f"{r['load']:.2f} | "
-                        f"{r['compile']:.2f} | {r['first_run']:.2f} | {r['total']:.2f} | {cuda} |",
+                        f"{r['load']:.3f} | "
+                        f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {cuda} | "
+                        f"{r.get('cache')} |",
                         flush=True,
                     )
     if args.json:

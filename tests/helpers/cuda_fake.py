@@ -47,7 +47,12 @@ class FakeContext:
         self.smem_optin = 227 << 10
         self.sm_count = 132
         self.cc = (9, 0)
+        self.name = "stand-in"
+        self.nvrtc_version = (0, 0)
         self._seen: dict[str, bytes] = {}
+
+    def _snapshot_id(self) -> tuple:
+        return ("tinydl.backends.cuda.context:get_context", 0)
 
     def prefetch(
         self, source: str, label: str = "kernel", entry: str = "k", weight: int = 1

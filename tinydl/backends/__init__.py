@@ -55,6 +55,13 @@ def unregister_backend(name: str) -> None:
         KNOWN.pop(name, None)
 
 
+def backend_on(name: str, index: int | None) -> Backend:
+    """The backend `name`, on device `index` when one is given (how a session read back from
+    the session cache finds its backends)."""
+    backend = get_backend(name)
+    return backend if index is None else backend.on_device(index)
+
+
 def get_backend(name: str) -> Backend:
     """The backend instance for `name`; BackendUnavailableError if unknown. "cpu" gives the NumPy
     backend (host memory: what a caller moving tensors to or from the CPU needs)."""

@@ -185,6 +185,14 @@ class Kernel(ABC):
         """Init-cost phases ("init") and per-op device times of the last timed run ("ops")."""
         return {"init": {}, "ops": None}
 
+    # The session cache (tinydl/snapshot.py) keeps a compiled kernel between processes when
+    # its class says it can: pickled, with what cannot be pickled dropped in __getstate__ and
+    # made again in `restored()` (called once the whole session is unpickled).
+    snapshot: bool = False
+
+    def restored(self) -> None:  # noqa: B027 - most kernels keep everything they need
+        """Remake what __getstate__ left out; the kernel runs after this."""
+
 
 def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype of `arrays` concatenated along axis 0 (one dtype, one trailing
@@ -231,6 +239,10 @@ class Backend(ABC):
         """Every device this backend can be put on, by index (`tinydl.compile(device=
         "NAME:INDEX")`); a backend with no choice of devices lists the one it uses."""
         return self.devices() if self.available() else []
+
+    def _snapshot_id(self) -> tuple:
+        """How a pickled session names this backend (tinydl/snapshot.py)."""
+        return ("tinydl.backends:backend_on", self.name, getattr(self, "index", None))
 
     def on_device(self, index: int) -> Backend:
         """This backend on device `index` of `device_names()` (checked by the caller). A backend

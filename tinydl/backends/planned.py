@@ -377,6 +377,25 @@ class Plan:
     def buffer_size(self, buffer: Any) -> int:
         raise NotImplementedError
 
+    # -- kept between processes (tinydl/snapshot.py) -------------------------------------------
+    def __getstate__(self) -> dict:
+        """The buffers go as their sizes (which values share one stays); `restored` makes
+        them again."""
+        state = dict(self.__dict__)
+        index: dict[int, int] = {}
+        sizes: list[int] = []
+        for buf in self.buffers.values():
+            if id(buf) not in index:
+                index[id(buf)] = len(sizes)
+                sizes.append(self.buffer_size(buf))
+        state["buffers"] = {r: index[id(b)] for r, b in self.buffers.items()}
+        state["_buffer_sizes"] = sizes
+        return state
+
+    def restored(self) -> None:
+        made = [self.new_buffer(n) for n in self.__dict__.pop("_buffer_sizes")]
+        self.buffers = {r: made[i] for r, i in self.buffers.items()}
+
     # -- shared --------------------------------------------------------------------------------
     def const(self, name: str) -> np.ndarray | None:
         if name in self.consts:
@@ -515,6 +534,19 @@ class PlannedKernel(Kernel):
         if self._making is not None:
             self._const_users.setdefault(key, set()).add(self._making)
         return arr
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        # What a run leaves (pending timings, the plans by feed types) is not kept; the init
+        # costs are this process's to measure.
+        state.update(_pending=[], _timings=None, _by_feed={}, timing_history=None)
+        state["init"] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
+        return state
+
+    def restored(self) -> None:
+        self.timing_history = collections.deque(maxlen=1000)
+        for plan in self.plans.values():
+            plan.restored()
 
     def _plan(self, infos: dict[str, Info]) -> Plan:
         key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))

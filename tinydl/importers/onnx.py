@@ -114,6 +114,7 @@ class _Converter:
         self.outer: list[tuple[list[Node], dict[str, np.ndarray], list[Value]]] = []
         # ops tinydl lacks that could not be folded at import -> why (or "")
         self.unknown: dict[str, str] = {}
+        self.external: set[Path] = set()  # the files external data was read from
 
     def fail(self, message: str) -> InvalidModelError:
         return InvalidModelError(f"{self.where}: {message}")
@@ -154,6 +155,7 @@ class _Converter:
         graph = Graph(
             inputs, outputs, self.nodes, self.initializers, metadata=meta, name=g.name or "graph"
         )
+        graph.external_files = sorted(self.external)  # (what a cached copy would depend on)
         return validate(graph)
 
     def _opset(self) -> int:
@@ -254,6 +256,7 @@ class _Converter:
             )
         if not found:
             raise self.fail(f"tensor '{t.name}': external data file {shown} not found")
+        self.external.add(target)
         need = math.prod(t.dims) * np.dtype(ONNX_CODES[t.data_type]).itemsize
         try:
             offset, length = int(info.get("offset", 0)), int(info.get("length", need))

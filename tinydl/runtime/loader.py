@@ -70,20 +70,38 @@ def load(path: str | os.PathLike) -> Graph:
     if path.is_dir():
         raise InvalidModelError(f"{path}: is a folder, expected a model file")
     fmt = detect_format(path)
+    from tinydl import snapshot
+
+    identity = snapshot.file_identity(path)
     if fmt in IMPORTERS:
         import importlib
 
-        package, module, extra = IMPORTERS[fmt]
-        try:
-            importlib.import_module(package)
-        except ImportError:
-            from tinydl.errors import BackendUnavailableError
+        cached = snapshot.model_cache_path(path) if snapshot.enabled(snapshot.MODEL_ENV) else None
+        graph = _cached_import(cached) if cached is not None else None
+        if graph is None:
+            package, module, extra = IMPORTERS[fmt]
+            try:
+                importlib.import_module(package)
+            except ImportError:
+                from tinydl.errors import BackendUnavailableError
 
-            raise BackendUnavailableError(
-                f"reading {path.suffix or fmt} files needs the '{package}' package: "
-                f"pip install 'tinydl[{extra}]'"
-            ) from None
-        return importlib.import_module(module).load(path)
+                raise BackendUnavailableError(
+                    f"reading {path.suffix or fmt} files needs the '{package}' package: "
+                    f"pip install 'tinydl[{extra}]'"
+                ) from None
+            graph = importlib.import_module(module).load(path)
+            external = getattr(graph, "external_files", None)
+            if external:  # the weights of other files: the cached copy would not see them change
+                identity += "".join(f"\0{snapshot.file_identity(p)}" for p in external)
+            elif cached is not None:
+                _keep_import(graph, cached)
+    else:
+        graph = _load_tdl(path)
+    snapshot.mark_origin(graph, identity)
+    return graph
+
+
+def _load_tdl(path: Path) -> Graph:
     from tinydl.ir import tdl
     from tinydl.ops import validate
     from tinydl.ops.fused import upgrade_legacy_activations
@@ -91,6 +109,35 @@ def load(path: str | os.PathLike) -> Graph:
     graph = tdl.load(path)
     upgrade_legacy_activations(graph)  # FusedConv activations written in snake_case before
     return validate(graph)
+
+
+def _cached_import(cached: Path) -> Graph | None:
+    """The graph an earlier import of the same file kept, or None (a damaged copy is dropped)."""
+    if not cached.exists():
+        return None
+    from tinydl import snapshot
+
+    try:
+        graph = _load_tdl(cached)
+    except Exception:  # noqa: BLE001 - a damaged cache entry costs one import, nothing more
+        cached.unlink(missing_ok=True)
+        return None
+    snapshot.touch(cached)
+    return graph
+
+
+def _keep_import(graph: Graph, cached: Path) -> None:
+    """Keep the imported graph for the next load of the same file (nothing when it cannot be
+    written: the cache only saves time)."""
+    from tinydl import snapshot
+    from tinydl.ir import tdl
+
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tdl.save(graph, cached)
+    except Exception:  # noqa: BLE001 - a full disk, a graph .tdl cannot hold: no cache
+        return
+    snapshot.prune(cached.parent, keep=cached)
 
 
 def save(graph: Graph, path: str | os.PathLike) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -120,6 +121,25 @@ class Session:
             raise InvalidInputError(
                 f"partition must be one of {PARTITION_MODES}, got {partition!r}"
             )
+        arguments = {
+            "backends": backends,
+            "precision": precision,
+            "strict": strict,
+            "profile": profile,
+            "optimize": optimize,
+            "min_partition_size": min_partition_size,
+            "backend_options": backend_options,
+            "memory_limit": memory_limit,
+            "threads": threads,
+            "calibration": calibration,
+            "fp16_tolerance": fp16_tolerance,
+            "costs": costs,
+            "device": device,
+            "partition": partition,
+        }
+        cached = _snapshot_path(graph, chosen, arguments)
+        if cached is not None and self._restore(cached, graph, t_start):
+            return
         manager = PassManager(optimize, accepts=_accepted_by(chosen, every=partition == "cost"))
         self.graph = graph = manager.run(graph)
         self.memory_limit = memory_limit_bytes(memory_limit)
@@ -220,6 +240,64 @@ class Session:
         self._expected = {v.name: v for v in graph.inputs}
         self._checked: set[tuple] = set()
         self._prepare_run()
+        if cached is not None:
+            self._keep(cached)
+        else:
+            self._init["cache"] = "on, not for this model" if _session_cache_on() else "off"
+
+    # -- the session cache (tinydl/snapshot.py) -----------------------------------------------
+    def _keep(self, path) -> None:
+        """Write this session to the session cache, or say in profile()["init"]["cache"] why
+        not."""
+        from tinydl import snapshot
+
+        kept = [b for b, k in self._kernels if not getattr(k, "snapshot", False)]
+        if kept:
+            names = ", ".join(sorted({p.backend for p in kept}))
+            self._init["cache"] = f"not saved: {names} kernels are not kept between processes"
+            return
+        t0 = time.perf_counter()
+        self._init["cache"] = "saved"
+        try:
+            # Pickled here, written on a thread: the first run need not wait for the disk.
+            snapshot.dump(
+                self, path, background=True, then=lambda: snapshot.prune(path.parent, keep=path)
+            )
+        except Exception as exc:  # noqa: BLE001 - the cache only saves time: say why, go on
+            self._init["cache"] = f"not saved: {type(exc).__name__}: {exc}"
+            return
+        self._init["cache_save_s"] = time.perf_counter() - t0
+
+    def _restore(self, path, graph: Graph, t_start: float) -> bool:
+        """Become the session kept at `path` (False when there is none or it cannot be read:
+        the caller compiles, and keeps the result there)."""
+        from tinydl import snapshot
+
+        if not path.exists():
+            return False
+        try:
+            kept = snapshot.load(path)
+            if not isinstance(kept, Session):
+                raise TypeError(f"holds a {type(kept).__name__}")
+            for _, kernel in kept._kernels:
+                kernel.restored()
+        except Exception:  # noqa: BLE001 - a damaged or stale entry is compiled again
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            return False
+        self.__dict__.update(kept.__dict__)
+        self.source_graph = graph
+        self._last_run, self._last_moved, self._checked = [], [], set()
+        self._prepare_run()
+        self._init = {"cache": "hit", "restore_s": time.perf_counter() - t_start}
+        snapshot.touch(path)
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("source_graph", "_runs", "_last_run", "_last_moved", "_checked"):
+            state.pop(name, None)
+        return state
 
     def _prepare_run(self) -> None:
         """What every run needs, known from the plan: each partition's memory and the outputs
@@ -680,6 +758,24 @@ def compile(
         partition=partition,
         costs=costs,
     )
+
+
+def _session_cache_on() -> bool:
+    from tinydl import snapshot
+
+    return snapshot.enabled(snapshot.SESSION_ENV)
+
+
+def _snapshot_path(graph: Graph, backends: list, arguments: dict[str, Any]):
+    """Where the session cache keeps this compile, or None when it is not cached (off, or a
+    model that is not an unchanged file's content)."""
+    if not _session_cache_on():
+        return None
+    from tinydl import snapshot
+
+    devices = [f"{b.name}: {'; '.join(b.devices())}" for b in backends]
+    key = snapshot.session_key(graph, arguments, devices)
+    return None if key is None else snapshot.session_path(key)
 
 
 def _accepted_by(backends: list, every: bool = False) -> Callable[[Node, Node, Graph], bool]:

@@ -77,6 +77,16 @@ class CPUKernel(Kernel):
             for i, node in enumerate(graph.nodes)
         ]
 
+    snapshot = True
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["steps"]
+        return state
+
+    def restored(self) -> None:
+        self.steps = [(node, schema_of(node.op)) for node in self.graph.nodes]
+
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with BLAS.limit(self.threads):
             return self._run(inputs)

@@ -131,6 +131,14 @@ class Context:
         # Host ranges page-locked with cudaHostRegister (`lock_host`): sorted starts, ends.
         self._locked: tuple[list[int], list[int]] = ([], [])
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
+        from tinydl.snapshot import register_device_array
+
+        t = cupy.ndarray
+        register_device_array(f"{t.__module__}.{t.__qualname__}", _array_name)
+
+    def _snapshot_id(self) -> tuple:
+        """How a pickled session names this context (tinydl/snapshot.py)."""
+        return ("tinydl.backends.cuda.context:get_context", self.index)
 
     def _arch(self) -> str:
         """The newest real architecture NVRTC can target for this device."""
@@ -472,6 +480,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _array_name(a) -> tuple:
+    """A device array in a pickled session: its device and a host copy of its contents."""
+    return ("tinydl.backends.cuda.context:array_from_host", a.device.id, a.get())
+
+
+def array_from_host(index: int, host):
+    ctx = get_context(index)
+    with ctx.device:
+        return ctx.cp.asarray(host)
 
 
 _contexts: dict[int, Context] = {}

@@ -72,6 +72,13 @@ class Launch:
     args: list  # value names (str), device arrays, or NumPy scalars
     smem: int
     label: str
+    deferred: _Deferred | None = None  # where `fn` came from (a snapshot keeps this instead)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.deferred is not None:
+            state["fn"] = self.deferred
+        return state
 
 
 class Build(planned.Build):
@@ -186,8 +193,27 @@ class Plan(planned.Plan):
         self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
-                d = step.fn
+                d = step.deferred = step.fn
                 step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in ("cp", "views"):
+            state.pop(name, None)
+        state.update(graphs=collections.OrderedDict(), ran=False)
+        return state
+
+    def restored(self) -> None:
+        """Buffers and their views again; each kernel found in the kernel cache (or compiled,
+        if it was emptied since)."""
+        self.cp = self.ctx.cp
+        super().restored()
+        self.views = {r: self._view(slot, r) for r, slot in self.buffers.items()}
+        for step in self.steps:
+            if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
+                d = step.fn
+                self.ctx.prefetch(d.source, d.label, d.entry)
+        self.finish()
 
     def arrange(self, keep, types) -> None:
         from tinydl.backends.cuda.kernels.chain import fuse_chains
@@ -334,6 +360,7 @@ class CUDAKernel(planned.PlannedKernel):
     """A partition compiled for CUDA."""
 
     plan_class = Plan
+    snapshot = True
 
     def __init__(self, ctx, graph, options):
         self.use_graphs: bool = bool(dict(options.extra).get("cuda_graphs", True))

@@ -1,0 +1,373 @@
+"""Warm starts (tinydl/tinydl/snapshot.py): imported models and compiled sessions kept in the
+cache folder, read back by the next load or compile of the same file with the same arguments,
+and never used when anything they were made from differs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tinydl as td
+from tinydl import snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """Both caches on, in a folder of this test's own."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(folder))
+    monkeypatch.setenv(snapshot.SESSION_ENV, "on")
+    monkeypatch.setenv(snapshot.MODEL_ENV, "on")
+    yield folder
+    snapshot.wait_for_writes()
+
+
+def small_cnn(path: Path, rng, static: bool = True, external: bool = False) -> Path:
+    """Conv-ReLU-Conv + shortcut, global pool, Gemm: the shape of a classifier, small."""
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2
+    w3 = rng.standard_normal((8, 3, 1, 1)).astype(np.float32) * 0.3
+    fc = rng.standard_normal((5, 8)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in [(w1, "w1"), (w2, "w2"), (w3, "w3")]]
+    inits += [numpy_helper.from_array(fc, "fc"), numpy_helper.from_array(b, "b")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "w3"], ["s"]),
+        helper.make_node("Add", ["c2", "s"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "b"], ["y"], transB=1),
+    ]
+    shape = [1, 3, 12, 16] if static else ["N", 3, "H", "W"]
+    graph = helper.make_graph(
+        nodes,
+        "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    if external:
+        onnx.save(model, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    else:
+        onnx.save(model, path)
+    return path
+
+
+def feeds(rng, shape=(1, 3, 12, 16)):
+    return {"x": rng.standard_normal(shape).astype(np.float32)}
+
+
+def compile_twice(path, **kw):
+    first = td.compile(td.load(path), **kw)
+    snapshot.wait_for_writes()
+    second = td.compile(td.load(path), **kw)
+    return first, second
+
+
+def cache_state(sess) -> str:
+    return sess.profile()["init"]["cache"]
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_a_session_is_read_back_and_runs_alike(caches, tmp_path, rng, static):
+    path = small_cnn(tmp_path / "m.onnx", rng, static)
+    first, second = compile_twice(path, backends=("numpy",))
+    assert cache_state(first) == "saved"
+    assert cache_state(second) == "hit"
+    assert second.source_graph is not first.source_graph
+    for shape in [(1, 3, 12, 16)] + ([] if static else [(2, 3, 9, 7)]):
+        x = feeds(rng, shape)
+        np.testing.assert_array_equal(second.run(x)["y"], first.run(x)["y"])
+    assert [n.op for n in second.graph.nodes] == [n.op for n in first.graph.nodes]
+    assert len(list((caches / "sessions").iterdir())) == 1
+
+
+def test_a_new_process_reads_the_session_back(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    x = feeds(rng)
+    np.save(tmp_path / "x.npy", x["x"])
+    code = (
+        "import json, sys, numpy as np, tinydl as td\n"
+        "s = td.compile(td.load(sys.argv[1]), backends=('numpy',))\n"
+        "y = s.run({'x': np.load(sys.argv[2])})['y']\n"
+        "np.save(sys.argv[3], y)\n"
+        "print(json.dumps(s.profile()['init']['cache']))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    states, outs = [], []
+    for k in range(2):
+        out = tmp_path / f"y{k}.npy"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(path), str(tmp_path / "x.npy"), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        states.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        outs.append(np.load(out))
+    assert states == ["saved", "hit"]
+    np.testing.assert_array_equal(outs[1], outs[0])
+    want = td.compile(td.load(path), backends=("numpy",)).run(x)["y"]
+    np.testing.assert_array_equal(outs[1], want)
+
+
+def test_other_arguments_or_environment_compile_again(caches, tmp_path, rng, monkeypatch):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    base = td.compile(td.load(path), backends=("numpy",))
+    snapshot.wait_for_writes()
+    assert cache_state(base) == "saved"
+    other = td.compile(td.load(path), backends=("numpy",), optimize="none")
+    snapshot.wait_for_writes()
+    assert cache_state(other) == "saved"
+    assert len(other.graph.nodes) > len(base.graph.nodes)
+    monkeypatch.setenv("TINYDL_WEBGPU_DEPTHWISE", "off")  # any TINYDL_ variable is in the key
+    assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "saved"
+    snapshot.wait_for_writes()
+    assert len(list((caches / "sessions").iterdir())) == 3
+
+
+def test_a_changed_file_is_compiled_again(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, _ = compile_twice(path, backends=("numpy",))
+    small_cnn(path, np.random.default_rng(99))  # other weights, same structure
+    os.utime(path, ns=(1, 1))  # (an mtime of its own even where the clock is coarse)
+    changed = td.compile(td.load(path), backends=("numpy",))
+    assert cache_state(changed) == "saved"
+    x = feeds(rng)
+    assert not np.allclose(changed.run(x)["y"], first.run(x)["y"])
+    fresh = td.compile(td.load(path), backends=("numpy",), optimize="all")
+    np.testing.assert_array_equal(changed.run(x)["y"], fresh.run(x)["y"])
+
+
+def test_a_graph_changed_after_loading_is_not_cached(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    compile_twice(path, backends=("numpy",))
+    model = td.load(path)
+    model.initializers["fc"] = np.zeros((5, 8), np.float32)
+    sess = td.compile(model, backends=("numpy",))
+    assert cache_state(sess) == "on, not for this model"
+    np.testing.assert_allclose(
+        sess.run(feeds(rng))["y"], np.broadcast_to(model.initializers["b"], (1, 5))
+    )
+    model = td.load(path)
+    model.nodes[1].op = "Sigmoid"
+    assert cache_state(td.compile(model, backends=("numpy",))) == "on, not for this model"
+    # and a graph made in memory never is
+    made = td.load(path)
+    del made.origin
+    assert cache_state(td.compile(made, backends=("numpy",))) == "on, not for this model"
+
+
+def test_the_weights_of_a_loaded_graph_are_read_only(caches, tmp_path, rng):
+    model = td.load(small_cnn(tmp_path / "m.onnx", rng))
+    assert model.origin is not None
+    with pytest.raises(ValueError, match="read-only"):
+        model.initializers["fc"][0, 0] = 1.0
+
+
+def test_a_damaged_entry_is_compiled_again(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, _ = compile_twice(path, backends=("numpy",))
+    (entry,) = (caches / "sessions").iterdir()
+    entry.write_bytes(entry.read_bytes()[:200])
+    again = td.compile(td.load(path), backends=("numpy",))
+    assert cache_state(again) == "saved"
+    snapshot.wait_for_writes()
+    x = feeds(rng)
+    np.testing.assert_array_equal(again.run(x)["y"], first.run(x)["y"])
+    assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "hit"
+
+
+def test_a_snapshot_others_could_write_is_not_read(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    compile_twice(path, backends=("numpy",))
+    (entry,) = (caches / "sessions").iterdir()
+    assert entry.stat().st_mode & 0o777 == 0o600
+    entry.chmod(0o620)
+    assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "saved"
+    snapshot.wait_for_writes()
+    assert entry.stat().st_mode & 0o777 == 0o600  # replaced
+    assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "hit"
+
+
+def test_off_keeps_nothing(caches, tmp_path, rng, monkeypatch):
+    monkeypatch.setenv(snapshot.SESSION_ENV, "off")
+    monkeypatch.setenv(snapshot.MODEL_ENV, "off")
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, second = compile_twice(path, backends=("numpy",))
+    assert cache_state(first) == cache_state(second) == "off"
+    assert not caches.exists()
+
+
+def test_a_backend_that_cannot_keep_its_kernels_says_so(caches, tmp_path, rng):
+    pytest.importorskip("onnxruntime")
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    sess = td.compile(td.load(path), backends=("onnxruntime",))
+    assert cache_state(sess) == ("not saved: onnxruntime kernels are not kept between processes")
+    assert not (caches / "sessions").exists()
+
+
+def test_the_cache_stays_within_its_size(caches, tmp_path, rng, monkeypatch):
+    monkeypatch.setenv(snapshot.SIZE_ENV, "0.01")  # 10 KB: one small session at a time
+    paths = [small_cnn(tmp_path / f"m{k}.onnx", rng) for k in range(3)]
+    for p in paths:
+        td.compile(td.load(p), backends=("numpy",))
+        snapshot.wait_for_writes()
+    kept = list((caches / "sessions").iterdir())
+    assert len(kept) == 1  # the last one written stays even over the limit
+    assert cache_state(td.compile(td.load(paths[-1]), backends=("numpy",))) == "hit"
+    assert cache_state(td.compile(td.load(paths[0]), backends=("numpy",))) == "saved"
+
+
+# -- imported models -----------------------------------------------------------------------------
+
+
+def test_an_imported_model_is_read_back_without_its_importer(caches, tmp_path, rng, monkeypatch):
+    from tinydl.importers import onnx as importer
+    from tinydl.ir.tdl import graph_json_text
+
+    path = small_cnn(tmp_path / "m.onnx", rng, static=False)
+    first = td.load(path)
+    assert len(list((caches / "models").iterdir())) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(importer, "load", refuse)
+    second = td.load(path)
+    assert graph_json_text(second) == graph_json_text(first)
+    for name, a in first.initializers.items():
+        np.testing.assert_array_equal(second.initializers[name], a)
+    assert second.origin[0] == first.origin[0]
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(AssertionError, match="imported again"):
+        td.load(path)
+
+
+def test_external_weights_are_part_of_the_identity(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng, external=True)
+    first, second = compile_twice(path, backends=("numpy",))
+    assert cache_state(second) == "hit"
+    assert not (caches / "models").exists()  # imported each time: its weights are elsewhere
+    weights = tmp_path / "w.bin"
+    data = bytearray(weights.read_bytes())
+    data[:4] = np.float32(7.0).tobytes()
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(1, 1))
+    changed = td.compile(td.load(path), backends=("numpy",))
+    assert cache_state(changed) == "saved"
+    x = feeds(rng)
+    assert not np.allclose(changed.run(x)["y"], first.run(x)["y"])
+
+
+def test_a_tdl_file_is_kept_too(caches, tmp_path, rng):
+    path = tmp_path / "m.tdl"
+    td.save(td.load(small_cnn(tmp_path / "m.onnx", rng)), path)
+    first, second = compile_twice(path, backends=("numpy",))
+    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "face_detection/face_detection_short_range.tflite",
+        "palm_detection/palm_detection_lite.tflite",
+        "pose_detection/pose_detection.tflite",
+    ],
+)
+def test_mediapipe_models_read_back_alike(caches, rng, monkeypatch, name):
+    """TFLite files (their importer's graphs through the .tdl copy, then the session): the same
+    graph, the same outputs as a compile with both caches off."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers.models import mediapipe_model
+
+    from tinydl.ir.tdl import graph_json_text
+
+    path = mediapipe_model(name)
+    imported = td.load(path)
+    cached = td.load(path)
+    assert graph_json_text(cached) == graph_json_text(imported)
+    first, second = compile_twice(path, backends=("numpy",))
+    assert cache_state(second) == "hit"
+    (v,) = second.inputs
+    x = {v.name: rng.uniform(-1, 1, v.shape).astype(np.float32)}
+    monkeypatch.setenv(snapshot.SESSION_ENV, "off")
+    monkeypatch.setenv(snapshot.MODEL_ENV, "off")
+    want = td.compile(td.load(path), backends=("numpy",)).run(x)
+    got = second.run(x)
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+# -- cuda plans (the stand-in context: compiled by NVRTC, never launched) -------------------------
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    pytest.importorskip("cupy")
+    pytest.importorskip("jinja2")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers.cuda_fake import FakeContext
+
+    import tinydl.backends as backends
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda import CUDABackend
+
+    monkeypatch.setitem(context._contexts, 0, FakeContext())
+    backend = CUDABackend()
+    backend._reason = ""
+    monkeypatch.setitem(backends._instances, "cuda", backend)
+    return backend
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, precision):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, second = compile_twice(path, backends=("cuda",), precision=precision)
+    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+    (p1,) = first.partitions[0].kernel.plans.values()
+    (p2,) = second.partitions[0].kernel.plans.values()
+    assert len(p2.steps) == len(p1.steps) > 3
+    for a, b in zip(p1.steps, p2.steps, strict=True):
+        assert (a.grid, a.block, a.smem, a.label) == (b.grid, b.block, b.smem, b.label)
+        assert a.fn.source == b.fn.source and a.fn.name == b.fn.name
+        assert len(a.args) == len(b.args)
+        for x, y in zip(a.args, b.args, strict=True):
+            if isinstance(x, str):
+                assert x == y
+            else:
+                np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+
+    # values that shared a buffer still share one; none that did not
+    def sharing(plan):
+        return sorted(
+            sorted(r for r, b in plan.buffers.items() if b is buf)
+            for buf in {id(b): b for b in plan.buffers.values()}.values()
+        )
+
+    assert sharing(p2) == sharing(p1)
+    assert p2.views.keys() == p1.views.keys()
+    # every constant a step binds is the kernel's uploaded one (uploaded once, shared)
+    uploaded = {id(a) for a in second.partitions[0].kernel._constants.values()}
+    bound = {id(x) for s in p2.steps for x in s.args if isinstance(x, np.ndarray) and x.ndim}
+    assert bound and bound <= uploaded
