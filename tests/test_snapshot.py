@@ -158,6 +158,21 @@ def test_a_changed_file_is_compiled_again(caches, tmp_path, rng):
     np.testing.assert_array_equal(changed.run(x)["y"], fresh.run(x)["y"])
 
 
+def test_a_change_to_tinydl_compiles_again(caches, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    compile_twice(path, backends=("numpy",))
+    source = Path(snapshot.__file__).parent / "ops" / "conv.py"
+    st = source.stat()
+    try:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+        snapshot.code_fingerprint.cache_clear()
+        assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "saved"
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+        snapshot.code_fingerprint.cache_clear()
+    assert cache_state(td.compile(td.load(path), backends=("numpy",))) == "hit"
+
+
 def test_a_graph_changed_after_loading_is_not_cached(caches, tmp_path, rng):
     path = small_cnn(tmp_path / "m.onnx", rng)
     compile_twice(path, backends=("numpy",))
@@ -371,3 +386,57 @@ def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, p
     uploaded = {id(a) for a in second.partitions[0].kernel._constants.values()}
     bound = {id(x) for s in p2.steps for x in s.args if isinstance(x, np.ndarray) and x.ndim}
     assert bound and bound <= uploaded
+
+
+# -- webgpu (lavapipe here) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def webgpu():
+    from tinydl.backends import get_backend
+
+    backend = get_backend("webgpu")
+    if not backend.available():
+        pytest.skip(f"webgpu: {backend.unavailable_reason()}")
+    return backend
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_webgpu_plan_is_read_back_and_runs_alike(caches, webgpu, tmp_path, rng, precision):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, second = compile_twice(path, backends=("webgpu",), precision=precision)
+    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+    (p1,) = first.partitions[0].kernel.plans.values()
+    (p2,) = second.partitions[0].kernel.plans.values()
+    assert [s.source for s in p2.steps] == [s.source for s in p1.steps]
+    assert all(s.pipeline is not None for s in p2.steps)
+    x = feeds(rng)
+    np.testing.assert_array_equal(second.run(x)["y"], first.run(x)["y"])
+    # the constants' host copies are dropped once the session is kept (and never made again)
+    for sess in (first, second):
+        kernel = sess.partitions[0].kernel
+        assert all(c.host is None for c in kernel._constants.values())
+
+
+def test_a_webgpu_session_of_symbolic_shapes_plans_when_run(caches, webgpu, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng, static=False)
+    first, second = compile_twice(path, backends=("webgpu",))
+    assert cache_state(second) == "hit"
+    assert not second.partitions[0].kernel.plans
+    for shape in [(1, 3, 12, 16), (2, 3, 9, 7)]:
+        x = feeds(rng, shape)
+        np.testing.assert_array_equal(second.run(x)["y"], first.run(x)["y"])
+    for sess in (first, second):
+        kernel = sess.partitions[0].kernel
+        assert len(kernel.plans) == 2
+        assert all(c.host is None for c in kernel._constants.values())
+
+
+def test_a_webgpu_render_path_plan_is_not_kept(caches, webgpu, tmp_path, rng):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    opts = {"webgpu": {"shaders": "fragment"}}
+    sess = td.compile(td.load(path), backends=("webgpu",), backend_options=opts)
+    (plan,) = sess.partitions[0].kernel.plans.values()
+    if plan.keepable:
+        pytest.skip("nothing of this model was drawn here")
+    assert cache_state(sess) == "not saved: webgpu kernels are not kept between processes"

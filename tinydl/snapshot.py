@@ -65,15 +65,19 @@ def enabled(env: str) -> bool:
 def code_fingerprint() -> str:
     """Every file of the tinydl package by name, size and modification time (and Python's and
     NumPy's versions): a cached entry made by other code is never used."""
-    root = Path(__file__).resolve().parents[1]
+    root = os.path.dirname(os.path.abspath(__file__))  # the tinydl package
     h = hashlib.sha256(f"{sys.version_info[:3]} {np.__version__}".encode())
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".pyc", ".tdl")):
-                continue
-            st = os.stat(os.path.join(folder, name))
-            h.update(f"{folder[len(str(root)) :]}/{name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    folders = [root]
+    while folders:
+        folder = folders.pop()
+        with os.scandir(folder) as entries:
+            for e in sorted(entries, key=lambda e: e.name):
+                if e.is_dir():
+                    if e.name != "__pycache__":
+                        folders.append(e.path)
+                elif not e.name.endswith((".pyc", ".tdl")):
+                    st = e.stat()
+                    h.update(f"{e.path} {st.st_size} {st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 

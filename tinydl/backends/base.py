@@ -193,6 +193,9 @@ class Kernel(ABC):
     def restored(self) -> None:  # noqa: B027 - most kernels keep everything they need
         """Remake what __getstate__ left out; the kernel runs after this."""
 
+    def snapshot_done(self) -> None:  # noqa: B027 - most kernels keep nothing for it
+        """The session has been pickled (or will not be): drop what was kept for that."""
+
 
 def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype of `arrays` concatenated along axis 0 (one dtype, one trailing

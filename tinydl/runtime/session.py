@@ -244,6 +244,8 @@ class Session:
             self._keep(cached)
         else:
             self._init["cache"] = "on, not for this model" if _session_cache_on() else "off"
+        for _, kernel in self._kernels:
+            kernel.snapshot_done()
 
     # -- the session cache (tinydl/snapshot.py) -----------------------------------------------
     def _keep(self, path) -> None:

@@ -191,6 +191,10 @@ class Context:
             )
 
     # -- pipelines -----------------------------------------------------------------------------
+    def _snapshot_id(self) -> tuple:
+        """How a pickled session names this context (tinydl/snapshot.py)."""
+        return ("tinydl.backends.webgpu.context:get_context", self.index)
+
     def pipeline(self, source: str, label: str = ""):
         """A compute pipeline for WGSL `source` (entry point `main`), cached by a hash of it."""
 

@@ -82,6 +82,10 @@ class Dispatch:
     bind_groups: dict = field(default_factory=dict)
     node: str = ""
     roots: list | None = None  # the buffers its value names resolve to (made at first use)
+    source: str = ""  # the WGSL the pipeline is compiled from (a snapshot keeps this instead)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "pipeline": None, "bind_groups": {}, "roots": None}
 
 
 @dataclass
@@ -132,7 +136,9 @@ class Build(planned.Build):
         if max(grid) > limit:
             raise ValueError(f"{self.label}: grid {grid} exceeds {limit} workgroups per dimension")
         args = [self._resolve(a) for a in bindings]
-        self.plan.steps.append(Dispatch(pipeline, args, grid, label, node=self.node.name))
+        self.plan.steps.append(
+            Dispatch(pipeline, args, grid, label, node=self.node.name, source=source)
+        )
 
     def _resolve(self, arg):
         """A value name stays a name unless it is a constant (a weight, or a value the plan
@@ -263,6 +269,26 @@ class Plan(planned.Plan):
         for step in self.steps:  # the pipelines compiled on threads while the plan was built
             if isinstance(step, Dispatch) and isinstance(step.pipeline, concurrent.futures.Future):
                 step.pipeline = step.pipeline.result()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in ("textures", "units"):
+            state.pop(name, None)
+        return state
+
+    def restored(self) -> None:
+        """Buffers, the (compute path's) pass structure and every pipeline again, compiled on
+        the context's threads (the driver's shader cache has them after a first start)."""
+        super().restored()
+        self._allocate_textures()
+        for step in self.steps:
+            step.pipeline = self.ctx.pipeline_soon(step.source, step.label)
+        self.finish()
+
+    @property
+    def keepable(self) -> bool:
+        """Compute dispatches only: the render path's textures and passes are not kept."""
+        return not self.tex and all(isinstance(s, Dispatch) and s.source for s in self.steps)
 
     def rewrite(self, body, keep, shape_of, types):
         def direct(n) -> bool:  # conv_direct runs the convolution (its epilogues, its layouts)
@@ -879,7 +905,26 @@ class WebGPUKernel(planned.PlannedKernel):
             data = to_storage(data, stype)  # a constant output of int64 or bool: held as i32
         u = self.ctx.wgpu.BufferUsage
         usage = u.UNIFORM | u.COPY_DST if uniform else self.ctx.storage_usage
-        return Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
+        storage = Storage(self.ctx, self.ctx.upload(data, usage), pooled=False)
+        if not getattr(self, "_snapshot_done", False):
+            storage.host = data  # until the session is kept (or not): `snapshot_done`
+        return storage
+
+    @property
+    def snapshot(self) -> bool:
+        return all(p.keepable for p in self.plans.values()) and all(
+            isinstance(c, Storage) for c in self._constants.values()
+        )
+
+    def restored(self) -> None:
+        self._snapshot_done = True
+        super().restored()
+
+    def snapshot_done(self) -> None:
+        self._snapshot_done = True  # (the plans made later, for other shapes, keep no copy)
+        for c in self._constants.values():
+            if isinstance(c, Storage):
+                c.host = None
 
     last_host: dict[str, float] | None = None  # the host side of the last run (Plan.run)
 

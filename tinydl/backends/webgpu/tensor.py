@@ -50,6 +50,14 @@ class Storage:
     def __init__(self, ctx, buffer, pooled: bool = True):
         self.ctx, self.buffer, self.pooled = ctx, buffer, pooled
         self.serial = ctx.serial_of(buffer)
+        # A constant's contents while its session may still be pickled (tinydl/snapshot.py).
+        self.host: np.ndarray | None = None
+
+    def _snapshot_id(self) -> tuple:
+        if self.host is None:
+            raise TypeError("a webgpu buffer without its host contents cannot be kept")
+        where = "tinydl.backends.webgpu.tensor:storage_from_host"
+        return (where, self.ctx.index, self.host, int(self.buffer.usage))
 
     def __del__(self):
         if self.buffer is None:
@@ -62,6 +70,14 @@ class Storage:
         except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
             pass
         self.buffer = None
+
+
+def storage_from_host(index, host: np.ndarray, usage: int) -> Storage:
+    """A constant of a pickled session uploaded again (tinydl/snapshot.py)."""
+    from tinydl.backends.webgpu.context import get_context
+
+    ctx = get_context(index)
+    return Storage(ctx, ctx.upload(host, usage), pooled=False)
 
 
 def padded_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
