@@ -262,6 +262,7 @@ def test_an_imported_model_is_read_back_without_its_importer(caches, tmp_path, r
 
     path = small_cnn(tmp_path / "m.onnx", rng, static=False)
     first = td.load(path)
+    snapshot.wait_for_writes()  # (the copy is written on a thread)
     assert len(list((caches / "models").iterdir())) == 1
 
     def refuse(*args, **kwargs):
@@ -319,6 +320,7 @@ def test_mediapipe_models_read_back_alike(caches, rng, monkeypatch, name):
 
     path = mediapipe_model(name)
     imported = td.load(path)
+    snapshot.wait_for_writes()
     cached = td.load(path)
     assert graph_json_text(cached) == graph_json_text(imported)
     first, second = compile_twice(path, backends=("numpy",))

@@ -248,6 +248,11 @@ def dump(obj, path: Path, background: bool = False, then=None) -> None:
         if then is not None:
             then()
         return
+    in_background(write)
+
+
+def in_background(write) -> None:
+    """Run `write()` on a thread of its own (the process waits for it before exiting)."""
     writer = threading.Thread(target=write, name="tinydl-cache-writer")
     _writers[:] = [t for t in _writers if t.is_alive()] + [writer]
     writer.start()

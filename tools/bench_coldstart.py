@@ -89,7 +89,8 @@ if backend == "cuda":
     stats = dict(get_context().stats)
 print(json.dumps({"import": t1 - t0, "device": t15 - t1, "load": t2 - t15,
                   "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats,
-                  "cache": sess.profile()["init"].get("cache")}))
+                  "cache": sess.profile()["init"].get("cache"),
+                  "cache_save_s": sess.profile()["init"].get("cache_save_s")}))
 """
 
 
@@ -158,6 +159,12 @@ def start(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _saved(r: dict) -> str:
+    """How long keeping the session took the compile (pickling; the file is written on a
+    thread)."""
+    return "" if r.get("cache_save_s") is None else f" in {r['cache_save_s']:.3f} s"
+
+
 _primed: set[tuple[str, str]] = set()
 
 
@@ -217,7 +224,7 @@ def main(argv=None) -> int:
                         f"| {name} | {backend} | {label} | {r['import']:.2f} | {r['device']:.2f} | "
                         f"{r['load']:.3f} | "
                         f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {cuda} | "
-                        f"{r.get('cache')} |",
+                        f"{r.get('cache')}{_saved(r)} |",
                         flush=True,
                     )
     if args.json:

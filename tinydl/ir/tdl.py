@@ -14,6 +14,7 @@ import json
 import math
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,23 @@ def graph_json_text(graph: Graph) -> str:
 
 def save(graph: Graph, path: str | os.PathLike) -> None:
     """Write `graph` to a .tdl file (atomically: a partial file is never left behind)."""
-    from safetensors.numpy import save_file
+    saver(graph)(path)
 
+
+def saver(graph: Graph):
+    """`graph` as it is now, to be written later: a function of the path that writes it (the
+    graph's structure is taken now; its arrays are written as they are then)."""
     doc, tensors = graph_to_json(graph)
     meta = {"format": FORMAT, "version": VERSION, "graph": json.dumps(doc, separators=(",", ":"))}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
+    return lambda path, mode=None: _write(meta, tensors, Path(path), mode)
+
+
+def _write(meta: dict, tensors: dict, path: Path, mode: int | None) -> None:
+    """`mode`: the file's permissions (default: as the umask gives new files)."""
+    from safetensors.numpy import save_file
+
+    # A name of this writer's own: two processes writing one path never share a partial file.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     try:
         try:
             save_file(
@@ -97,10 +109,12 @@ def save(graph: Graph, path: str | os.PathLike) -> None:
                 raise
             # SafetensorError ("I/O error: ... os error 13"): say it as the OSError it is.
             raise OSError(f"cannot write {path}: {exc}") from None
-        # The container writer creates private (0600) files; give the file the usual mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if mode is None:
+            # The container writer creates private (0600) files; give the file the usual mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

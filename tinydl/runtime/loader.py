@@ -94,6 +94,7 @@ def load(path: str | os.PathLike) -> Graph:
             if external:  # the weights of other files: the cached copy would not see them change
                 identity += "".join(f"\0{snapshot.file_identity(p)}" for p in external)
             elif cached is not None:
+                snapshot.mark_origin(graph, identity)  # (its weights read-only from here on)
                 _keep_import(graph, cached)
     else:
         graph = _load_tdl(path)
@@ -127,17 +128,26 @@ def _cached_import(cached: Path) -> Graph | None:
 
 
 def _keep_import(graph: Graph, cached: Path) -> None:
-    """Keep the imported graph for the next load of the same file (nothing when it cannot be
-    written: the cache only saves time)."""
+    """Keep the imported graph for the next load of the same file, written on a thread (its
+    weights are read-only from here on: `snapshot.mark_origin`); nothing when it cannot be
+    written: the cache only saves time."""
     from tinydl import snapshot
     from tinydl.ir import tdl
 
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tdl.save(graph, cached)
-    except Exception:  # noqa: BLE001 - a full disk, a graph .tdl cannot hold: no cache
+        save = tdl.saver(graph)  # (the structure now, before the caller can change it)
+    except Exception:  # noqa: BLE001 - a graph .tdl cannot hold: no cache
         return
-    snapshot.prune(cached.parent, keep=cached)
+
+    def write():
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            save(cached, 0o644)
+        except Exception:  # noqa: BLE001 - a full disk: no cache
+            return
+        snapshot.prune(cached.parent, keep=cached)
+
+    snapshot.in_background(write)
 
 
 def save(graph: Graph, path: str | os.PathLike) -> None:

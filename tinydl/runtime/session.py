@@ -245,7 +245,9 @@ class Session:
         else:
             self._init["cache"] = "on, not for this model" if _session_cache_on() else "off"
         for _, kernel in self._kernels:
-            kernel.snapshot_done()
+            done = getattr(kernel, "snapshot_done", None)  # (a plug-in's kernel may lack it)
+            if done is not None:
+                done()
 
     # -- the session cache (tinydl/snapshot.py) -----------------------------------------------
     def _keep(self, path) -> None:
