@@ -389,9 +389,15 @@ def test_tdl_weights_are_read_only_memory_maps(tmp_path):
         if arr.size == 0:
             continue
         assert isinstance(arr, np.memmap), name
-        # Zero copy: the array is the file's own bytes at the header's offsets.
+        # Zero copy: the array is the file's own bytes at the header's offsets (a view of the
+        # file's one mapping).
         begin = 8 + header_len + header[name]["data_offsets"][0]
-        assert arr.offset == begin and Path(arr.filename) == path.resolve(), name
+        whole = arr
+        while isinstance(whole.base, np.memmap):
+            whole = whole.base
+        assert whole.offset == 0 and whole.size == len(data), name
+        assert Path(whole.filename) == path.resolve(), name
+        assert arr.ctypes.data - whole.ctypes.data == begin, name
         with pytest.raises(ValueError):
             arr.flat[0] = 0
 

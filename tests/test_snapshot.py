@@ -388,6 +388,11 @@ def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, p
     uploaded = {id(a) for a in second.partitions[0].kernel._constants.values()}
     bound = {id(x) for s in p2.steps for x in s.args if isinstance(x, np.ndarray) and x.ndim}
     assert bound and bound <= uploaded
+    # the host copies kept for pickling are gone once the session is kept
+    from tinydl.backends.cuda.context import host_copies
+
+    assert not first.partitions[0].kernel._hosts and not second.partitions[0].kernel._hosts
+    assert not uploaded & set(host_copies)
 
 
 # -- webgpu (lavapipe here) ------------------------------------------------------------------------

@@ -201,15 +201,18 @@ def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[s
     for (_, e0, a), (b1, _, b) in zip(spans, spans[1:], strict=False):
         _expect(e0 <= b1, path, f"tensors '{a}' and '{b}' overlap")
     out: dict[str, np.ndarray] = {}
+    mapped = None  # the file, mapped once (read-only); each tensor a view of its span
     for name, dtype, shape, begin in entries:
         if math.prod(shape) == 0:
             arr = np.zeros(shape, dtype)
             arr.flags.writeable = False
             out[name] = arr
         else:
-            out[name] = np.memmap(
-                path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape
-            )
+            if mapped is None:
+                mapped = np.memmap(path, dtype=np.uint8, mode="r")
+            start = data_start + begin
+            span = mapped[start : start + math.prod(shape) * dtype.itemsize]
+            out[name] = span.view(dtype).reshape(shape)
     return out
 
 

@@ -482,9 +482,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+# id(device array) -> (the array, its contents on the host): the constants of a session being
+# pickled (CUDAKernel.__getstate__ puts them here, snapshot_done takes them out), so that
+# keeping a session (tinydl/snapshot.py) reads nothing back from the GPU.
+host_copies: dict[int, tuple[Any, Any]] = {}
+
+
 def _array_name(a) -> tuple:
     """A device array in a pickled session: its device and a host copy of its contents."""
-    return ("tinydl.backends.cuda.context:array_from_host", a.device.id, a.get())
+    kept = host_copies.get(id(a))
+    host = kept[1] if kept is not None and kept[0] is a else a.get()
+    return ("tinydl.backends.cuda.context:array_from_host", a.device.id, host)
 
 
 def array_from_host(index: int, host):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
-from tinydl.backends.cuda.context import empty_pinned
+from tinydl.backends.cuda.context import empty_pinned, host_copies
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
 from tinydl.backends.fusion import (
@@ -364,6 +364,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def __init__(self, ctx, graph, options):
         self.use_graphs: bool = bool(dict(options.extra).get("cuda_graphs", True))
+        self._hosts: dict[int, tuple] = {}  # id(constant) -> (it, its host contents)
         super().__init__(ctx, graph, options)
 
     def input_info(self, shape, dtype) -> Info:
@@ -374,8 +375,30 @@ class CUDAKernel(planned.PlannedKernel):
         return Info(tuple(t.shape), dtype, dtype)
 
     def upload(self, data: np.ndarray):
+        data = np.ascontiguousarray(data)
         with self.ctx.device:
-            return self.ctx.cp.asarray(np.ascontiguousarray(data))
+            array = self.ctx.cp.asarray(data)
+        if not getattr(self, "_snapshot_done", False):
+            # The contents, for pickling the session without reading them back (until
+            # `snapshot_done`; plans made later, for other shapes, keep none).
+            self._hosts[id(array)] = (array, data)
+        return array
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_hosts", None)
+        host_copies.update(self._hosts)  # (for the device arrays pickled next: _array_name)
+        return state
+
+    def restored(self) -> None:
+        self._snapshot_done, self._hosts = True, {}
+        super().restored()
+
+    def snapshot_done(self) -> None:
+        self._snapshot_done = True
+        for key in self._hosts:
+            host_copies.pop(key, None)
+        self._hosts = {}
 
     def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> tuple:
         """Run; the outputs named in `host` come back as NumPy arrays (through pinned memory)."""
