@@ -447,3 +447,27 @@ def test_a_webgpu_render_path_plan_is_not_kept(caches, webgpu, tmp_path, rng):
     if plan.keepable:
         pytest.skip("nothing of this model was drawn here")
     assert cache_state(sess) == "not saved: webgpu kernels are not kept between processes"
+
+
+def test_a_session_read_back_warns_of_its_fallbacks_again(caches, webgpu, tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("NonZero", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fallback",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )
+    path = tmp_path / "f.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    states = []
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="fall back from 'webgpu'"):
+            sess = td.compile(td.load(path), backends=("webgpu", "numpy"))
+        states.append(cache_state(sess))
+        snapshot.wait_for_writes()
+        x = np.array([[1, -1, 2], [0, 3, -4]], np.float32)
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], np.array(np.nonzero(x > 0)))
+    assert states == ["saved", "hit"]

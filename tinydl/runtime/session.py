@@ -139,6 +139,7 @@ class Session:
         }
         cached = _snapshot_path(graph, chosen, arguments)
         if cached is not None and self._restore(cached, graph, t_start):
+            self._report_fallbacks(strict)  # (as the compile it was kept from did)
             return
         manager = PassManager(optimize, accepts=_accepted_by(chosen, every=partition == "cost"))
         self.graph = graph = manager.run(graph)
