@@ -83,6 +83,15 @@ def cache_state(sess) -> str:
     return sess.profile()["init"]["cache"]
 
 
+def read_back_plans(path, **kw):
+    """A session saved, then read back; both with their one plan."""
+    first, second = compile_twice(path, **kw)
+    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+    (p1,) = first.partitions[0].kernel.plans.values()
+    (p2,) = second.partitions[0].kernel.plans.values()
+    return first, second, p1, p2
+
+
 # -- sessions ------------------------------------------------------------------------------------
 
 
@@ -360,10 +369,7 @@ def fake_cuda(monkeypatch):
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, precision):
     path = small_cnn(tmp_path / "m.onnx", rng)
-    first, second = compile_twice(path, backends=("cuda",), precision=precision)
-    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
-    (p1,) = first.partitions[0].kernel.plans.values()
-    (p2,) = second.partitions[0].kernel.plans.values()
+    first, second, p1, p2 = read_back_plans(path, backends=("cuda",), precision=precision)
     assert len(p2.steps) == len(p1.steps) > 3
     for a, b in zip(p1.steps, p2.steps, strict=True):
         assert (a.grid, a.block, a.smem, a.label) == (b.grid, b.block, b.smem, b.label)
@@ -411,10 +417,7 @@ def webgpu():
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_a_webgpu_plan_is_read_back_and_runs_alike(caches, webgpu, tmp_path, rng, precision):
     path = small_cnn(tmp_path / "m.onnx", rng)
-    first, second = compile_twice(path, backends=("webgpu",), precision=precision)
-    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
-    (p1,) = first.partitions[0].kernel.plans.values()
-    (p2,) = second.partitions[0].kernel.plans.values()
+    first, second, p1, p2 = read_back_plans(path, backends=("webgpu",), precision=precision)
     assert [s.source for s in p2.steps] == [s.source for s in p1.steps]
     assert all(s.pipeline is not None for s in p2.steps)
     x = feeds(rng)
