@@ -474,3 +474,10 @@ def test_a_session_read_back_warns_of_its_fallbacks_again(caches, webgpu, tmp_pa
         x = np.array([[1, -1, 2], [0, 3, -4]], np.float32)
         np.testing.assert_array_equal(sess.run({"x": x})["y"], np.array(np.nonzero(x > 0)))
     assert states == ["saved", "hit"]
+
+
+@pytest.mark.parametrize("raw", ["lots", "-5", "nan"])
+def test_a_size_limit_that_is_not_a_number_warns_and_keeps_the_default(monkeypatch, raw):
+    monkeypatch.setenv(snapshot.SIZE_ENV, raw)
+    with pytest.warns(UserWarning, match=f"{snapshot.SIZE_ENV}='{raw}' is not a number"):
+        assert snapshot.size_limit() == snapshot.DEFAULT_MB << 20

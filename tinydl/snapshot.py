@@ -287,9 +287,27 @@ def load(path: Path):
     return _Unpickler(io.BytesIO(view[start : start + size]), buffers).load()
 
 
+def size_limit() -> int:
+    """$TINYDL_CACHE_MB in bytes (a value that is not a number of megabytes: the default, with
+    a warning)."""
+    raw = os.environ.get(SIZE_ENV, "")
+    try:
+        mb = float(raw) if raw.strip() else DEFAULT_MB
+        if not mb >= 0:
+            raise ValueError(raw)
+    except ValueError:
+        import warnings
+
+        warnings.warn(
+            f"{SIZE_ENV}={raw!r} is not a number of megabytes; using {DEFAULT_MB}", stacklevel=2
+        )
+        mb = DEFAULT_MB
+    return int(mb * (1 << 20))
+
+
 def prune(folder: Path, keep: Path | None = None) -> None:
     """Delete the least recently used files of `folder` beyond $TINYDL_CACHE_MB."""
-    limit = int(float(os.environ.get(SIZE_ENV, DEFAULT_MB)) * (1 << 20))
+    limit = size_limit()
     try:
         entries = [(e.stat().st_mtime_ns, e.stat().st_size, e.path) for e in os.scandir(folder)]
     except OSError:
