@@ -110,6 +110,27 @@ def test_info_json(capsys):
     assert report["backends"]["numpy"]["devices"]
 
 
+def test_info_reports_the_cache(capsys, tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    (folder / "sessions").mkdir(parents=True)
+    (folder / "sessions" / "a.snap").write_bytes(b"x" * 3000)
+    (folder / "cuda").mkdir()
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(folder))
+    monkeypatch.setenv("TINYDL_SESSION_CACHE", "off")
+    monkeypatch.setenv("TINYDL_MODEL_CACHE", "on")
+    code, out, _ = run_cli(capsys, "info", "--json")
+    assert code == 0
+    cache = json.loads(out)["cache"]
+    assert cache["folder"] == str(folder)
+    assert cache["folders"] == {
+        "cuda": {"files": 0, "bytes": 0},
+        "sessions": {"files": 1, "bytes": 3000},
+    }
+    assert (cache["models"], cache["sessions"]) == ("on", "off")
+    code, out, _ = run_cli(capsys, "info")
+    assert "sessions 1 files" in out and "compiled sessions kept: off" in out
+
+
 def many_ops_model(path):
     """A chain of 14 elementwise ops of long names: a partition whose op list needs wrapping."""
     ops = ["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Softplus", "HardSwish", "Softsign"]

@@ -69,6 +69,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "numpy": np.__version__,
         "packages": {p: version(p) for p in ("onnx", "safetensors", "pillow", "wgpu", "cupy")},
         "backends": backends,
+        "cache": _cache_report(),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -89,4 +90,45 @@ def cmd_info(args: argparse.Namespace) -> int:
         else:
             row(t, name, "unavailable", entry["reason"])
     out.print(t)
+    cache = report["cache"]
+    parts = ", ".join(
+        f"{name} {f['files']} files {f['bytes'] / 2**20:.1f} MB"
+        for name, f in cache["folders"].items()
+    )
+    out.print(f"cache {cache['folder']}: {parts or 'empty'} (delete it to start over)")
+    out.print(
+        f"  imported models kept: {cache['models']}, compiled sessions kept: {cache['sessions']}, "
+        f"at most {cache['limit_mb']:g} MB each"
+    )
     return 0
+
+
+def _cache_report() -> dict[str, Any]:
+    """The cache folder (tinydl/cache.py): what each of its folders holds, and the switches of
+    the model and session caches (tinydl/snapshot.py)."""
+    import os
+
+    from tinydl import snapshot
+    from tinydl.cache import cache_dir
+
+    root = cache_dir()
+    folders = {}
+    if root.is_dir():
+        for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+            files = total = 0
+            for folder, _, names in os.walk(sub):
+                for name in names:
+                    try:
+                        total += os.stat(os.path.join(folder, name)).st_size
+                        files += 1
+                    except OSError:
+                        continue
+            folders[sub.name] = {"files": files, "bytes": total}
+    on = {True: "on", False: "off"}
+    return {
+        "folder": str(root),
+        "folders": folders,
+        "models": on[snapshot.enabled(snapshot.MODEL_ENV)],
+        "sessions": on[snapshot.enabled(snapshot.SESSION_ENV)],
+        "limit_mb": snapshot.size_limit() / 2**20,
+    }
