@@ -64,8 +64,10 @@ if backend == "cuda":
         context.MIN_PER_PROGRAM = int(os.environ["COLDSTART_PER_PROGRAM"])
     context.get_context()
 elif backend == "webgpu":
-    from tinydl.backends.webgpu.context import get_context
-    get_context()
+    from tinydl.backends.webgpu import context
+    if threads:
+        context.COMPILE_THREADS = threads
+    context.get_context()
 t15 = time.perf_counter()
 model = td.load(path)
 t2 = time.perf_counter()
@@ -184,7 +186,10 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="cuda", help="comma-separated (default: cuda)")
     ap.add_argument("--onnx-dir", type=Path, default=Path(".zoo"), help="exported models")
     ap.add_argument(
-        "--compile-threads", type=int, default=0, help="cuda: NVRTC threads (default: per core)"
+        "--compile-threads",
+        type=int,
+        default=0,
+        help="cuda: NVRTC threads; webgpu: pipeline compile threads (default: the backend's)",
     )
     ap.add_argument("--profile-dir", type=Path, help="cProfile each start into this folder")
     ap.add_argument("--json", type=Path, help="write the rows here too")

@@ -25,8 +25,13 @@ from tinydl.errors import BackendUnavailableError, BufferSizeError, DeviceLostEr
 # Compiled pipelines a device keeps cached (shapes are baked into kernels, so inputs of ever new
 # sizes would otherwise grow this without bound).
 MAX_PIPELINES = 2048
-# Threads compiling pipelines while a plan is built (the driver's compiler releases the GIL).
-COMPILE_THREADS = min(8, os.cpu_count() or 1)
+# Threads compiling pipelines while a plan is built (the driver's compiler releases the GIL):
+# one per core this process may use. NVIDIA's driver on a 16-core H100 host, cold starts:
+# ResNet-18's compile 1.11-1.20 s on 4 threads, 0.74-0.81 on 8, 0.56-0.82 on 16, 0.69-0.71 on 32
+# (docs/webgpu.md, "Start").
+COMPILE_THREADS = (
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+)
 _compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _compile_pool_lock = threading.Lock()
 
