@@ -193,8 +193,10 @@ class Kernel(ABC):
     def restored(self) -> None:  # noqa: B027 - most kernels keep everything they need
         """Remake what __getstate__ left out; the kernel runs after this."""
 
-    def snapshot_done(self) -> None:  # noqa: B027 - most kernels keep nothing for it
-        """The session has been pickled (or will not be): drop what was kept for that."""
+    def snapshot_done(self, later: bool = False) -> None:  # noqa: B027 - most keep nothing
+        """The session has been pickled (or will not be): drop what was kept for that.
+        `later`: it will be pickled again after the first run, so a kernel without a plan yet
+        keeps what that run's plan needs."""
 
 
 def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dtype]:

@@ -241,37 +241,69 @@ class Session:
         self._expected = {v.name: v for v in graph.inputs}
         self._checked: set[tuple] = set()
         self._prepare_run()
-        if cached is not None:
-            self._keep(cached)
+        self._later = None
+        if cached is not None and self._keep(cached):
+            self._keep_later(cached)
         else:
-            self._init["cache"] = "on, not for this model" if _session_cache_on() else "off"
-        for _, kernel in self._kernels:
-            done = getattr(kernel, "snapshot_done", None)  # (a plug-in's kernel may lack it)
-            if done is not None:
-                done()
+            if cached is None:
+                self._init["cache"] = "on, not for this model" if _session_cache_on() else "off"
+            self._snapshot_done()
 
     # -- the session cache (tinydl/snapshot.py) -----------------------------------------------
-    def _keep(self, path) -> None:
-        """Write this session to the session cache, or say in profile()["init"]["cache"] why
-        not."""
+    def _keep(self, path, field: str = "cache") -> bool:
+        """Write this session to the session cache (True), or say in profile()["init"][field]
+        why not."""
         from tinydl import snapshot
 
         kept = [b for b, k in self._kernels if not getattr(k, "snapshot", False)]
         if kept:
             names = ", ".join(sorted({p.backend for p in kept}))
-            self._init["cache"] = f"not saved: {names} kernels are not kept between processes"
-            return
+            self._init[field] = f"not saved: {names} kernels are not kept between processes"
+            return False
         t0 = time.perf_counter()
-        self._init["cache"] = "saved"
+        self._init[field] = "saved"
         try:
-            # Pickled here, written on a thread: the first run need not wait for the disk.
-            snapshot.dump(
-                self, path, background=True, then=lambda: snapshot.prune(path.parent, keep=path)
-            )
+            # Pickled here (under the kernels' locks: no plan is being made meanwhile),
+            # written on a thread: the run need not wait for the disk.
+            with contextlib.ExitStack() as locks:
+                for _, kernel in self._kernels:
+                    if getattr(kernel, "lock", None) is not None:
+                        locks.enter_context(kernel.lock)
+                snapshot.dump(
+                    self,
+                    path,
+                    background=True,
+                    then=lambda: snapshot.prune(path.parent, keep=path),
+                )
         except Exception as exc:  # noqa: BLE001 - the cache only saves time: say why, go on
-            self._init["cache"] = f"not saved: {type(exc).__name__}: {exc}"
+            self._init[field] = f"not saved: {type(exc).__name__}: {exc}"
+            return False
+        self._init[field + "_save_s"] = time.perf_counter() - t0
+        return True
+
+    def _keep_later(self, path) -> None:
+        """A kernel whose plans are made at the first run (inputs of symbolic shape) keeps the
+        contents of that run's constants; the run keeps the session again, that plan with it
+        (once: `_kept_again`). Every other kernel drops what it kept for the snapshot."""
+        later = any(getattr(k, "plans", True) == {} for _, k in self._kernels)
+        self._later = path if later else None
+        self._snapshot_done(later)
+
+    def _kept_again(self) -> None:
+        """After the first run that made a plan: keep the session again, with its plans."""
+        if any(getattr(k, "plans", None) == {} for _, k in self._kernels):
+            return  # (a kernel still without a plan: wait for the run that makes it)
+        path, self._later = self._later, None
+        if path is None:  # (another thread's run got here first)
             return
-        self._init["cache_save_s"] = time.perf_counter() - t0
+        self._keep(path, "cache_later")
+        self._snapshot_done()
+
+    def _snapshot_done(self, later: bool = False) -> None:
+        for _, kernel in self._kernels:
+            done = getattr(kernel, "snapshot_done", None)  # (a plug-in's kernel may lack it)
+            if done is not None:
+                done(later)
 
     def _restore(self, path, graph: Graph, t_start: float) -> bool:
         """Become the session kept at `path` (False when there is none or it cannot be read:
@@ -296,11 +328,12 @@ class Session:
         self._prepare_run()
         self._init = {"cache": "hit", "restore_s": time.perf_counter() - t_start}
         snapshot.touch(path)
+        self._keep_later(path)
         return True
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("source_graph", "_runs", "_last_run", "_last_moved", "_checked"):
+        for name in ("source_graph", "_runs", "_last_run", "_last_moved", "_checked", "_later"):
             state.pop(name, None)
         return state
 
@@ -499,6 +532,8 @@ class Session:
                 here.update(step.run(args))
                 timings.append((step.backend, time.perf_counter() - t))
         self._last_run, self._last_moved = timings, moved
+        if self._later is not None:
+            self._kept_again()
         if mode == "device":
             if self._output_homes is not None:
                 return {n: mem[at][n] for n, at in self._output_homes}

@@ -391,14 +391,16 @@ class CUDAKernel(planned.PlannedKernel):
         return state
 
     def restored(self) -> None:
-        self._snapshot_done, self._hosts = True, {}
+        # (a kernel without a plan keeps its first plan's constants: Session._keep_later)
+        self._snapshot_done, self._hosts = bool(self.plans), {}
         super().restored()
 
-    def snapshot_done(self) -> None:
-        self._snapshot_done = True
+    def snapshot_done(self, later: bool = False) -> None:
         for key in self._hosts:
             host_copies.pop(key, None)
-        self._hosts = {}
+        if later and not self.plans:
+            return
+        self._snapshot_done, self._hosts = True, {}
 
     def run_plan(self, plan: Plan, inputs, host: Collection[str]) -> tuple:
         """Run; the outputs named in `host` come back as NumPy arrays (through pinned memory)."""

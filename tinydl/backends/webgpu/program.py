@@ -917,10 +917,13 @@ class WebGPUKernel(planned.PlannedKernel):
         )
 
     def restored(self) -> None:
-        self._snapshot_done = True
+        # (a kernel without a plan keeps its first plan's constants: Session._keep_later)
+        self._snapshot_done = bool(self.plans)
         super().restored()
 
-    def snapshot_done(self) -> None:
+    def snapshot_done(self, later: bool = False) -> None:
+        if later and not self.plans:
+            return
         self._snapshot_done = True  # (the plans made later, for other shapes, keep no copy)
         for c in self._constants.values():
             if isinstance(c, Storage):
