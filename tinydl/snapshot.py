@@ -16,6 +16,9 @@ Reading a snapshot runs code, as reading Python's own bytecode cache does: only 
 owns and no one else can write are read (others are compiled again and replaced); the cache
 folder is trusted like ~/.cache/tinydl's compiled kernels. Model files are never read this way.
 
+A session whose plans are made at its first run (inputs of symbolic shape) is kept again by
+that run, the plan with it (once per session).
+
 A session is kept only when every partition's backend can snapshot its kernels
 (`Kernel.snapshot`); `session.profile()["init"]["cache"]` says what happened ("hit", "saved",
 "off", or why not). Graphs made in memory, or changed after loading, are never cached: their
