@@ -3,6 +3,7 @@ every peer's output matched), and the peers' model writers on small CNN graphs."
 
 import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -506,3 +507,28 @@ def test_litert_runs_a_tflite_model_from_its_own_file(tmp_path, capsys):
     cpu = targets["litert/cpu"]
     assert cpu["status"] == "ok", cpu.get("reason")
     assert cpu["info"]["model_load"].startswith("the model's own .tflite file")
+
+
+@pytest.mark.parametrize("session_cache", [False, True])
+def test_the_init_phases_read_nothing_back_unless_asked(tmp_path, rng, monkeypatch, session_cache):
+    """Two benches of one file: the second compiles again (its init measures the work) unless
+    --session-cache lets it read the session back."""
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TINYDL_SESSION_CACHE", "on")
+    monkeypatch.setenv("TINYDL_MODEL_CACHE", "on")
+    from tinydl import snapshot
+
+    path = tmp_path / "espcn.onnx"
+    espcn_onnx(path, 2, rng)
+    config = Config(warmup=0, runs=1, transfer_runs=0, session_cache=session_cache)
+    states = []
+    for _ in range(2):
+        report = run_bench(
+            path, backends=["numpy"], peers=[], input_shapes={"y": (1, 1, 8, 8)}, config=config
+        )
+        snapshot.wait_for_writes()
+        (target,) = report["targets"]
+        assert target["status"] == "ok", target["reason"]
+        states.append(target["info"]["session_cache"])
+    assert states == (["saved", "hit"] if session_cache else ["off", "off"])
+    assert os.environ["TINYDL_SESSION_CACHE"] == "on"  # (the caller's setting comes back)

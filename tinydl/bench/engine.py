@@ -11,6 +11,8 @@ staying on the device; a backend that reports none gets "n/a".
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
 from typing import Any
 
@@ -42,12 +44,13 @@ class TinydlTarget(Target):
     def load(self) -> None:
         import tinydl
 
-        self.graph = tinydl.load(self.model.path)
+        with self._caches():
+            self.graph = tinydl.load(self.model.path)
 
     def compile(self, profile: bool = False) -> Any:
         import tinydl
 
-        with warnings.catch_warnings(record=True):
+        with warnings.catch_warnings(record=True), self._caches():
             warnings.simplefilter("always")
             session = tinydl.compile(
                 self.graph,
@@ -56,12 +59,34 @@ class TinydlTarget(Target):
                 profile=profile,
                 threads=self.config.threads,
             )
+        self.info["session_cache"] = session.profile()["init"].get("cache")
         counts = session.placement.counts()
         self.info["placement"] = counts
         # The devices of the backends that ran nodes ("cpu": onnxruntime, numpy or both).
         self.device = _devices([name for name in session.backends if counts.get(name)])
         self.info["fallback_nodes"] = len(session.placement.fallbacks())
         return session
+
+    @contextlib.contextmanager
+    def _caches(self):
+        """The model and session caches as the config says (off: the init phases measure the
+        import and the compile, not a read-back)."""
+        from tinydl import snapshot
+
+        if self.config.session_cache:
+            yield
+            return
+        names = (snapshot.MODEL_ENV, snapshot.SESSION_ENV)
+        saved = {n: os.environ.get(n) for n in names}
+        os.environ.update(dict.fromkeys(names, "off"))
+        try:
+            yield
+        finally:
+            for n, v in saved.items():
+                if v is None:
+                    os.environ.pop(n, None)
+                else:
+                    os.environ[n] = v
 
     def run(self, inst, feeds) -> list[np.ndarray]:
         out = inst.run(feeds)

@@ -59,6 +59,9 @@ class Config:
     torch_compile: bool = False
     tolerance: float | None = None  # None: 1e-3 for fp32, 5e-3 for tf32, 2e-2 for fp16
     seed: int = 0
+    # tinydl's model and session caches (tinydl/snapshot.py) during the init phases: off, so
+    # that load and compile measure the work (as every peer does it), unless asked.
+    session_cache: bool = False
 
     @property
     def rel_tolerance(self) -> float:

@@ -104,6 +104,12 @@ def add_parser(subparsers) -> None:
         "--torch-compile", action="store_true", help="also measure torch.compile (slow to compile)"
     )
     p.add_argument(
+        "--session-cache",
+        action="store_true",
+        help="let tinydl read its imported model and compiled session back from the cache "
+        "(default: off, so that load and compile measure the work)",
+    )
+    p.add_argument(
         "--tolerance",
         type=_tolerance,
         metavar="REL",
@@ -149,6 +155,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         precision=args.precision,
         threads=args.threads,
         torch_compile=args.torch_compile,
+        session_cache=args.session_cache,
         tolerance=args.tolerance,
         seed=args.seed,
     )
