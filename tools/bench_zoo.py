@@ -26,9 +26,11 @@ Columns, median ms of 50 runs after 5 warm-up runs, inputs and outputs on the GP
 - webgpu (at the precisions in --webgpu): NumPy in, NumPy out, median of 20 runs — the figure an
   app sees, transfers included; tf32 on webgpu computes in fp32, so it has no column.
 The init table (leave out with --no-init) starts a new Python process per model and backend
-(tools/bench_coldstart.py): "cold" with empty tinydl and driver caches, "warm" the next start on
-what it left, both with Python's bytecode written once before (as an installed package has it);
-import, device, load, compile and first run, in seconds.
+(tools/bench_coldstart.py): "cold" with empty tinydl and driver caches, "kernels" the next start
+with the compiled GPU code cached but the model imported and compiled again (the model and
+session caches off), "warm" the start after with both read back, all with Python's bytecode
+written once before (as an installed package has it); import, device, load, compile and first
+run, in seconds.
 """
 
 from __future__ import annotations
@@ -226,8 +228,8 @@ def init_rows(models: list[str], args) -> list[dict]:
         for backend in args.init_backends:
             bench_coldstart.prime_bytecode(path, backend, pycache.name)
             with tempfile.TemporaryDirectory() as cache:
-                for label in ("cold", "warm"):
-                    r = bench_coldstart.start(path, backend, cache, 0, "", pycache.name)
+                for label in ("cold", "kernels", "warm"):
+                    r = bench_coldstart.start(path, backend, cache, 0, "", pycache.name, label)
                     rows.append({"model": name, "backend": backend, "start": label, **r})
                     if "error" in r:
                         print(f"| {name} | {backend} | {label} | error: {r['error'][:100]} |")
@@ -258,7 +260,7 @@ def summary(paths: list[Path]) -> int:
         print(table_row(r) if "failed" not in r else f"| {r['model']} | {r['failed']} |")
     print("\n" + "\n".join(geomeans([r for r in rows if "failed" not in r])))
     for backend in dict.fromkeys(b for _, b, _ in init):
-        for start in ("cold", "warm"):
+        for start in ("cold", "kernels", "warm"):
             t = [
                 r["load"] + r["compile"] + r["first_run"]
                 for (_, b, s), r in init.items()
