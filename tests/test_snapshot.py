@@ -495,3 +495,44 @@ def test_a_size_limit_that_is_not_a_number_warns_and_keeps_the_default(monkeypat
     monkeypatch.setenv(snapshot.SIZE_ENV, raw)
     with pytest.warns(UserWarning, match=f"{snapshot.SIZE_ENV}='{raw}' is not a number"):
         assert snapshot.size_limit() == snapshot.DEFAULT_MB << 20
+
+
+def test_a_graph_made_from_a_loaded_one_is_cached_by_value(caches, tmp_path, rng):
+    """An app's graph around a loaded model (snapshot.derive_origin): cached when made again
+    alike, compiled again when any of its own values differs."""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    path = small_cnn(tmp_path / "m.onnx", rng)
+
+    def wrapped(scale: float):
+        g = td.load(path)
+        origin = snapshot.model_key(g)
+        graph = validate(
+            Graph(
+                [Value("raw", "float32", (1, 3, 12, 16))],
+                [Value("y", "float32", None)],
+                [Node("Mul", ["raw", "k"], ["x"], name="scale"), *g.nodes],
+                {**g.initializers, "k": np.array(scale, np.float32)},
+            )
+        )
+        snapshot.derive_origin(graph, g, origin)
+        return graph
+
+    x = {"raw": rng.standard_normal((1, 3, 12, 16)).astype(np.float32)}
+    states, outs = [], []
+    for scale in (2.0, 2.0, 3.0):
+        sess = td.compile(wrapped(scale), backends=("numpy",))
+        snapshot.wait_for_writes()
+        states.append(cache_state(sess))
+        outs.append(sess.run(x)["y"])
+    assert states == ["saved", "hit", "saved"]
+    np.testing.assert_array_equal(outs[1], outs[0])
+    plain = td.compile(td.load(path), backends=("numpy",))
+    np.testing.assert_allclose(outs[2], plain.run({"x": x["raw"] * 3})["y"], rtol=1e-5)
+    # a parent changed before the graph was made from it gives no identity
+    g = td.load(path)
+    g.initializers["fc"] = np.ones((5, 8), np.float32)
+    made = validate(Graph(list(g.inputs), list(g.outputs), list(g.nodes), dict(g.initializers)))
+    snapshot.derive_origin(made, g, snapshot.model_key(g))
+    assert cache_state(td.compile(made, backends=("numpy",))) == "on, not for this model"

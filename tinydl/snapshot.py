@@ -112,6 +112,36 @@ def mark_origin(graph, identity: str) -> None:
     graph.origin = (identity, graph_signature(graph))
 
 
+def derive_origin(graph, parent, identity: str | None) -> None:
+    """Mark `graph`, made in memory from the loaded `parent` (an app's graph around a shipped
+    model), as a file's content too, so that compiles of it are cached: its identity is the
+    parent's (`identity`: `model_key(parent)` taken before `graph` was made, which may have
+    changed the nodes they share) with all of `graph` by value — structure, attributes, and
+    each weight by name where it is the parent's own array, else by its bytes. Nothing when
+    the parent was not a file's unchanged content (`identity` None)."""
+    if identity is None:
+        return
+    own = {id(a): name for name, a in parent.initializers.items()}
+    h = hashlib.sha256(identity.encode())
+    for v in (*graph.inputs, *graph.outputs):
+        h.update(f"{v.name}|{v.dtype}|{v.shape};".encode())
+    for n in graph.nodes:
+        attrs = sorted((k, _by_value(a)) for k, a in n.attrs.items())
+        h.update(f"{n.op}|{n.name}|{n.inputs}|{n.outputs}|{attrs!r};".encode())
+    for name, a in graph.initializers.items():
+        h.update(f"{name}|{own.get(id(a)) or _by_value(a)};".encode())
+    mark_origin(graph, f"derived\0{h.hexdigest()}")
+
+
+def _by_value(a) -> str:
+    if isinstance(a, np.ndarray):
+        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+        return f"array {a.dtype} {a.shape} {digest}"
+    if isinstance(a, (list, tuple)):
+        return repr([_by_value(x) for x in a])
+    return repr(a)
+
+
 def model_key(graph) -> str | None:
     """The loaded file's identity when `graph` is still as loaded, else None."""
     origin = getattr(graph, "origin", None)

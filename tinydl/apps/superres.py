@@ -221,13 +221,17 @@ class Upscaler:
         shaders: str | None = None,
     ):
         import tinydl
+        from tinydl import snapshot
         from tinydl.models import load_espcn
 
         if scale not in SCALES:
             raise InvalidInputError(f"scale must be one of {SCALES}, got {scale!r}")
         self.scale = scale
         self.backend = pick_backend(backend)
-        self.graph = frame_graph(load_espcn(scale), scale)
+        espcn = load_espcn(scale)
+        origin = snapshot.model_key(espcn)
+        self.graph = frame_graph(espcn, scale)
+        snapshot.derive_origin(self.graph, espcn, origin)  # (compiles kept: session cache)
         names = (self.backend,) if self.backend == "cpu" else (self.backend, "cpu")
         options = {}
         if shaders is not None:

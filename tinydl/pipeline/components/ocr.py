@@ -286,10 +286,12 @@ def crop_graph(model: Any, height: int) -> Any:
     shape when the run is planned), normalized as PP-OCR does ((x/255 - 0.5) / 0.5), the
     columns past each crop zero."""
     import tinydl
+    from tinydl import snapshot
     from tinydl.ir.graph import Graph, Node, Value
     from tinydl.ops import validate
 
     g = model if isinstance(model, Graph) else tinydl.load(model)
+    origin = snapshot.model_key(g)
     (x,) = g.inputs
     nodes = [
         Node("Cast", ["image"], ["crop/pixels"], {"to": 1}, name="crop/cast"),
@@ -314,7 +316,7 @@ def crop_graph(model: Any, height: int) -> Any:
         "crop/scale": np.array(1 / 127.5, np.float32),
         "crop/offset": np.array(-1.0, np.float32),
     }
-    return validate(
+    graph = validate(
         Graph(
             [
                 Value("image", "uint8", (1, "H", "W", 3)),
@@ -328,6 +330,8 @@ def crop_graph(model: Any, height: int) -> Any:
             metadata=dict(g.metadata),
         )
     )
+    snapshot.derive_origin(graph, g, origin)  # (its compiles kept by the session cache)
+    return graph
 
 
 class _CropModel(Component):

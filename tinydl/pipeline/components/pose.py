@@ -94,10 +94,12 @@ def crop_graph(model: str, size: int, border: str, scale: float, offset: float, 
     frame; B = K: crop k from frame k) and matrix (K, 3, 3), the model's input made by Cast ->
     tinydl.Warp (size x size, NHWC) -> x * scale + offset; batch K."""
     import tinydl
+    from tinydl import snapshot
     from tinydl.ir.graph import Graph, Node, Value
     from tinydl.ops import validate
 
     g = tinydl.load(bp.model_path(model))
+    origin = snapshot.model_key(g)
     (x,) = g.inputs
     nodes = [
         Node("Cast", ["image"], ["crop/pixels"], {"to": 1}, name="crop/cast"),
@@ -116,7 +118,7 @@ def crop_graph(model: str, size: int, border: str, scale: float, offset: float, 
         "crop/offset": np.array(offset, np.float32),
     }
     kept = [Value(v.name, v.dtype, None) for v in g.outputs if v.name in outputs]
-    return validate(
+    graph = validate(
         Graph(
             [Value("image", "uint8", ("B", "H", "W", 3)), Value("matrix", "float32", ("K", 3, 3))],
             sorted(kept, key=lambda v: outputs.index(v.name)),
@@ -125,6 +127,8 @@ def crop_graph(model: str, size: int, border: str, scale: float, offset: float, 
             name=f"{g.name}+crop",
         )
     )
+    snapshot.derive_origin(graph, g, origin)  # (its compiles kept by the session cache)
+    return graph
 
 
 class _Models:
