@@ -22,7 +22,8 @@ that run, the plan with it (once per session).
 A session is kept only when every partition's backend can snapshot its kernels
 (`Kernel.snapshot`); `session.profile()["init"]["cache"]` says what happened ("hit", "saved",
 "off", or why not). Graphs made in memory, or changed after loading, are never cached: their
-identity would cost a hash of every weight.
+identity would cost a hash of every weight — except a graph an app makes around a loaded model
+(`derive_origin`: the parent's identity, the rest by value).
 
 The snapshot file: pickle protocol 5 for the structure, large arrays stored beside it out of
 band and mapped back read-only. Device arrays go as their host copies and objects that cannot
