@@ -512,7 +512,7 @@ def test_litert_runs_a_tflite_model_from_its_own_file(tmp_path, capsys):
 @pytest.mark.parametrize("session_cache", [False, True])
 def test_the_init_phases_read_nothing_back_unless_asked(tmp_path, rng, monkeypatch, session_cache):
     """Two benches of one file: the second compiles again (its init measures the work) unless
-    --session-cache lets it read the session back."""
+    --session-cache lets it read the session back (the state of each run's first compile)."""
     monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TINYDL_SESSION_CACHE", "on")
     monkeypatch.setenv("TINYDL_MODEL_CACHE", "on")

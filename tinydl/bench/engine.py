@@ -59,7 +59,8 @@ class TinydlTarget(Target):
                 profile=profile,
                 threads=self.config.threads,
             )
-        self.info["session_cache"] = session.profile()["init"].get("cache")
+        # (the first compile's: later ones of the run may read back what it kept)
+        self.info.setdefault("session_cache", session.profile()["init"].get("cache"))
         counts = session.placement.counts()
         self.info["placement"] = counts
         # The devices of the backends that ran nodes ("cpu": onnxruntime, numpy or both).
