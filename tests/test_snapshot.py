@@ -243,12 +243,16 @@ def test_off_keeps_nothing(caches, tmp_path, rng, monkeypatch):
     assert not caches.exists()
 
 
-def test_a_backend_that_cannot_keep_its_kernels_says_so(caches, tmp_path, rng):
+def test_an_onnxruntime_session_is_read_back_and_runs_alike(caches, tmp_path, rng):
     pytest.importorskip("onnxruntime")
     path = small_cnn(tmp_path / "m.onnx", rng)
-    sess = td.compile(td.load(path), backends=("onnxruntime",))
-    assert cache_state(sess) == ("not saved: onnxruntime kernels are not kept between processes")
-    assert not (caches / "sessions").exists()
+    first, second = compile_twice(path, backends=("cpu",))
+    assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+    assert second.partitions[0].backend == "onnxruntime"
+    x = feeds(rng)
+    np.testing.assert_array_equal(second.run(x)["y"], first.run(x)["y"])
+    for sess in (first, second):  # the partition's ONNX is not kept once the session is
+        assert sess.partitions[0].kernel._model is None
 
 
 def test_the_cache_stays_within_its_size(caches, tmp_path, rng, monkeypatch):

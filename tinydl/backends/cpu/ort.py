@@ -31,23 +31,12 @@ LEVELS = ("none", "basic", "extended", "all")
 
 class OrtKernel(Kernel):
     def __init__(self, graph: Graph, options: CompileOptions):
-        import onnxruntime as ort
-
         from tinydl.exporters.onnx import to_onnx
 
-        extra = options.extra
-        level = extra.get("optimization", "all")
-        if level not in LEVELS:
+        self.level = options.extra.get("optimization", "all")
+        if self.level not in LEVELS:
             raise ValueError(f"onnxruntime option optimization: expected one of {LEVELS}")
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(
-            ort.GraphOptimizationLevel,
-            {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC"}.get(
-                level, f"ORT_ENABLE_{level.upper()}"
-            ),
-        )
-        so.intra_op_num_threads = threads_option(options)
-        so.log_severity_level = 4  # failures come back as exceptions; nothing on stderr
+        self.threads = threads_option(options)
         self.graph = graph
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
@@ -55,13 +44,44 @@ class OrtKernel(Kernel):
             # onnxruntime checks the model itself; onnx's checker would refuse a boundary value
             # whose rank tinydl's inference does not know (PP-OCRv4 rec's output)
             model = to_onnx(graph, check=False).SerializeToString()
-            self.session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+            self._start(model)
         except UnsupportedOpError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors are plain exceptions
             raise UnsupportedOpError(
                 f"onnxruntime cannot run this partition ({len(graph.nodes)} nodes): {exc}"
             ) from exc
+        # The partition as ONNX, for the session cache (tinydl/snapshot.py) until it is kept.
+        self._model: np.ndarray | None = np.frombuffer(model, np.uint8)
+
+    def _start(self, model: bytes) -> None:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel,
+            {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC"}.get(
+                self.level, f"ORT_ENABLE_{self.level.upper()}"
+            ),
+        )
+        so.intra_op_num_threads = self.threads
+        so.log_severity_level = 4  # failures come back as exceptions; nothing on stderr
+        self.session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+    # -- kept between processes: the partition's ONNX, the InferenceSession made again ---------
+    snapshot = True
+
+    def __getstate__(self) -> dict:
+        if self._model is None:
+            raise TypeError("an onnxruntime partition whose ONNX was not kept")
+        return {k: v for k, v in self.__dict__.items() if k != "session"}
+
+    def restored(self) -> None:
+        self._start(self._model.tobytes())  # (the model stays, mapped: snapshot_done drops it)
+
+    def snapshot_done(self, later: bool = False) -> None:
+        if not later:  # (`later`: the session is kept again after its first run)
+            self._model = None
 
     def run(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         try:
