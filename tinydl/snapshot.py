@@ -3,8 +3,9 @@
 Two caches under $TINYDL_CACHE_DIR, each on by default and bounded in size:
 
 - models/ (TINYDL_MODEL_CACHE=off to turn it off): `tinydl.load` of an ONNX, TFLite or Keras
-  file keeps the imported graph as a .tdl file, keyed by the file's path, size and modification
-  time; the next load maps that file instead of parsing the original.
+  file keeps the imported graph as a .tdl file, keyed by the file's path, size, modification
+  time and inode (and tinydl's code); the next load maps that file instead of parsing the
+  original.
 - sessions/ (TINYDL_SESSION_CACHE=off): `tinydl.compile` of a model loaded from a file keeps the
   compiled session — optimized graph, partitions, each kernel's plans with their packed weights
   and the keys of their compiled GPU code — keyed by the model file, every compile argument, the
@@ -342,15 +343,18 @@ def size_limit() -> int:
 def prune(folder: Path, keep: Path | None = None) -> None:
     """Delete the least recently used files of `folder` beyond $TINYDL_CACHE_MB."""
     limit = size_limit()
-    try:
-        entries = [(e.stat().st_mtime_ns, e.stat().st_size, e.path) for e in os.scandir(folder)]
-    except OSError:
-        return
+    entries = []
+    with contextlib.suppress(OSError):
+        for e in os.scandir(folder):
+            with contextlib.suppress(OSError):  # (another process may delete it meanwhile)
+                st = e.stat()
+                entries.append((st.st_mtime_ns, st.st_size, e.path))
+    kept = None if keep is None else os.path.abspath(keep)
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries):
         if total <= limit:
             break
-        if keep is not None and os.path.samefile(path, keep):
+        if os.path.abspath(path) == kept:
             continue
         with contextlib.suppress(OSError):
             os.unlink(path)
