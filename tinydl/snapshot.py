@@ -390,6 +390,9 @@ def session_key(model, arguments: dict[str, Any], devices: list[str]) -> str | N
         parts.append(f"{name}={value!r}")
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TINYDL_"))
     parts.append(repr(env))
+    # The cores this process may use: host backends' default thread counts follow them.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    parts.append(f"cores {os.cpu_count()} {cores}")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
