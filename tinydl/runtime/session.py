@@ -776,6 +776,11 @@ def compile(
     threads: CPU threads of the host backends (NumPy's BLAS threads during a run, onnxruntime's
     intra-op threads); default: $OMP_NUM_THREADS (or OPENBLAS_/MKL_NUM_THREADS) when set, else
     one per physical core this process may use, at most 8 (tinydl.backends.base.default_threads).
+
+    A model loaded from a file (and unchanged since) is compiled once: the session is kept in
+    the cache folder and read back by a later compile of the same file with the same arguments,
+    environment, devices and tinydl (tinydl.snapshot; `TINYDL_SESSION_CACHE=off` turns it off);
+    `profile()["init"]["cache"]` says whether it was ("hit", "saved", or why not).
     """
     if not isinstance(model, Graph):
         from tinydl.runtime.loader import load
