@@ -60,6 +60,10 @@ def load(path: str | os.PathLike) -> Graph:
     """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph;
     "tinydl:NAME" names a model shipped with tinydl (tinydl:espcn_x2, tinydl:espcn_x3).
 
+    An ONNX, TFLite or Keras file imported once is kept as .tdl in the cache folder and mapped
+    by later loads of the same unchanged file (tinydl.snapshot; `TINYDL_MODEL_CACHE=off` turns
+    it off). The graph's weights are read-only: copy one to change it.
+
     Raises InvalidModelError (or its subclass UnsupportedOpError) when the file cannot be used.
     """
     if isinstance(path, str) and path.startswith(SHIPPED):
