@@ -68,7 +68,9 @@ class CompileOptions:
     the environment variables of ENVIRONMENT (read once, when a session compiles). Kernel
     builders read them through `Build.option`, never from the environment. Keys:
     - every backend: "timing" ("ops" or "total": GPU timestamps per op or per run; set by
-      `profile=True`).
+      `profile=True`), "snapshot" (True when the session cache will keep the session; the
+      onnxruntime backend then keeps onnxruntime's optimized model, which the session read
+      back loads with onnxruntime's optimizations off).
     - numpy and onnxruntime: "threads" (int: NumPy's BLAS threads during a run, onnxruntime's
       intra-op threads; default `default_threads()`; set for both by
       `tinydl.compile(threads=N)`).

@@ -215,6 +215,8 @@ class Session:
                     **(host_threads if self._backends[name].memory == HOST else {}),
                     **given.get(name, {}),
                     **({"timing": "ops"} if profile else {}),
+                    # the session will be kept (tinydl/snapshot.py): backends may prepare for it
+                    **({"snapshot": True} if cached is not None else {}),
                 },
             )
             for name in self._backends

@@ -16,6 +16,7 @@ optimization level).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from typing import Any
 
@@ -40,33 +41,56 @@ class OrtKernel(Kernel):
         self.graph = graph
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
+        # The partition for the session cache (tinydl/snapshot.py), until the session is kept:
+        # onnxruntime's optimized model when the session will be kept (a later start loads it
+        # with the optimizations off), else the ONNX tinydl wrote.
+        self._model: np.ndarray | None = None
+        self._optimized = False
         try:
             # onnxruntime checks the model itself; onnx's checker would refuse a boundary value
             # whose rank tinydl's inference does not know (PP-OCRv4 rec's output)
             model = to_onnx(graph, check=False).SerializeToString()
-            self._start(model)
+            if options.extra.get("snapshot"):
+                self._start_keeping(model)
+            else:
+                self._start(model, self.level)
         except UnsupportedOpError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors are plain exceptions
             raise UnsupportedOpError(
                 f"onnxruntime cannot run this partition ({len(graph.nodes)} nodes): {exc}"
             ) from exc
-        # The partition as ONNX, for the session cache (tinydl/snapshot.py) until it is kept.
-        self._model: np.ndarray | None = np.frombuffer(model, np.uint8)
+        if self._model is None:
+            self._model = np.frombuffer(model, np.uint8)
 
-    def _start(self, model: bytes) -> None:
+    def _start(self, model: bytes, level: str, save_to: str | None = None) -> None:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel,
             {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC"}.get(
-                self.level, f"ORT_ENABLE_{self.level.upper()}"
+                level, f"ORT_ENABLE_{level.upper()}"
             ),
         )
         so.intra_op_num_threads = self.threads
         so.log_severity_level = 4  # failures come back as exceptions; nothing on stderr
+        if save_to is not None:
+            so.optimized_model_filepath = save_to
         self.session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+    def _start_keeping(self, model: bytes) -> None:
+        """Start, onnxruntime writing the model it optimized (its own optimizations depend on
+        the CPU: the session cache's key names it); a model it cannot write is kept as given."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "optimized.onnx")
+            try:
+                self._start(model, self.level, save_to=path)
+                self._model, self._optimized = np.fromfile(path, np.uint8), True
+            except Exception:  # noqa: BLE001 - e.g. a model past protobuf's 2 GB: not written
+                self._start(model, self.level)
 
     # -- kept between processes: the partition's ONNX, the InferenceSession made again ---------
     snapshot = True
@@ -77,7 +101,8 @@ class OrtKernel(Kernel):
         return {k: v for k, v in self.__dict__.items() if k != "session"}
 
     def restored(self) -> None:
-        self._start(self._model.tobytes())  # (the model stays, mapped: snapshot_done drops it)
+        # (the model stays, mapped, until snapshot_done drops it)
+        self._start(self._model.tobytes(), "none" if self._optimized else self.level)
 
     def snapshot_done(self, later: bool = False) -> None:
         if not later:  # (`later`: the session is kept again after its first run)
@@ -102,6 +127,20 @@ def _failed(message: str, inputs: dict[str, Any]) -> str:
     return f"node '{name}' ({op}) failed in onnxruntime (partition inputs [{given}]): {status}"
 
 
+def cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo; else what `platform` says)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 class OrtBackend(Backend):
     name = "onnxruntime"
     memory = HOST
@@ -118,11 +157,12 @@ class OrtBackend(Backend):
     def devices(self) -> list[str]:
         if not self.available():
             return []
-        import os
-
         import onnxruntime as ort
 
-        return [f"onnxruntime {ort.__version__} CPUExecutionProvider ({os.cpu_count()} cores)"]
+        return [
+            f"onnxruntime {ort.__version__} CPUExecutionProvider ({os.cpu_count()} cores of "
+            f"{cpu_name()})"
+        ]
 
     def supports(self, node: Node, graph: Graph) -> Support:
         if node.op.startswith("tinydl."):
