@@ -92,7 +92,7 @@ class OrtKernel(Kernel):
             except Exception:  # noqa: BLE001 - e.g. a model past protobuf's 2 GB: not written
                 self._start(model, self.level)
 
-    # -- kept between processes: the partition's ONNX, the InferenceSession made again ---------
+    # -- kept between processes: the (optimized) model; the InferenceSession made again -------
     snapshot = True
 
     def __getstate__(self) -> dict:
