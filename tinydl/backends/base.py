@@ -218,6 +218,20 @@ def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dty
     return (sum(a.shape[0] for a in arrays), *first.shape[1:]), first.dtype
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo; else what `platform` says)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 class Backend(ABC):
     name: str = ""
     # The memory this backend's tensors live in: HOST (NumPy arrays) unless the backend has a

@@ -9,7 +9,7 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
-from tinydl.backends.base import THREAD_VARIABLES
+from tinydl.backends.base import THREAD_VARIABLES, cpu_model
 
 PACKAGES = (
     "tinydl",
@@ -33,17 +33,6 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _memory_gb() -> float | None:
@@ -77,7 +66,7 @@ def nvidia_gpus() -> list[dict[str, str]]:
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "memory_gb": _memory_gb(),
         "gpus": nvidia_gpus(),

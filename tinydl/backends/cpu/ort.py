@@ -22,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from tinydl.backends.base import HOST, Backend, CompileOptions, Kernel, Support, threads_option
+from tinydl.backends.base import (
+    HOST,
+    Backend,
+    CompileOptions,
+    Kernel,
+    Support,
+    cpu_model,
+    threads_option,
+)
 from tinydl.errors import BackendUnavailableError, OpError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import schema_of
@@ -127,20 +135,6 @@ def _failed(message: str, inputs: dict[str, Any]) -> str:
     return f"node '{name}' ({op}) failed in onnxruntime (partition inputs [{given}]): {status}"
 
 
-def cpu_name() -> str:
-    """The processor's model name (Linux's /proc/cpuinfo; else what `platform` says)."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 class OrtBackend(Backend):
     name = "onnxruntime"
     memory = HOST
@@ -161,7 +155,7 @@ class OrtBackend(Backend):
 
         return [
             f"onnxruntime {ort.__version__} CPUExecutionProvider ({os.cpu_count()} cores of "
-            f"{cpu_name()})"
+            f"{cpu_model()})"
         ]
 
     def supports(self, node: Node, graph: Graph) -> Support:
