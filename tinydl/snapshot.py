@@ -91,14 +91,20 @@ def file_identity(path: Path) -> str:
     return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
 
 
+def _hash_structure(h, graph, attr=repr) -> None:
+    """Inputs, outputs and nodes into hash `h`, each attribute value as `attr` writes it."""
+    for v in (*graph.inputs, *graph.outputs):
+        h.update(f"{v.name}|{v.dtype}|{v.shape};".encode())
+    for n in graph.nodes:
+        attrs = sorted((k, attr(a)) for k, a in n.attrs.items())
+        h.update(f"{n.op}|{n.name}|{n.inputs}|{n.outputs}|{attrs!r};".encode())
+
+
 def graph_signature(graph) -> str:
     """The graph's structure and which arrays it holds (by identity): what must be unchanged
     since loading for the file to still describe the graph."""
     h = hashlib.sha256()
-    for v in (*graph.inputs, *graph.outputs):
-        h.update(f"{v.name}|{v.dtype}|{v.shape};".encode())
-    for n in graph.nodes:
-        h.update(f"{n.op}|{n.name}|{n.inputs}|{n.outputs}|{sorted(n.attrs.items())!r};".encode())
+    _hash_structure(h, graph)
     for name, a in graph.initializers.items():
         writeable = getattr(getattr(a, "flags", None), "writeable", True)
         h.update(f"{name}|{id(a)}|{getattr(a, 'shape', None)}|{writeable};".encode())
@@ -125,11 +131,7 @@ def derive_origin(graph, parent, identity: str | None) -> None:
         return
     own = {id(a): name for name, a in parent.initializers.items()}
     h = hashlib.sha256(identity.encode())
-    for v in (*graph.inputs, *graph.outputs):
-        h.update(f"{v.name}|{v.dtype}|{v.shape};".encode())
-    for n in graph.nodes:
-        attrs = sorted((k, _by_value(a)) for k, a in n.attrs.items())
-        h.update(f"{n.op}|{n.name}|{n.inputs}|{n.outputs}|{attrs!r};".encode())
+    _hash_structure(h, graph, _by_value)
     for name, a in graph.initializers.items():
         h.update(f"{name}|{own.get(id(a)) or _by_value(a)};".encode())
     mark_origin(graph, f"derived\0{h.hexdigest()}")
@@ -369,8 +371,9 @@ def touch(path: Path) -> None:
 # -- imported models -----------------------------------------------------------------------------
 
 
-def model_cache_path(path: Path) -> Path:
-    key = hashlib.sha256(f"{code_fingerprint()}\0{file_identity(path)}".encode()).hexdigest()
+def model_cache_path(identity: str) -> Path:
+    """Where the import of the file `identity` (`file_identity`) is kept."""
+    key = hashlib.sha256(f"{code_fingerprint()}\0{identity}".encode()).hexdigest()
     return cache_dir("models", f"{key[:32]}.tdl")
 
 

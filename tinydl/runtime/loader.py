@@ -77,10 +77,13 @@ def load(path: str | os.PathLike) -> Graph:
     from tinydl import snapshot
 
     identity = snapshot.file_identity(path)
+    keep = None  # where a fresh import is kept for the next load
     if fmt in IMPORTERS:
         import importlib
 
-        cached = snapshot.model_cache_path(path) if snapshot.enabled(snapshot.MODEL_ENV) else None
+        cached = (
+            snapshot.model_cache_path(identity) if snapshot.enabled(snapshot.MODEL_ENV) else None
+        )
         graph = _cached_import(cached) if cached is not None else None
         if graph is None:
             package, module, extra = IMPORTERS[fmt]
@@ -97,12 +100,13 @@ def load(path: str | os.PathLike) -> Graph:
             external = getattr(graph, "external_files", None)
             if external:  # the weights of other files: the cached copy would not see them change
                 identity += "".join(f"\0{snapshot.file_identity(p)}" for p in external)
-            elif cached is not None:
-                snapshot.mark_origin(graph, identity)  # (its weights read-only from here on)
-                _keep_import(graph, cached)
+            else:
+                keep = cached
     else:
         graph = _load_tdl(path)
-    snapshot.mark_origin(graph, identity)
+    snapshot.mark_origin(graph, identity)  # (its weights read-only from here on)
+    if keep is not None:
+        _keep_import(graph, keep)
     return graph
 
 

@@ -68,8 +68,6 @@ class OrtKernel(Kernel):
             raise UnsupportedOpError(
                 f"onnxruntime cannot run this partition ({len(graph.nodes)} nodes): {exc}"
             ) from exc
-        if self._model is None:
-            self._model = np.frombuffer(model, np.uint8)
 
     def _start(self, model: bytes, level: str, save_to: str | None = None) -> None:
         import onnxruntime as ort
@@ -99,6 +97,7 @@ class OrtKernel(Kernel):
                 self._model, self._optimized = np.fromfile(path, np.uint8), True
             except Exception:  # noqa: BLE001 - e.g. a model past protobuf's 2 GB: not written
                 self._start(model, self.level)
+                self._model = np.frombuffer(model, np.uint8)
 
     # -- kept between processes: the (optimized) model; the InferenceSession made again -------
     snapshot = True
