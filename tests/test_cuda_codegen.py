@@ -217,6 +217,25 @@ def test_fp16_convolution_weights_in_one_part_or_two(fake_device, exact):
     assert ("#define BK 32" if exact else "#define BK 64") in gemm
 
 
+@pytest.mark.parametrize(
+    ("c", "oc", "bk"), [(64, 64, 64), (18, 64, 32), (48, 16, 32), (64, 16, 64)]
+)
+def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
+    """fp16 walks K 64 columns a step where a thread's share of a step (32 columns of a 64x64
+    tile, 64 of a 128x32 one) is channels of one tap; by 32 where the channel count does not
+    divide so (HRNet's 18, RegNet's 48, a stem's 3)."""
+    import numpy as np
+    from helpers.models import conv_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+
+    graph = conv_graph(np.random.default_rng(0), (2, c, 30, 30), oc, 3)
+    td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
+    assert f"#define BK {bk}\n" in gemm
+
+
 def test_espcn_fp16_is_one_chain_kernel(fake_device):
     import importlib.resources
 
