@@ -234,6 +234,14 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
     td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
     (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
     assert f"#define BK {bk}\n" in gemm
+    context._contexts[0]._seen.clear()
+    options = {"cuda": {"conv_k_step": 96 - bk}}  # the other step, as asked
+    td.compile(graph, backends=("cuda",), precision="fp16", strict=True, backend_options=options)
+    (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
+    assert f"#define BK {96 - bk}\n" in gemm
+    with pytest.raises(ValueError, match="conv_k_step: expected 32 or 64, got 48"):
+        td.compile(graph, backends=("cuda",), precision="fp16", strict=True,
+                   backend_options={"cuda": {"conv_k_step": 48}})  # fmt: skip
 
 
 def test_espcn_fp16_is_one_chain_kernel(fake_device):

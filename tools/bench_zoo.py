@@ -5,6 +5,7 @@ beside them, and a new process's start (cold and warm caches) per model.
     python tools/bench_zoo.py                                  # 13 nets, every column
     python tools/bench_zoo.py --models resnet18,timm:resnet50 --precisions fp16 --no-init
     python tools/bench_zoo.py --compile none --webgpu none --json zoo.json
+    python tools/bench_zoo.py --precisions fp16 --no-init --cuda-option conv_k_step=64
 
 Needs an NVIDIA GPU, PyTorch with CUDA, torchvision, timm, CuPy and onnx (wgpu for the webgpu
 columns). Models are built here with seeded random weights (tools/zoo.py: torchvision's and timm's
@@ -76,13 +77,18 @@ def inputs(example: np.ndarray, batch: int) -> np.ndarray:
     return x
 
 
-def tinydl_cuda(graph, name: str, x: np.ndarray, precision: str, ref, tol) -> tuple:
-    """(ms or None, error) of the cuda backend; not timed when the output is off."""
+def tinydl_cuda(
+    graph, name: str, x: np.ndarray, precision: str, ref, tol, options: dict | None = None
+) -> tuple:
+    """(ms or None, error) of the cuda backend (with `options`, its backend options); not timed
+    when the output is off."""
     import cupy as cp
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sess = td.compile(graph, backends=("cuda",), precision=precision)
+        sess = td.compile(
+            graph, backends=("cuda",), precision=precision, backend_options={"cuda": options or {}}
+        )
     feed = {name: cp.asarray(x)}
     out = sess.run(feed, outputs="device")
     err = rel_err(cp.asnumpy(next(iter(out.values()))), ref)
@@ -139,7 +145,9 @@ def bench_model(name: str, args, rows: list[dict]) -> None:
                 row["error_torch"] = rel_err(peer(xp).float().cpu().numpy(), ref)
             tol = max(TOLERANCE[p], 3 * row["error_torch"])
             try:
-                row["tinydl"], row["error"] = tinydl_cuda(graph, names[0], x, p, ref, tol)
+                row["tinydl"], row["error"] = tinydl_cuda(
+                    graph, names[0], x, p, ref, tol, args.cuda_option
+                )
             except Exception as exc:  # noqa: BLE001 - the row says why; the others still run
                 row["tinydl_failed"] = f"{type(exc).__name__}: {str(exc)[:100]}"
             row["eager"], row["graph"] = torch_ms(peer, xp)
@@ -274,6 +282,17 @@ def summary(paths: list[Path]) -> int:
     return 0
 
 
+def _option(text: str) -> tuple[str, object]:
+    """KEY=VALUE, VALUE read as JSON where it is (64, true, "x"), else as the string."""
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def _list(text: str) -> list[str]:
     return [] if text in ("", "none") else text.split(",")
 
@@ -293,6 +312,14 @@ def main(argv=None) -> int:
     ap.add_argument("--onnx-dir", default=Path(".zoo"), type=Path, help="exported models")
     ap.add_argument("--json", type=Path, help="write every row here too")
     ap.add_argument(
+        "--cuda-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a cuda backend option for tinydl's sessions (repeatable; VALUE read as JSON where "
+        "it is, e.g. conv_k_step=64; docs/cuda.md)",
+    )
+    ap.add_argument(
         "--summary",
         nargs="+",
         type=Path,
@@ -303,6 +330,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.summary:
         return summary(args.summary)
+    try:
+        args.cuda_option = dict(_option(text) for text in args.cuda_option)
+    except ValueError as exc:
+        ap.error(f"--cuda-option: {exc}")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.precisions = _list(args.precisions)
     for p in args.precisions:

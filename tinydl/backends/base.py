@@ -94,6 +94,8 @@ class CompileOptions:
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
       float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
+      "conv_k_step" (32 or 64: the K columns an fp16 tensor-core convolution multiplies a
+      step; default 64 where a thread's share of a step is channels of one tap, else 32),
       "conv_shared_kernels" (bool, default True: tensor-core convolutions that differ only in
       their input channels, three or more in a plan, share one kernel; False specializes each),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).

@@ -162,19 +162,33 @@ def _tile_shape(oc: int) -> tuple[int, int, int, int]:
     return TC_TILES["wide" if oc > 32 else "narrow"]
 
 
-def tc_tile(m: int, oc: int, parts: int, mode: str, ct: int) -> tuple[int, int, int, int, int, int]:
+def tc_tile(
+    m: int, oc: int, parts: int, mode: str, ct: int, step: int | None = None
+) -> tuple[int, int, int, int, int, int]:
     """(BM, BN, WM, WN, threads, BK) of conv_tc.cu for a convolution of M output pixels, with
     `parts` weight parts, whose tile reads `ct` input channels. fp16 with one part walks K 64 at
     a time (ResNet-18 at batch 8 on an H100: 0.556 -> 0.417 ms against 32; with two fp16 parts
-    64 gained 0-5 %, at tf32 -7 to +3 % on ResNet-18/50) where a thread's share of a K step is
-    channels of one tap (`ct` a multiple of it); otherwise by 32 (HRNet-W18-small's 18, 36 and
-    72 channels, RegNetY's, the stems: at batch 8 on an H100 HRNet 1.402 -> 1.070 ms, RegNetY-400MF
-    0.944 -> 0.839; docs/cuda.md)."""
+    64 gained 0-5 %, at tf32 -7 to +3 % on ResNet-18/50) where a thread's share of a step is
+    channels of one tap (`ct` a multiple of it), else by 32 (HRNet-W18-small's 18 and 36
+    channels, RegNetY's 48 and 104, the stems': HRNet at batch 8 on an H100 1.395 -> 1.070 ms;
+    docs/cuda.md). `step` (backend option conv_k_step, 32 or 64) sets it for fp16 with one
+    part."""
     bm, bn, wm, wn = _tile_shape(oc)
     bk = TC_BK
-    if mode == "fp16" and parts == 1 and ct % (bm * 64 // TC_THREADS) == 0:
-        bk = 64
+    if mode == "fp16" and parts == 1:
+        if step is not None:
+            bk = step
+        elif ct % (bm * 64 // TC_THREADS) == 0:
+            bk = 64
     return bm, bn, wm, wn, TC_THREADS, bk
+
+
+def _k_step(b) -> int | None:
+    """The backend option conv_k_step: None (by the channels), 32 or 64."""
+    step = b.option("conv_k_step")
+    if step is not None and step not in (32, 64):
+        raise ValueError(f"backend option conv_k_step: expected 32 or 64, got {step!r}")
+    return step
 
 
 def conv_epilogue(b, g: dict, bias: np.ndarray) -> tuple[str, list[str], dict]:
@@ -269,7 +283,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     cg = g["C"] // group
     bn = _tile_shape(oc)[1]
     ct = g["C"] if group == 1 else bn // (oc // group) * cg  # input channels a tile reads
-    bm, bn, wm, wn, threads, bk = tc_tile(m, oc, parts, mode, ct)
+    bm, bn, wm, wn, threads, bk = tc_tile(m, oc, parts, mode, ct, _k_step(b))
     taps = g["KH"] * g["KW"]
     k = taps * ct
     kp = math.ceil(k / bk) * bk
