@@ -46,18 +46,70 @@ class KernelDef:
 
 class KernelRegistry(dict):
     """Op name (ONNX spelling) -> KernelDef for one backend; a backend supports an op when one
-    of its kernel modules registers it with `@registry.kernel(...)`."""
+    of its kernel modules registers it with `@registry.kernel(...)`. With `load` (set by the
+    kernels package: it imports every builder module), the builders are imported when an op is
+    first looked up, not when the backend is: a session read back from the cache makes no plan
+    and needs none of them."""
 
     def __init__(self, backend: str):
         super().__init__()
         self.backend = backend
+        self.load: Callable[[], None] | None = None
+        self._loaded = False
+        self._busy = False  # the loading thread, looking up while it loads
+        self._loading = threading.RLock()
+
+    def _ensure(self) -> None:
+        if self._loaded or self.load is None:
+            return
+        with self._loading:  # other threads wait for the whole registry
+            if self._loaded or self._busy:
+                return
+            self._busy = True
+            try:
+                self.load()
+                self._loaded = True
+            finally:
+                self._busy = False
+
+    def __getitem__(self, op: str) -> KernelDef:
+        self._ensure()
+        return super().__getitem__(op)
+
+    def get(self, op: str, default=None):
+        self._ensure()
+        return super().get(op, default)
+
+    def __contains__(self, op) -> bool:
+        self._ensure()
+        return super().__contains__(op)
+
+    def __iter__(self):
+        self._ensure()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._ensure()
+        return super().__len__()
+
+    def keys(self):
+        self._ensure()
+        return super().keys()
+
+    def items(self):
+        self._ensure()
+        return super().items()
+
+    def values(self):
+        self._ensure()
+        return super().values()
 
     def kernel(self, *ops: str, supports=None, packed4=None):
         """Register the decorated builder for `ops`."""
 
         def deco(fn):
             for op in ops:
-                if op in self:
+                if dict.__contains__(self, op):
                     raise RuntimeError(f"{self.backend} kernel for {op} registered twice")
                 self[op] = KernelDef(op, fn, supports, packed4)
             return fn

@@ -130,6 +130,9 @@ class Context:
         self._kept_lock = threading.Lock()
         # Host ranges page-locked with cudaHostRegister (`lock_host`): sorted starts, ends.
         self._locked: tuple[list[int], list[int]] = ([], [])
+        # Two page-locked buffers large uploads are staged through (`upload`), made on first use.
+        self._stages: list | None = None
+        self._stage_lock = threading.Lock()
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
         from tinydl.snapshot import register_device_array
 
@@ -358,6 +361,49 @@ class Context:
             self._kept.append((done, kept))
         return out
 
+    def upload(self, host):
+        """A new device array holding the host array `host`. One of `STAGED_BYTES` or more is
+        copied through two page-locked buffers in turn — the CPU fills one while the copy
+        engine reads the other — instead of CUDA's copy from pageable memory (a session read
+        back from the cache uploads its weights from a mapped file: ResNet-18's 87 MB; see
+        docs/cuda.md, "Warm starts"). Returns once the copy is done."""
+        import numpy as np
+
+        cp = self.cp
+        host = np.ascontiguousarray(host)
+        n = host.nbytes
+        with self.device:
+            if n < STAGED_BYTES:
+                return cp.asarray(host)
+            out = cp.empty(host.shape, host.dtype)
+            flat = host.reshape(-1).view(np.uint8)
+            runtime = cp.cuda.runtime
+            with self._stage_lock:
+                if self._stages is None:
+                    self._stages = [
+                        (
+                            empty_pinned(cp, (STAGE_CHUNK,), np.uint8),
+                            cp.cuda.Event(block=False, disable_timing=True),
+                        )
+                        for _ in range(2)
+                    ]
+                stream = cp.cuda.get_current_stream()
+                for k, at in enumerate(range(0, n, STAGE_CHUNK)):
+                    buf, done = self._stages[k % 2]
+                    done.synchronize()  # its last copy has read it
+                    m = min(STAGE_CHUNK, n - at)
+                    np.copyto(buf[:m], flat[at : at + m])
+                    runtime.memcpyAsync(
+                        out.data.ptr + at,
+                        buf.ctypes.data,
+                        m,
+                        runtime.memcpyHostToDevice,
+                        stream.ptr,
+                    )
+                    done.record(stream)
+                stream.synchronize()
+        return out
+
     def wait_host_reads(self) -> None:
         """Wait until every asynchronous copy from host memory (`stack`) has read its array."""
         with self._kept_lock:
@@ -439,6 +485,11 @@ def _namespaced(i: int, source: str, entry: str) -> str:
     return f"namespace p{i} {{\n{renamed}\n}}\n" + "".join(f"#undef {m}\n" for m in macros)
 
 
+# Context.upload: arrays of at least STAGED_BYTES go through page-locked chunks of STAGE_CHUNK.
+STAGED_BYTES = 1 << 20
+STAGE_CHUNK = 2 << 20
+
+
 def empty_pinned(cp, shape, dtype):
     """A NumPy array in page-locked memory, as cupyx.empty_pinned makes it (importing cupyx
     imports SciPy: a third of a second on the first read-back)."""
@@ -496,9 +547,7 @@ def _array_name(a) -> tuple:
 
 
 def array_from_host(index: int, host):
-    ctx = get_context(index)
-    with ctx.device:
-        return ctx.cp.asarray(host)
+    return get_context(index).upload(host)
 
 
 _contexts: dict[int, Context] = {}

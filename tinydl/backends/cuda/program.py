@@ -376,8 +376,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def upload(self, data: np.ndarray):
         data = np.ascontiguousarray(data)
-        with self.ctx.device:
-            array = self.ctx.cp.asarray(data)
+        array = self.ctx.upload(data)
         if not getattr(self, "_snapshot_done", False):
             # The contents, for pickling the session without reading them back (until
             # `snapshot_done`; plans made later, for other shapes, keep none).

@@ -120,6 +120,11 @@ def blocks(total: int, per_block: int) -> int:
     return max(1, math.ceil(total / per_block))
 
 
-# Importing every module of this package registers its kernels: adding an op is adding a file.
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+def _import_builders() -> None:
+    """Importing every module of this package registers its kernels: adding an op is adding a
+    file. Done when the registry is first asked for an op (KernelRegistry.load)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+REGISTRY.load = _import_builders

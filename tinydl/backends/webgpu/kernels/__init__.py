@@ -83,6 +83,11 @@ def activation_expr(kind: str, v: str, params: dict, vec: int = 4, ctype: str = 
     )
 
 
-# Importing every module of this package registers its kernels: adding an op is adding a file.
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+def _import_builders() -> None:
+    """Importing every module of this package registers its kernels: adding an op is adding a
+    file. Done when the registry is first asked for an op (KernelRegistry.load)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+REGISTRY.load = _import_builders
