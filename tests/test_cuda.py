@@ -496,3 +496,19 @@ def test_inference_in_flight_copies_outputs_back_asynchronously():
         results.append([p.payload.data for p in out.packets])
     for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20, 2 << 20, (5 << 20) + 24, 9 << 20])
+def test_uploads_through_page_locked_chunks_arrive_whole(dtype, nbytes, rng):
+    """Context.upload: below 1 MB a plain copy; from 1 MB on, chunks through two page-locked
+    buffers in turn — exact multiples of the chunk, a partial last chunk, several rounds of the
+    two buffers — each a copy of the host array, bit for bit, from a read-only view too."""
+    from tinydl.backends.cuda.context import get_context
+
+    n = nbytes // np.dtype(dtype).itemsize
+    host = (rng.standard_normal(n) * 1000).astype(dtype)
+    host.flags.writeable = False
+    got = get_context().upload(host.reshape(-1, 2) if n % 2 == 0 else host)
+    assert got.dtype == host.dtype and got.size == n
+    np.testing.assert_array_equal(cp.asnumpy(got).reshape(-1), host)
