@@ -499,16 +499,30 @@ def test_inference_in_flight_copies_outputs_back_asynchronously():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
-@pytest.mark.parametrize("nbytes", [4096, 1 << 20, 2 << 20, (5 << 20) + 24, 9 << 20])
-def test_uploads_through_page_locked_chunks_arrive_whole(dtype, nbytes, rng):
-    """Context.upload: below 1 MB a plain copy; from 1 MB on, chunks through two page-locked
-    buffers in turn — exact multiples of the chunk, a partial last chunk, several rounds of the
-    two buffers — each a copy of the host array, bit for bit, from a read-only view too."""
+@pytest.mark.parametrize("nbytes", [4, 4096, 1 << 20, 2 << 20, (5 << 20) + 24, 9 << 20])
+def test_uploads_through_page_locked_buffers_arrive_whole(dtype, nbytes, rng):
+    """Context.upload: through two page-locked buffers in turn — a few bytes, exact multiples
+    of a buffer, a partial last one, several rounds of the two — each a copy of the host array,
+    bit for bit, from a read-only view too."""
     from tinydl.backends.cuda.context import get_context
 
-    n = nbytes // np.dtype(dtype).itemsize
+    n = max(1, nbytes // np.dtype(dtype).itemsize)
     host = (rng.standard_normal(n) * 1000).astype(dtype)
     host.flags.writeable = False
     got = get_context().upload(host.reshape(-1, 2) if n % 2 == 0 else host)
     assert got.dtype == host.dtype and got.size == n
     np.testing.assert_array_equal(cp.asnumpy(got).reshape(-1), host)
+
+
+def test_uploads_left_in_flight_all_arrive_after_waiting(rng):
+    """Many uploads without waiting (as a session read back makes its constants), small ones
+    sharing a buffer and large ones taking turns, then one wait: every array whole."""
+    from tinydl.backends.cuda.context import get_context
+
+    ctx = get_context()
+    sizes = [3, 1000, 70_000, 600_000, 5, 2_000_000, 17, 300_000, 1_100_000, 9]
+    hosts = [rng.standard_normal(k).astype(np.float32) for k in sizes]
+    got = [ctx.upload(h, wait=False) for h in hosts]
+    ctx.wait_uploads()
+    for h, g in zip(hosts, got, strict=True):
+        np.testing.assert_array_equal(cp.asnumpy(g), h)

@@ -7,11 +7,13 @@ Each measurement is a fresh Python process. "cold" gives it an empty tinydl cach
 (`TINYDL_CACHE_DIR`: compiled CUDA kernels and templates, webgpu shader-path choices) and empty
 driver shader caches (NVIDIA's and Mesa's on-disk caches, CUDA's JIT cache, pointed into the
 same folder), "warm" runs it again on the caches the cold run left, as a second start of the
-same app does: the imported model and the compiled session read back (tinydl/tinydl/snapshot.py).
+same app does: the imported model and the compiled session read back (tinydl/snapshot.py).
 "kernels" is a start between the two: the compiled GPU code cached, the model imported and the
 session compiled again (TINYDL_MODEL_CACHE=off, TINYDL_SESSION_CACHE=off), as every warm start
 was before those caches. Reported per model, backend
-and start: import, load, compile, first run (with its host read-back) and the total, in seconds,
+and start: import, load, compile, first run (with its host read-back; the random inputs'
+generator is made with the imports, since NumPy imports numpy.random, 6-12 ms, on its first use)
+and the total, in seconds,
 with the kernels compiled and the compile threads' summed time on cuda.
 
 Python's own bytecode is there for every start, as in an installed package (pip writes it):
@@ -53,7 +55,8 @@ if prof:
     prof.enable()
 t0 = time.perf_counter()
 import numpy as np
-import tinydl as td
+rng = np.random.default_rng(0)  # (NumPy imports numpy.random on first use: the harness's, not
+import tinydl as td            # the start's, so counted with the imports)
 t1 = time.perf_counter()
 path, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if backend == "cuda":
@@ -73,7 +76,6 @@ model = td.load(path)
 t2 = time.perf_counter()
 sess = td.compile(model, backends=(backend,), strict=True)
 t3 = time.perf_counter()
-rng = np.random.default_rng(0)
 feeds = {}
 for v in model.inputs:
     shape = [d if isinstance(d, int) else (1 if i == 0 else 224) for i, d in enumerate(v.shape)]

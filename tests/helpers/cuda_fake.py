@@ -62,8 +62,11 @@ class FakeContext:
     def flush(self) -> None:
         pass
 
-    def upload(self, host):
+    def upload(self, host, wait: bool = True):
         return np.array(host, copy=True)
+
+    def wait_uploads(self) -> None:
+        pass
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         if source not in self._seen:

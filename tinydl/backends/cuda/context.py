@@ -132,6 +132,7 @@ class Context:
         self._locked: tuple[list[int], list[int]] = ([], [])
         # Two page-locked buffers large uploads are staged through (`upload`), made on first use.
         self._stages: list | None = None
+        self._stage, self._stage_at = 0, 0  # the buffer being filled, and how far
         self._stage_lock = threading.Lock()
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
         from tinydl.snapshot import register_device_array
@@ -361,48 +362,64 @@ class Context:
             self._kept.append((done, kept))
         return out
 
-    def upload(self, host):
-        """A new device array holding the host array `host`. One of `STAGED_BYTES` or more is
-        copied through two page-locked buffers in turn — the CPU fills one while the copy
-        engine reads the other — instead of CUDA's copy from pageable memory (a session read
-        back from the cache uploads its weights from a mapped file: ResNet-18's 87 MB; see
-        docs/cuda.md, "Warm starts"). Returns once the copy is done."""
+    def upload(self, host, wait: bool = True):
+        """A new device array holding the host array `host`, copied through two page-locked
+        buffers in turn — the CPU fills one while the copy engine reads the other; small
+        arrays share a buffer, each at its own offset — instead of CUDA's synchronous copy
+        from pageable memory (a session read back from the cache uploads its weights from a
+        mapped file: ResNet-18's 87 MB in 63 arrays; docs/cuda.md, "Warm starts"). `wait`:
+        return once the copy is done; else it is in flight on the current stream until
+        `wait_uploads` (a plan calls it before its first run)."""
         import numpy as np
 
         cp = self.cp
         host = np.ascontiguousarray(host)
         n = host.nbytes
         with self.device:
-            if n < STAGED_BYTES:
-                return cp.asarray(host)
             out = cp.empty(host.shape, host.dtype)
+            if n == 0:
+                return out
             flat = host.reshape(-1).view(np.uint8)
             runtime = cp.cuda.runtime
             with self._stage_lock:
                 if self._stages is None:
+                    block = empty_pinned(cp, (2 * STAGE_CHUNK,), np.uint8)  # one allocation
                     self._stages = [
                         (
-                            empty_pinned(cp, (STAGE_CHUNK,), np.uint8),
+                            block[i * STAGE_CHUNK : (i + 1) * STAGE_CHUNK],
                             cp.cuda.Event(block=False, disable_timing=True),
                         )
-                        for _ in range(2)
+                        for i in range(2)
                     ]
                 stream = cp.cuda.get_current_stream()
-                for k, at in enumerate(range(0, n, STAGE_CHUNK)):
-                    buf, done = self._stages[k % 2]
-                    done.synchronize()  # its last copy has read it
-                    m = min(STAGE_CHUNK, n - at)
-                    np.copyto(buf[:m], flat[at : at + m])
+                at = 0
+                while at < n:
+                    if self._stage_at >= STAGE_CHUNK:  # full: the other buffer, once read
+                        self._stage, self._stage_at = 1 - self._stage, 0
+                        self._stages[self._stage][1].synchronize()
+                    buf, done = self._stages[self._stage]
+                    pos = self._stage_at
+                    m = min(STAGE_CHUNK - pos, n - at)
+                    np.copyto(buf[pos : pos + m], flat[at : at + m])
                     runtime.memcpyAsync(
                         out.data.ptr + at,
-                        buf.ctypes.data,
+                        buf.ctypes.data + pos,
                         m,
                         runtime.memcpyHostToDevice,
                         stream.ptr,
                     )
                     done.record(stream)
+                    at += m
+                    self._stage_at = -(-(pos + m) // 256) * 256
+            if wait:
                 stream.synchronize()
         return out
+
+    def wait_uploads(self) -> None:
+        """Wait until every copy `upload` queued has arrived."""
+        with self._stage_lock:
+            for _, done in self._stages or ():
+                done.synchronize()
 
     def wait_host_reads(self) -> None:
         """Wait until every asynchronous copy from host memory (`stack`) has read its array."""
@@ -485,8 +502,7 @@ def _namespaced(i: int, source: str, entry: str) -> str:
     return f"namespace p{i} {{\n{renamed}\n}}\n" + "".join(f"#undef {m}\n" for m in macros)
 
 
-# Context.upload: arrays of at least STAGED_BYTES go through page-locked chunks of STAGE_CHUNK.
-STAGED_BYTES = 1 << 20
+# Context.upload copies through two page-locked buffers of STAGE_CHUNK bytes.
 STAGE_CHUNK = 2 << 20
 
 
@@ -547,7 +563,9 @@ def _array_name(a) -> tuple:
 
 
 def array_from_host(index: int, host):
-    return get_context(index).upload(host)
+    """A device array of a session read back (tinydl/snapshot.py); its plans wait for the
+    copies (`Plan.finish`)."""
+    return get_context(index).upload(host, wait=False)
 
 
 _contexts: dict[int, Context] = {}

@@ -189,12 +189,14 @@ class Plan(planned.Plan):
         return Info(tuple(value.shape), value.dtype.name, value.dtype.name)
 
     def finish(self) -> None:
-        """Compile the plan's kernels together on the NVRTC threads and load their functions."""
+        """Compile the plan's kernels together on the NVRTC threads and load their functions;
+        wait for its constants' copies (uploaded without waiting, meanwhile)."""
         self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
                 d = step.deferred = step.fn
                 step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
+        self.ctx.wait_uploads()
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -376,7 +378,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def upload(self, data: np.ndarray):
         data = np.ascontiguousarray(data)
-        array = self.ctx.upload(data)
+        array = self.ctx.upload(data, wait=False)  # (the plan waits for it: Plan.finish)
         if not getattr(self, "_snapshot_done", False):
             # The contents, for pickling the session without reading them back (until
             # `snapshot_done`; plans made later, for other shapes, keep none).
