@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,8 @@ assert REGISTRY.get("Conv") is not None and "Resize" in REGISTRY
 after = sorted(m for m in sys.modules if m.startswith("tinydl.backends.{backend}.kernels."))
 print(len(before), len(after), "tinydl.backends.{backend}.kernels.resize" in before)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    root = Path(__file__).resolve().parents[1]  # (`python -c` imports from its working folder)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     missing = [m for m in ("wgpu", "cupy", "jinja2") if f"No module named '{m}'" in done.stderr]
     if done.returncode != 0 and missing:
         pytest.skip(f"the {backend} backend's modules need {missing[0]}, not installed here")

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
 import math
+import pkgutil
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -115,6 +117,17 @@ class KernelRegistry(dict):
             return fn
 
         return deco
+
+
+def module_importer(package: str, path) -> Callable[[], None]:
+    """A kernels package's `KernelRegistry.load`: importing every module of `package` (its
+    `__name__`, `__path__`) registers its kernels — adding an op is adding a file."""
+
+    def load() -> None:
+        for module in pkgutil.iter_modules(path):
+            importlib.import_module(f"{package}.{module.name}")
+
+    return load
 
 
 def constant_inputs(node: Node, graph: Graph, first: int = 1) -> Support:

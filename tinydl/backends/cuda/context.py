@@ -130,7 +130,7 @@ class Context:
         self._kept_lock = threading.Lock()
         # Host ranges page-locked with cudaHostRegister (`lock_host`): sorted starts, ends.
         self._locked: tuple[list[int], list[int]] = ([], [])
-        # Two page-locked buffers large uploads are staged through (`upload`), made on first use.
+        # The two page-locked buffers `upload` copies through, made on first use.
         self._stages: list | None = None
         self._stage, self._stage_at = 0, 0  # the buffer being filled, and how far
         self._stage_lock = threading.Lock()

@@ -11,15 +11,14 @@ need no CUDA headers, so NVRTC compiles them with no include path.
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 from collections.abc import Sequence
 
 from tinydl.backends.fusion import render_activation
 from tinydl.backends.planned import (  # noqa: F401 (re-export)
     KernelRegistry,
     constant_inputs,
+    module_importer,
     shape_derived,
     templates,
 )
@@ -120,11 +119,5 @@ def blocks(total: int, per_block: int) -> int:
     return max(1, math.ceil(total / per_block))
 
 
-def _import_builders() -> None:
-    """Importing every module of this package registers its kernels: adding an op is adding a
-    file. Done when the registry is first asked for an op (KernelRegistry.load)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
-REGISTRY.load = _import_builders
+# Every module of this package is imported when the registry is first asked for an op.
+REGISTRY.load = module_importer(__name__, __path__)

@@ -9,13 +9,16 @@ names (resolved to buffers when the plan is made) or uploaded constants.
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 
 from tinydl.backends.fusion import render_activation
 from tinydl.backends.indexing import broadcast_strides, collapse, strides_of  # noqa: F401 (re-export)
-from tinydl.backends.planned import KernelRegistry, constant_inputs, templates  # noqa: F401
+from tinydl.backends.planned import (  # noqa: F401 (re-export)
+    KernelRegistry,
+    constant_inputs,
+    module_importer,
+    templates,
+)
 from tinydl.ops.activation import check_covers
 
 REGISTRY = KernelRegistry("webgpu")
@@ -83,11 +86,5 @@ def activation_expr(kind: str, v: str, params: dict, vec: int = 4, ctype: str = 
     )
 
 
-def _import_builders() -> None:
-    """Importing every module of this package registers its kernels: adding an op is adding a
-    file. Done when the registry is first asked for an op (KernelRegistry.load)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
-REGISTRY.load = _import_builders
+# Every module of this package is imported when the registry is first asked for an op.
+REGISTRY.load = module_importer(__name__, __path__)
