@@ -383,12 +383,12 @@ def model_cache_path(identity: str) -> Path:
 def session_key(model, arguments: dict[str, Any], devices: list[str]) -> str | None:
     """The cache key of compiling `model` with `arguments` on `devices`, or None when the model
     is not a file's unchanged content or an argument cannot be named by value."""
+    if arguments.get("partition") != "greedy" or arguments.get("calibration") is not None:
+        return None  # measured costs, the caller's arrays: not named by value
     identity = model_key(model)
     if identity is None:
         return None
     parts = [code_fingerprint(), identity, *devices]
-    if arguments.get("partition") != "greedy" or arguments.get("calibration") is not None:
-        return None  # measured costs, the caller's arrays: not named by value
     for name, value in sorted(arguments.items()):
         parts.append(f"{name}={value!r}")
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TINYDL_"))

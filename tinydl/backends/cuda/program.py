@@ -370,6 +370,7 @@ class CUDAKernel(planned.PlannedKernel):
     def __init__(self, ctx, graph, options):
         self.use_graphs: bool = bool(dict(options.extra).get("cuda_graphs", True))
         self._hosts: dict[int, tuple] = {}  # id(constant) -> (it, its host contents)
+        self._snapshot_done = False  # True once kept (or not to be): no more host contents
         super().__init__(ctx, graph, options)
 
     def input_info(self, shape, dtype) -> Info:
@@ -382,7 +383,7 @@ class CUDAKernel(planned.PlannedKernel):
     def upload(self, data: np.ndarray):
         data = np.ascontiguousarray(data)
         array = self.ctx.upload(data, wait=False)  # (the plan waits for it: Plan.finish)
-        if not getattr(self, "_snapshot_done", False):
+        if not self._snapshot_done:
             # The contents, for pickling the session without reading them back (until
             # `snapshot_done`; plans made later, for other shapes, keep none).
             self._hosts[id(array)] = (array, data)
