@@ -514,6 +514,40 @@ def test_uploads_through_page_locked_buffers_arrive_whole(dtype, nbytes, rng):
     np.testing.assert_array_equal(cp.asnumpy(got).reshape(-1), host)
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_weights_split_into_tf32_parts_on_the_gpu_as_on_the_host(wait, rng):
+    """Context.upload(split_tf32=True): float32 weights become big and small tf32 parts on the
+    GPU (split_tf32.cu), bit for bit the parts conv.to_tf32 makes on the host — ties, the
+    largest float32, subnormals, inf and NaN among random values of several magnitudes; waited
+    for at once or with the rest of the uploads."""
+    from tinydl.backends.cuda.context import get_context
+    from tinydl.backends.cuda.kernels.conv import to_tf32
+
+    ctx = get_context()
+    edges = [1 + 2**-11, -(1 + 2**-11), 3.4028235e38, -3.4028235e38, 1e-40, -3e-39, 0.0, -0.0]
+    edges += [np.inf, -np.inf, np.nan]
+    got = []
+    for n in (11, 4099, 300_001):
+        w = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+        w[: len(edges)] = edges
+        w = w.reshape(-1, 1) if n % 2 else w
+        got.append((w, ctx.upload(w, wait=wait, split_tf32=True)))
+    if not wait:
+        ctx.wait_uploads()
+    for w, parts in got:
+        big = to_tf32(w)
+        with np.errstate(invalid="ignore"):  # (inf - inf)
+            small = to_tf32(w - big)
+        assert parts.shape == (2, *w.shape) and parts.dtype == np.float32
+        host = cp.asnumpy(parts)
+        for part, want in ((host[0], big), (host[1], small)):
+            nan = np.isnan(want)  # (a NaN's payload is the arithmetic's own, here and there)
+            assert np.array_equal(np.isnan(part), nan)
+            np.testing.assert_array_equal(part[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    with pytest.raises(TypeError, match="float32"):
+        ctx.upload(np.zeros(4, np.float16), split_tf32=True)
+
+
 def test_uploads_left_in_flight_all_arrive_after_waiting(rng):
     """Many uploads without waiting (as a session read back makes its constants), small ones
     sharing a buffer and large ones taking turns, then one wait: every array whole."""

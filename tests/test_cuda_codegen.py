@@ -560,3 +560,13 @@ def test_to_tf32_rounds_to_nearest_ties_away_as_the_kernel_does():
     got = to_tf32(np.append(edges, np.nan).astype(np.float32))
     assert got[:5].tolist() == [1 + 2**-10, -(1 + 2**-10), np.inf, -np.inf, edges[4]]
     assert np.isnan(got[5])
+
+
+def test_the_tf32_weight_split_compiles():
+    """split_tf32.cu (3xTF32 weights split on the GPU as they are uploaded) compiles with NVRTC,
+    its entry named as Context.upload launches it."""
+    from tinydl.backends.cuda.context import _split_source, compile_cubin
+
+    source = _split_source()
+    assert 'extern "C" __global__ void split_tf32(' in source
+    assert len(compile_cubin(source, "sm_90", "split_tf32")) > 0

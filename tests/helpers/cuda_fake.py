@@ -62,11 +62,24 @@ class FakeContext:
     def flush(self) -> None:
         pass
 
-    def upload(self, host, wait: bool = True):
+    def upload(self, host, wait: bool = True, split_tf32: bool = False):
+        if split_tf32:  # as split_tf32.cu splits it on the GPU
+            from tinydl.backends.cuda.kernels.conv import to_tf32
+
+            big = to_tf32(host)
+            return np.stack([big, to_tf32(np.asarray(host, np.float32) - big)])
         return np.array(host, copy=True)
 
     def wait_uploads(self) -> None:
         pass
+
+    def locate(self, source: str, name: str, label: str = "kernel") -> tuple[str, str]:
+        """Compiled here (its cubin kept by source); the source itself stands for its place."""
+        self.function(source, name, label)
+        return (source, "")
+
+    def function_at(self, where, name: str, label: str = "kernel", smem: int = 0):
+        return self.function(where[0], name, label, smem) if where[0] in self._seen else None
 
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         if source not in self._seen:

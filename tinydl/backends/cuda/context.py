@@ -134,6 +134,7 @@ class Context:
         self._stages: list | None = None
         self._stage, self._stage_at = 0, 0  # the buffer being filled, and how far
         self._stage_lock = threading.Lock()
+        self._splits: list = []  # (array, n, copies done) for split_tf32, not yet split
         self.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
         from tinydl.snapshot import register_device_array
 
@@ -293,7 +294,25 @@ class Context:
     def function(self, source: str, name: str, label: str = "kernel", smem: int = 0):
         """Function `name` of CUDA C `source`, compiled once per source, architecture and
         NVRTC version (then read from the disk cache)."""
-        cubin, suffix = self._locate(source, label, name)
+        return self._function(self._locate(source, label, name), name, label, smem)
+
+    def locate(self, source: str, name: str, label: str = "kernel") -> tuple[str, str]:
+        """Where the disk cache keeps `source`'s function `name`: (cubin key, entry suffix),
+        compiling it first if nobody has; `function_at` takes it (a session read back finds
+        its kernels without hashing their sources or reading the cache's references)."""
+        return self._locate(source, label, name)
+
+    def function_at(self, where: tuple[str, str], name: str, label: str = "kernel", smem: int = 0):
+        """Function `name` of the cubin `locate` gave, or None when the disk cache no longer
+        holds that cubin (the caller compiles the source again)."""
+        with self._lock:
+            loaded = where[0] in self._modules
+        if not loaded and not (cache_dir() / f"{where[0]}.cubin").exists():
+            return None
+        return self._function(where, name, label, smem)
+
+    def _function(self, where: tuple[str, str], name: str, label: str, smem: int):
+        cubin, suffix = where
         if smem > self.smem_optin:
             raise CompileError(
                 f"{label}: needs {smem} bytes of shared memory, the device allows "
@@ -362,21 +381,28 @@ class Context:
             self._kept.append((done, kept))
         return out
 
-    def upload(self, host, wait: bool = True):
+    def upload(self, host, wait: bool = True, split_tf32: bool = False):
         """A new device array holding the host array `host`, copied through two page-locked
         buffers in turn — the CPU fills one while the copy engine reads the other; small
         arrays share a buffer, each at its own offset — instead of CUDA's synchronous copy
         from pageable memory (a session read back from the cache uploads its weights from a
-        mapped file: ResNet-18's 87 MB in 63 arrays; docs/cuda.md, "Warm starts"). `wait`:
+        mapped file: ResNet-18's weights in 43 arrays; docs/cuda.md, "Warm starts"). `wait`:
         return once the copy is done; else it is in flight on the current stream until
-        `wait_uploads` (a plan calls it before its first run)."""
+        `wait_uploads` (a plan calls it before its first run). `split_tf32`: a float32 `host`
+        becomes two tf32 parts, big then small, in an array of shape (2, *host.shape), split
+        on the GPU (kernels/split_tf32.cu) once the copy has arrived: half the bytes to pack,
+        keep and upload that the parts made on the host would take."""
         import numpy as np
 
         cp = self.cp
         host = np.ascontiguousarray(host)
         n = host.nbytes
+        if split_tf32:
+            if host.dtype != np.float32:
+                raise TypeError(f"split_tf32 takes float32 weights, got {host.dtype}")
+            self.prefetch(_split_source(), "split_tf32", "split_tf32")
         with self.device:
-            out = cp.empty(host.shape, host.dtype)
+            out = cp.empty((2, *host.shape) if split_tf32 else host.shape, host.dtype)
             if n == 0:
                 return out
             flat = host.reshape(-1).view(np.uint8)
@@ -411,15 +437,35 @@ class Context:
                     done.record(stream)
                     at += m
                     self._stage_at = -(-(pos + m) // 256) * 256
+                if split_tf32:  # split once its copies are in (`wait_uploads`)
+                    copied = cp.cuda.Event(block=False, disable_timing=True)
+                    copied.record(stream)
+                    self._splits.append((out, host.size, copied))
             if wait:
                 stream.synchronize()
+        if wait and split_tf32:
+            self.wait_uploads()
         return out
 
     def wait_uploads(self) -> None:
-        """Wait until every copy `upload` queued has arrived."""
+        """Wait until every copy `upload` queued has arrived (and the weights to split are
+        split)."""
         with self._stage_lock:
             for _, done in self._stages or ():
                 done.synchronize()
+            splits, self._splits = self._splits, []
+        if splits:
+            import numpy as np
+
+            self.flush()
+            fn = self.function(_split_source(), "split_tf32", "split_tf32")
+            with self.device:
+                stream = self.cp.cuda.get_current_stream()
+                for array, n, copied in splits:
+                    stream.wait_event(copied)
+                    blocks = min(-(-n // 256), 4 * self.sm_count)
+                    fn((blocks,), (256,), (array, np.uint64(n)), stream=stream)
+                stream.synchronize()
 
     def wait_host_reads(self) -> None:
         """Wait until every asynchronous copy from host memory (`stack`) has read its array."""
@@ -549,23 +595,31 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-# id(device array) -> (the array, its contents on the host): the constants of a session being
+@functools.cache
+def _split_source() -> str:
+    """kernels/split_tf32.cu as it is (no template: nothing to render at a warm start)."""
+    return (Path(__file__).parent / "kernels" / "split_tf32.cu").read_text()
+
+
+# id(device array) -> (the array, its contents on the host, how it was uploaded: `upload`'s
+# keywords): the constants of a session being
 # pickled (CUDAKernel.__getstate__ puts them here, snapshot_done takes them out), so that
 # keeping a session (tinydl/snapshot.py) reads nothing back from the GPU.
-host_copies: dict[int, tuple[Any, Any]] = {}
+host_copies: dict[int, tuple[Any, Any, dict]] = {}
 
 
 def _array_name(a) -> tuple:
     """A device array in a pickled session: its device and a host copy of its contents."""
     kept = host_copies.get(id(a))
-    host = kept[1] if kept is not None and kept[0] is a else a.get()
-    return ("tinydl.backends.cuda.context:array_from_host", a.device.id, host)
+    if kept is not None and kept[0] is a:
+        return ("tinydl.backends.cuda.context:array_from_host", a.device.id, *kept[1:])
+    return ("tinydl.backends.cuda.context:array_from_host", a.device.id, a.get())
 
 
-def array_from_host(index: int, host):
-    """A device array of a session read back (tinydl/snapshot.py); its plans wait for the
-    copies (`Plan.finish`)."""
-    return get_context(index).upload(host, wait=False)
+def array_from_host(index: int, host, how: dict | None = None):
+    """A device array of a session read back (tinydl/snapshot.py), uploaded as `how` says;
+    its plans wait for the copies (`Plan.finish`)."""
+    return get_context(index).upload(host, wait=False, **(how or {}))
 
 
 _contexts: dict[int, Context] = {}

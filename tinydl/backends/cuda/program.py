@@ -20,7 +20,7 @@ import collections
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -57,12 +57,15 @@ class Info(planned.Info):
 
 @dataclass(frozen=True)
 class _Deferred:
-    """A kernel function not yet looked up: its module may still be compiling."""
+    """A kernel function not yet looked up: its module may still be compiling. `where`: the
+    cubin and entry suffix that held it when the plan was made (`Context.locate`), kept in a
+    snapshot so that a session read back loads its kernels straight from there."""
 
     source: str
     entry: str
     label: str
     smem: int
+    where: tuple[str, str] | None = None
 
 
 @dataclass
@@ -124,12 +127,14 @@ class Build(planned.Build):
                 return self.plan.owner.constant(("value", arg), value)
         return arg
 
-    def upload(self, key, array: np.ndarray, dtype: str | None = None):
-        """Upload a constant (packed weights, tables) once per compiled kernel."""
+    def upload(self, key, array: np.ndarray, dtype: str | None = None, **how):
+        """Upload a constant (packed weights, tables) once per compiled kernel; `how`: as
+        Context.upload takes it (split_tf32=True: two tf32 parts, split on the GPU)."""
         array = np.ascontiguousarray(
             array if dtype is None else np.asarray(array).astype(dtype, copy=False)
         )
-        return self.plan.owner.constant((self.node.name, key, array.dtype.name), array)
+        label = (self.node.name, key, array.dtype.name, *sorted(how.items()))
+        return self.plan.owner.constant(label, array, **how)
 
 
 class _Graph:
@@ -195,8 +200,12 @@ class Plan(planned.Plan):
         self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
-                d = step.deferred = step.fn
-                step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
+                d = step.fn
+                where = self.ctx.locate(d.source, d.entry, d.label)
+                step.deferred = replace(d, where=where)
+                step.fn = self.ctx.function_at(where, d.entry, d.label, d.smem)
+                if step.fn is None:  # (the cache emptied under us: compiled again)
+                    step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
         t0 = time.perf_counter()
         self.ctx.wait_uploads()
         self.owner.init["weights_s"] += time.perf_counter() - t0  # (queued in `constant`)
@@ -209,15 +218,19 @@ class Plan(planned.Plan):
         return state
 
     def restored(self) -> None:
-        """Buffers and their views again; each kernel found in the kernel cache (or compiled,
-        if it was emptied since)."""
+        """Buffers and their views again; each kernel loaded from the cubin that held it (or
+        found in the kernel cache again, or compiled, if the cache was emptied since)."""
         self.cp = self.ctx.cp
         super().restored()
         self.views = {r: self._view(slot, r) for r, slot in self.buffers.items()}
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
                 d = step.fn
-                self.ctx.prefetch(d.source, d.label, d.entry)
+                fn = d.where and self.ctx.function_at(d.where, d.entry, d.label, d.smem)
+                if fn:
+                    step.fn, step.deferred = fn, d
+                else:
+                    self.ctx.prefetch(d.source, d.label, d.entry)
         self.finish()
 
     def arrange(self, keep, types) -> None:
@@ -369,7 +382,7 @@ class CUDAKernel(planned.PlannedKernel):
 
     def __init__(self, ctx, graph, options):
         self.use_graphs: bool = bool(dict(options.extra).get("cuda_graphs", True))
-        self._hosts: dict[int, tuple] = {}  # id(constant) -> (it, its host contents)
+        self._hosts: dict[int, tuple] = {}  # id(constant) -> (it, its host contents, how)
         self._snapshot_done = False  # True once kept (or not to be): no more host contents
         super().__init__(ctx, graph, options)
 
@@ -380,13 +393,13 @@ class CUDAKernel(planned.PlannedKernel):
         dtype = t.dtype.name
         return Info(tuple(t.shape), dtype, dtype)
 
-    def upload(self, data: np.ndarray):
+    def upload(self, data: np.ndarray, **how):
         data = np.ascontiguousarray(data)
-        array = self.ctx.upload(data, wait=False)  # (the plan waits for it: Plan.finish)
+        array = self.ctx.upload(data, wait=False, **how)  # (the plan waits: Plan.finish)
         if not self._snapshot_done:
             # The contents, for pickling the session without reading them back (until
             # `snapshot_done`; plans made later, for other shapes, keep none).
-            self._hosts[id(array)] = (array, data)
+            self._hosts[id(array)] = (array, data, how)
         return array
 
     def __getstate__(self) -> dict:

@@ -292,7 +292,8 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     # float32's precision but for the low part's rounding (2^-22 relative), on fp16 tensor
     # cores. In float32 throughout: a float32 minus its fp16 rounding is exact in float32, and
     # NumPy's fp16 <-> float64 conversions are several times slower than float32's. At tf32:
-    # rounded to tf32 once here; 3xTF32: as big + small tf32 parts.
+    # rounded to tf32 once here; 3xTF32: as big + small tf32 parts, split from float32 on the
+    # GPU as it is uploaded (Context.upload: half the bytes to pack, keep and upload).
     rows = (
         np.zeros((oc, taps, ct), np.float32) if group > 1 else np.empty((oc, taps, ct), np.float32)
     )
@@ -326,10 +327,8 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         src = half
     if mode == "tf32":
         weights = [src, b.upload("weights", to_tf32(full), "float32")]
-    elif mode == "3xtf32":
-        big = to_tf32(full)
-        small = to_tf32(full - big)
-        weights = [src, b.upload("weights_big", big), b.upload("weights_small", small)]
+    elif mode == "3xtf32":  # big + small tf32 parts, in one array, split on the GPU
+        weights = [src, b.upload("weights", full, "float32", split_tf32=True)]
     else:
         hi = to_half(full)
         weights = [src, b.upload("weights_hi", hi)]
@@ -342,6 +341,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         TF32=mode != "fp16",
         GROUPED=ct < g["C"],
         WHOLE_TAPS=ct % a_per == 0,
+        OCP=ocp,
         X3=mode == "3xtf32",
         LO=parts == 2,
         G=group,

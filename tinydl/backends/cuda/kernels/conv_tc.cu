@@ -19,9 +19,10 @@
 // A block of {{ THREADS }} threads makes a {{ BM }}x{{ BN }} tile of the output, walking K by
 // {{ BK }}: the input patch (gathered: im2col on the fly, zero outside the image) and the
 {% if TF32 and X3 %}
-// weights (packed [OC padded][K padded] on the host as two tf32 parts, big + small; the patch
-// is split alike as the fragments are read: three MMAs, small x big, big x small, big x big,
-// keep float32's accuracy) are staged in shared memory, rows padded by 4 floats against bank
+// weights (packed [OC padded][K padded] as two tf32 parts, big + small, one after the other in
+// one array, split on the GPU from the float32 weights: split_tf32.cu; the patch is split alike
+// as the fragments are read: three MMAs, small x big, big x small, big x big, keep float32's
+// accuracy) are staged in shared memory, rows padded by 4 floats against bank
 // conflicts, and read a word a lane in the MMA's fragment order. Each warp owns a {{ WM }}x{{ WN }}
 {% elif TF32 %}
 // weights (packed [OC padded][K padded] on the host, rounded to tf32; the patch is rounded as
@@ -124,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
 {% endif %}
     const {{ et }}* __restrict__ x,
     const {{ et }}* __restrict__ w,
-{% if LO %}
+{% if LO and not X3 %}
     const {{ et }}* __restrict__ wl,
 {% endif %}
 {% if SPLIT > 1 %}
@@ -141,6 +142,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     __shared__ __align__(16) {{ et }} Bs[BN][LDS];
 {% if LO %}
     __shared__ __align__(16) {{ et }} Bl[BN][LDS];
+{% endif %}
+{% if X3 %}
+    const float* __restrict__ wl = w + (size_t){{ OCP }} * {{ KPV }};  // the small parts
 {% endif %}
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
