@@ -570,3 +570,23 @@ def test_the_tf32_weight_split_compiles():
     source = _split_source()
     assert 'extern "C" __global__ void split_tf32(' in source
     assert len(compile_cubin(source, "sm_90", "split_tf32")) > 0
+
+
+@pytest.mark.parametrize(
+    ("version", "minimal"), [((12, 3), False), ((12, 4), True), ((13, 0), True)]
+)
+def test_minimal_is_asked_of_an_nvrtc_that_has_it(monkeypatch, version, minimal):
+    """-minimal (less to parse per program, the same cubins) only where NVRTC knows it: an
+    older one would refuse every kernel."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    import tinydl.backends.cuda.context as context
+
+    monkeypatch.setattr(nvrtc, "getVersion", lambda: version)
+    context.nvrtc_options.cache_clear()
+    try:
+        options = context.nvrtc_options()
+    finally:
+        context.nvrtc_options.cache_clear()
+    assert options[: len(context.OPTIONS)] == context.OPTIONS
+    assert ("-minimal" in options) == minimal
