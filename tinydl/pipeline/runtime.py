@@ -296,6 +296,9 @@ class Node:
         self.flow_limit, self.flow_policy = rt.app.flow_limit_of(spec)
         self.flow_held: list[tuple[str, Packet]] | None = None  # a frame made at the limit
         self.made: Packet | None = None  # a source's: the ids of the frame its call makes
+        self._tick = threading.Lock()  # held but while the app stops: a source's pauses wait
+        self._tick.acquire()  # on it (`_pause`, `wake`)
+        self._tick_guard = threading.Lock()
 
     def light(self) -> bool:
         """Cheaper to call than a thread is to wake (its recent calls took < inline_below_us)."""
@@ -425,12 +428,18 @@ class Node:
         request_id = 0
         limit = self.flow_limit
         wait = limit is not None and self.flow_policy == "wait"
+        # The last call's figures, recorded after the pause that follows it: a source that has
+        # just woken a consumer lets go of the GIL at once, which the consumer's thread needs.
+        done: tuple | None = None
         while not rt.stopping and self.failed is None:
             if ctx.tick_at is not None:  # a source may ask to be called later instead of sleeping
                 delay = (ctx.tick_at - time.monotonic_ns()) / 1e9
                 ctx.tick_at = None
                 if delay > 0 and self._pause(delay):
                     break
+            if done is not None:
+                self._record(*done)
+                done = None
             if wait:
                 t0 = time.perf_counter_ns()
                 self.ledger.wait_below(ctx.flow_id, limit)
@@ -462,8 +471,10 @@ class Node:
                 self._hold(pairs)
             else:
                 self._deliver(pairs, [], [])
-            self._record(t0, dur, 1, None, request_id, [(ctx.flow_id, request_id)])
+            done = (t0, dur, 1, None, request_id, [(ctx.flow_id, request_id)])
             request_id += 1
+        if done is not None:
+            self._record(*done)
         if self.flow_held is not None:  # the last frame made: it goes once a slot is free
             self.ledger.wait_below(ctx.flow_id, limit)
             self._send_held(STOPPED if rt.stopping else None)
@@ -476,7 +487,18 @@ class Node:
             if self.ledger.wait_below(self.ctx.flow_id, self.flow_limit, delay):
                 self._send_held(STOPPED if self.rt.stopping else None)
             delay = deadline - time.monotonic()
-        return self.rt.stop_event.wait(delay) if delay > 0 else self.rt.stopping
+        if delay > 0 and not self.rt.stopping:
+            # A bare lock, released by `wake` at the stop: it gives up the GIL in one call
+            # (threading.Event.wait runs Python first), and the thread the source just woke
+            # waits for the GIL meanwhile (docs/pipeline.md, "Hop latency").
+            self._tick.acquire(True, delay)
+        return self.rt.stopping
+
+    def wake(self) -> None:
+        """End a source's pause (the app is stopping): its next pause returns at once too."""
+        with self._tick_guard:
+            if self._tick.locked():
+                self._tick.release()
 
     def _hold(self, pairs: list[tuple[str, Packet]]) -> None:
         """Keep a source's frame made at its flow limit; the frame held before is dropped."""
@@ -977,6 +999,8 @@ class Runtime:
         for node in self.all_nodes():
             if node.inbox is not None:
                 node.inbox.close()
+            else:
+                node.wake()
 
     def join(self, grace: float = 5.0) -> list[str]:
         """Wait up to `grace` seconds for every node to end; the names of those that did not."""
