@@ -257,6 +257,28 @@ def test_stop_while_running_accounts_for_everything():
     assert report.frames_in > 0 and report.balanced, report.accounting()
 
 
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_stop_ends_a_source_paused_for_its_next_tick(executor):
+    """A source asleep until a tick far away (30 s) ends at once when the app stops, its
+    frames so far recorded in its stats and accounted for; a stop before its first pause too."""
+    for wait_s in (0.5, 0.0):
+        app = App("paused")
+        app.add("cam", SyntheticSource(count=None, fps=1 / 30), executor=executor)
+        app.add("out", Collect())
+        app.connect("cam", "out")
+        rt = app.start()
+        time.sleep(wait_s)
+        t0 = time.monotonic()
+        rt.stop("enough")
+        assert rt.join(5.0) == []
+        assert time.monotonic() - t0 < 3
+        report = rt.report()
+        assert report.stopped == "enough" and report.balanced, report.accounting()
+        if wait_s:
+            assert report.frames_in == 1
+            assert rt.nodes["cam"][0].stats.calls == 1
+
+
 def test_open_failure_is_an_error_naming_the_component():
     app = App("broken")
     app.add("src", Count(5))
