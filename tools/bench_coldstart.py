@@ -2,6 +2,7 @@
 
     python tools/bench_coldstart.py --backends cuda,webgpu
     python tools/bench_coldstart.py --models resnet18,densenet121 --backends cuda --json cold.json
+    python tools/bench_coldstart.py --models resnet18 --precision fp16 --warm-starts 5
 
 Each measurement is a fresh Python process. "cold" gives it an empty tinydl cache folder
 (`TINYDL_CACHE_DIR`: compiled CUDA kernels and templates, webgpu shader-path choices) and empty
@@ -58,7 +59,7 @@ import numpy as np
 rng = np.random.default_rng(0)  # (NumPy imports numpy.random on first use: the harness's, not
 import tinydl as td            # the start's, so counted with the imports)
 t1 = time.perf_counter()
-path, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path, backend, threads, precision = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if backend == "cuda":
     from tinydl.backends.cuda import context
     if threads:
@@ -74,7 +75,7 @@ elif backend == "webgpu":
 t15 = time.perf_counter()
 model = td.load(path)
 t2 = time.perf_counter()
-sess = td.compile(model, backends=(backend,), strict=True)
+sess = td.compile(model, backends=(backend,), strict=True, precision=precision)
 t3 = time.perf_counter()
 feeds = {}
 for v in model.inputs:
@@ -124,6 +125,7 @@ def start(
     profile: str = "",
     pycache: str = "",
     label: str = "cold",
+    precision: str = "fp32",
 ) -> dict:
     """One new process's start; `pycache`: the folder of its .pyc files ("": none written).
     The child runs in this checkout's root, so it imports this checkout's tinydl (`python -c`
@@ -152,7 +154,7 @@ def start(
     if profile:
         env["COLDSTART_PROFILE"] = profile
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, path, backend, str(threads)],
+        [sys.executable, "-c", CHILD, path, backend, str(threads), precision],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -198,7 +200,18 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--no-bytecode", action="store_true", help="no .pyc files: modules compile at each start"
     )
+    ap.add_argument(
+        "--precision", default="fp32", help="the sessions' precision (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--warm-starts",
+        type=int,
+        default=1,
+        help="warm starts per model and backend, each a row, then their median (default: 1)",
+    )
     args = ap.parse_args(argv)
+    if args.warm_starts < 1:
+        ap.error(f"--warm-starts must be at least 1, got {args.warm_starts}")
     args.onnx_dir.mkdir(parents=True, exist_ok=True)
     pycache = tempfile.TemporaryDirectory()
     prime = "" if args.no_bytecode else pycache.name
@@ -214,17 +227,24 @@ def main(argv=None) -> int:
             if prime:
                 prime_bytecode(path, backend, prime)
             with tempfile.TemporaryDirectory() as cache:
-                for label in ("cold", "kernels", "warm"):
+                warm = ["warm"] + [f"warm {i}" for i in range(2, args.warm_starts + 1)]
+                totals = []
+                for label in ("cold", "kernels", *warm):
                     prof = ""
                     if args.profile_dir:
                         args.profile_dir.mkdir(parents=True, exist_ok=True)
                         stem = f"{name.replace(':', '_')}-{backend}-{label}.prof"
                         prof = str(args.profile_dir.resolve() / stem)
-                    r = start(path, backend, cache, args.compile_threads, prof, prime, label)
+                    r = start(
+                        path, backend, cache, args.compile_threads, prof, prime, label,
+                        args.precision,
+                    )  # fmt: skip
                     rows.append({"model": name, "backend": backend, "start": label, **r})
                     if "error" in r:
                         print(f"| {name} | {backend} | {label} | error: {r['error']} |")
                         continue
+                    if label.startswith("warm"):
+                        totals.append(r["load"] + r["compile"] + r["first_run"])
                     st = r["stats"]
                     cuda = f"{st['compiled']} | {st['compile_s']:.1f}" if st else " | "
                     print(
@@ -233,6 +253,13 @@ def main(argv=None) -> int:
                         f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {cuda} | "
                         f"{r.get('cache')}{_saved(r)} |",
                         flush=True,
+                    )
+                if len(totals) > 1:
+                    totals.sort()
+                    print(
+                        f"| {name} | {backend} | warm, load + compile + first run: median "
+                        f"{totals[len(totals) // 2]:.3f} s, fastest {totals[0]:.3f} s of "
+                        f"{len(totals)} |"
                     )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
