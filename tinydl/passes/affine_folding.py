@@ -24,7 +24,7 @@ from tinydl.passes.rewrite import (
     const,
     fold_output_affine,
     output_channels,
-    repeat,
+    value_names,
 )
 
 NAME = "affine_folding"
@@ -33,12 +33,20 @@ _ARITH = ("Mul", "Add", "Sub", "Div")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    return repeat(lambda: _fold_one(graph))
+    total = 0
+    while count := _fold_sweep(graph):
+        total += count
+    return total
 
 
-def _fold_one(graph: Graph) -> bool:
+def _fold_sweep(graph: Graph) -> int:
+    """Every fold one look at the graph's readers and producers allows (building them was most
+    of a fold's cost when each fold made its own): a candidate touching a value an earlier fold
+    of this sweep changed waits for the next sweep (`value_names`)."""
     uses = Uses(graph)
-    for node in graph.nodes:
+    touched: set[str] = set()
+    count = 0
+    for node in list(graph.nodes):
         if node.op not in _ARITH:
             continue
         for k in (0, 1):
@@ -48,13 +56,19 @@ def _fold_one(graph: Graph) -> bool:
                 continue
             host = uses.producer.get(x)
             if host is not None and host.op in _HOSTS and uses.sole_reader(x, node):
-                if _fold_after(graph, host, node, c, k):
-                    return True
+                before = value_names(host, node)
+                if not before & touched and _fold_after(graph, host, node, c, k):
+                    touched |= before | value_names(host)
+                    count += 1
+                    break
             readers = uses.readers.get(node.outputs[0], [])
             if len(readers) == 1 and uses.sole_reader(node.outputs[0], readers[0]):
-                if _fold_before(graph, node, readers[0], c, k):
-                    return True
-    return False
+                before = value_names(node, readers[0])
+                if not before & touched and _fold_before(graph, node, readers[0], c, k):
+                    touched |= before | value_names(readers[0])
+                    count += 1
+                    break
+    return count
 
 
 def _fold_after(graph: Graph, host: Node, node: Node, c: np.ndarray, k: int) -> bool:

@@ -12,18 +12,25 @@ from __future__ import annotations
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.base import broadcast
-from tinydl.passes.rewrite import Accepts, Uses, allowed, near, repeat
+from tinydl.passes.rewrite import Accepts, Uses, allowed, near, value_names
 
 NAME = "conv_activation_fusion"
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    return repeat(lambda: _fuse_one(graph, accepts))
+    total = 0
+    while count := _fuse_sweep(graph, accepts):
+        total += count
+    return total
 
 
-def _fuse_one(graph: Graph, accepts: Accepts | None) -> bool:
+def _fuse_sweep(graph: Graph, accepts: Accepts | None) -> int:
+    """Every fusion one look at the graph's readers allows; one touching a value an earlier
+    fusion of this sweep changed waits for the next sweep (`value_names`)."""
     uses = Uses(graph)
-    for conv in graph.nodes:
+    touched: set[str] = set()
+    count = 0
+    for conv in list(graph.nodes):
         y = conv.outputs[0]
         if conv.op != "Conv" or y in uses.outputs:
             continue
@@ -31,6 +38,9 @@ def _fuse_one(graph: Graph, accepts: Accepts | None) -> bool:
         if found is None:
             continue
         last, removed, attrs, slope = found
+        names = value_names(conv, *removed)
+        if names & touched:
+            continue
         padded = [*conv.inputs, *[""] * (3 - len(conv.inputs))]
         fused = Node(
             "tinydl.FusedConv",
@@ -45,8 +55,9 @@ def _fuse_one(graph: Graph, accepts: Accepts | None) -> bool:
         graph.nodes[graph.nodes.index(conv)] = fused
         for n in removed:
             graph.nodes.remove(n)
-        return True
-    return False
+        touched |= names
+        count += 1
+    return count
 
 
 def _activation(graph: Graph, uses: Uses, y: str):

@@ -52,6 +52,13 @@ class Uses:
         return value not in self.outputs and all(any(r is n for n in nodes) for r in readers)
 
 
+def value_names(*nodes: Node) -> set[str]:
+    """The values `nodes` read and write. A pass that makes several rewrites from one `Uses`
+    collects those of every node a rewrite changed, and passes over a later candidate that
+    touches one: its readers or producer may have changed (a later look finds it)."""
+    return {v for n in nodes for v in (*n.inputs, *n.outputs) if v}
+
+
 def const(graph: Graph, name: str) -> np.ndarray | None:
     """The value of an input that is an initializer, else None ("" and computed values alike)."""
     return graph.initializers.get(name) if name else None
