@@ -257,6 +257,40 @@ def test_affine_after_conv_folds(rng):
     assert ops(out) == ["Conv"] and out.nodes[0].outputs == ["y"]
 
 
+def test_folds_and_fusions_of_independent_blocks_share_one_look_at_the_graph(rng, monkeypatch):
+    """A stack of Conv -> Mul -> Add -> Relu blocks (PP-OCRv4's MobileOne pattern): every block's
+    scale and shift fold and every Relu fuses, with a few looks at the graph's readers rather
+    than one per rewrite (a Mul's fold changes the Add's producer: the Add waits for the next
+    sweep); the outputs agree."""
+    import tinydl.passes.rewrite as rewrite
+
+    blocks, c = 12, 4
+    nodes, inits, x = [], {}, "x"
+    for i in range(blocks):
+        nodes += [
+            ("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], {"pads": [1, 1, 1, 1]}),
+            ("Mul", [f"c{i}", f"s{i}"], [f"m{i}"], None),
+            ("Add", [f"m{i}", f"t{i}"], [f"a{i}"], None),
+            ("Relu", [f"a{i}"], ["y" if i == blocks - 1 else f"r{i}"], None),
+        ]
+        inits |= {
+            f"w{i}": f32(rng, c, c if i else 3, 3, 3, scale=0.3),
+            f"b{i}": f32(rng, c),
+            f"s{i}": f32(rng, 1, c, 1, 1),
+            f"t{i}": f32(rng, 1, c, 1, 1),
+        }
+        x = f"r{i}"
+    g = graph(nodes, {"x": ("N", 3, "H", "W")}, inits=inits)
+    looks = []
+    real = rewrite.Uses.__init__
+    monkeypatch.setattr(rewrite.Uses, "__init__", lambda self, g: looks.append(1) or real(self, g))
+    out = optimize(g, ["affine_folding", "conv_activation_fusion"])
+    assert ops(out) == ["tinydl.FusedConv"] * blocks
+    assert len(looks) <= 8  # (one a rewrite: 3 * blocks + 2)
+    monkeypatch.setattr(rewrite.Uses, "__init__", real)
+    check(g, ["affine_folding", "conv_activation_fusion"], {"x": f32(rng, 2, 3, 7, 6)})
+
+
 def test_affine_before_conv_folds_where_exact(rng):
     g = graph(
         [
