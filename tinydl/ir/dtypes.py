@@ -54,9 +54,21 @@ ONNX_CODES: dict[int, str] = {
 ONNX_NAMES: dict[str, int] = {v: k for k, v in ONNX_CODES.items()}
 
 
+_NAMES: dict = {}  # dtype-like -> its name: NumPy's dtype.name is Python code, 2 µs a call
+
+
 def dtype_name(dtype) -> str:
     """Canonical IR name of a NumPy dtype (raises KeyError for types the IR does not carry)."""
+    try:
+        return _NAMES[dtype]
+    except (KeyError, TypeError):  # (TypeError: an unhashable dtype-like)
+        pass
     name = np.dtype(dtype).name
     if name not in DTYPES:
         raise KeyError(name)
+    if len(_NAMES) < 256:
+        try:
+            _NAMES[dtype] = name
+        except TypeError:
+            pass
     return name
