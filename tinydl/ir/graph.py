@@ -214,8 +214,12 @@ class Graph:
                 raise InvalidModelError(
                     f"initializer '{name}' is not an array: {type(arr).__name__}"
                 )
-            if arr.dtype.name not in DTYPES:
-                raise InvalidModelError(f"initializer '{name}' has unsupported dtype {arr.dtype}")
+            try:
+                dtype_name(arr.dtype)
+            except KeyError:
+                raise InvalidModelError(
+                    f"initializer '{name}' has unsupported dtype {arr.dtype}"
+                ) from None
         for index, node in enumerate(self.nodes):
             _check_node_fields(node, index)
         # An unnamed or repeated node gets a fresh name that no other node already has.
