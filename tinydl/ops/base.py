@@ -276,6 +276,8 @@ def broadcast(*shapes: Shape | None) -> Shape | None:
     """NumPy broadcasting over shapes that may hold symbols or unknown (None) dims."""
     if any(s is None for s in shapes):
         return None
+    if shapes and all(s == shapes[0] for s in shapes):  # (the common case: nothing to broadcast)
+        return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for axis in range(rank):
