@@ -490,7 +490,7 @@ class Node:
         if delay > 0 and not self.rt.stopping:
             # A bare lock, released by `wake` at the stop: it gives up the GIL in one call
             # (threading.Event.wait runs Python first), and the thread the source just woke
-            # waits for the GIL meanwhile (docs/pipeline.md, "Hop latency").
+            # waits for the GIL meanwhile (docs/pipeline.md, "Executors", thread).
             self._tick.acquire(True, delay)
         return self.rt.stopping
 
