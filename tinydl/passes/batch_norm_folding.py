@@ -10,31 +10,49 @@ from __future__ import annotations
 import numpy as np
 
 from tinydl.ir.graph import Graph, Node
-from tinydl.passes.rewrite import Accepts, Uses, const, fold_output_affine, output_channels, repeat
+from tinydl.passes.rewrite import (
+    Accepts,
+    Uses,
+    const,
+    fold_output_affine,
+    output_channels,
+    value_names,
+)
 
 NAME = "batch_norm_folding"
 _HOSTS = ("Conv", "ConvTranspose", "Gemm")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    return repeat(lambda: _fold_one(graph))
+    total = 0
+    while count := _fold_sweep(graph):
+        total += count
+    return total
 
 
-def _fold_one(graph: Graph) -> bool:
+def _fold_sweep(graph: Graph) -> int:
+    """Every fold one look at the graph's readers allows; one touching a value an earlier fold
+    of this sweep changed waits for the next sweep (`value_names`)."""
     uses = Uses(graph)
-    for bn in graph.nodes:
+    touched: set[str] = set()
+    count = 0
+    for bn in list(graph.nodes):
         if bn.op != "BatchNormalization" or any(bn.outputs[1:]):
             continue
         host = uses.producer.get(bn.inputs[0])
         if host is None or host.op not in _HOSTS or not uses.sole_reader(bn.inputs[0], bn):
+            continue
+        names = value_names(host, bn)
+        if names & touched:
             continue
         affine = _affine(graph, bn, output_channels(graph, host))
         if affine is None or not fold_output_affine(graph, host, *affine):
             continue
         host.outputs[0] = bn.outputs[0]
         graph.nodes.remove(bn)
-        return True
-    return False
+        touched |= names | value_names(host)
+        count += 1
+    return count
 
 
 def _affine(graph: Graph, bn: Node, channels: int | None):
