@@ -24,6 +24,7 @@ from tinydl.passes.rewrite import (
     const,
     fold_output_affine,
     output_channels,
+    repeat,
     value_names,
 )
 
@@ -33,10 +34,7 @@ _ARITH = ("Mul", "Add", "Sub", "Div")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    total = 0
-    while count := _fold_sweep(graph):
-        total += count
-    return total
+    return repeat(lambda: _fold_sweep(graph))
 
 
 def _fold_sweep(graph: Graph) -> int:

@@ -16,6 +16,7 @@ from tinydl.passes.rewrite import (
     const,
     fold_output_affine,
     output_channels,
+    repeat,
     value_names,
 )
 
@@ -24,10 +25,7 @@ _HOSTS = ("Conv", "ConvTranspose", "Gemm")
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    total = 0
-    while count := _fold_sweep(graph):
-        total += count
-    return total
+    return repeat(lambda: _fold_sweep(graph))
 
 
 def _fold_sweep(graph: Graph) -> int:

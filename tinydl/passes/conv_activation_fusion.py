@@ -12,16 +12,13 @@ from __future__ import annotations
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.base import broadcast
-from tinydl.passes.rewrite import Accepts, Uses, allowed, near, value_names
+from tinydl.passes.rewrite import Accepts, Uses, allowed, near, repeat, value_names
 
 NAME = "conv_activation_fusion"
 
 
 def run(graph: Graph, accepts: Accepts | None = None) -> int:
-    total = 0
-    while count := _fuse_sweep(graph, accepts):
-        total += count
-    return total
+    return repeat(lambda: _fuse_sweep(graph, accepts))
 
 
 def _fuse_sweep(graph: Graph, accepts: Accepts | None) -> int:

@@ -16,11 +16,12 @@ from tinydl.ir.graph import Graph, Node
 Accepts = Callable[[Node, Node, Graph], bool]
 
 
-def repeat(step: Callable[[], bool]) -> int:
-    """Apply a one-rewrite step until it finds nothing to rewrite; how many times it did."""
+def repeat(step: Callable[[], bool | int]) -> int:
+    """Apply a step until it rewrites nothing; how many rewrites it made (a step returns
+    whether it made one, or how many)."""
     count = 0
-    while step():
-        count += 1
+    while made := step():
+        count += made
     return count
 
 

@@ -203,9 +203,9 @@ class Plan(planned.Plan):
                 d = step.fn
                 where = self.ctx.locate(d.source, d.entry, d.label)
                 step.deferred = replace(d, where=where)
-                step.fn = self.ctx.function_at(where, d.entry, d.label, d.smem)
-                if step.fn is None:  # (the cache emptied under us: compiled again)
-                    step.fn = self.ctx.function(d.source, d.entry, d.label, d.smem)
+                step.fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
+                    self.ctx.function(d.source, d.entry, d.label, d.smem)  # (cache emptied)
+                )
         t0 = time.perf_counter()
         self.ctx.wait_uploads()
         self.owner.init["weights_s"] += time.perf_counter() - t0  # (queued in `constant`)
