@@ -740,6 +740,16 @@ def test_config_variables_override_and_errors(tmp_path):
         parse_markdown("## Components\n| kind | options |\n|--|--|\n| a | b |\n")
 
 
+def test_busy_poll_is_read_from_the_app_file_and_checked(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("busy_poll_us: 2500\n" + YAML_APP)
+    assert load_app(path).busy_poll_us == 2500.0
+    path.write_text(YAML_APP)
+    assert load_app(path).busy_poll_us == 0.0
+    with pytest.raises(PipelineError, match=r"busy_poll_us must be in \[0, 1e6\], got -1"):
+        App("bad", busy_poll_us=-1)
+
+
 def test_components_in_a_module_next_to_the_app_file(tmp_path, monkeypatch):
     """`type: module:Class` finds a .py beside the app file without PYTHONPATH, in the app's
     process and in its worker processes."""

@@ -3,6 +3,7 @@ app still accounts for every frame; and packets sent to a sleeping worker by the
 thread (forward). Sources are paced so the next worker is asleep when each frame comes."""
 
 import multiprocessing
+import threading
 import time
 from pathlib import Path
 
@@ -45,8 +46,10 @@ def row(report, name: str) -> dict:
     return next(r for r in report.components if r["component"] == name)
 
 
-def chain(source, *stages, executor="process", source_executor="thread") -> tuple[App, Collect]:
-    app = App("direct")
+def chain(
+    source, *stages, executor="process", source_executor="thread", **options
+) -> tuple[App, Collect]:
+    app = App("direct", **options)
     app.add("src", source, executor=source_executor)
     names = ["src"]
     for i, stage in enumerate(stages):
@@ -89,6 +92,60 @@ def test_a_paced_source_worker_goes_direct_with_the_apps_frame_ids():
     assert report.balanced and report.frames_out == 10, report.accounting()
     assert [(p.flow_id, p.request_id) for p in out.packets] == [(0, i) for i in range(10)]
     assert row(report, "s0")["direct"] > 0, row(report, "s0")
+
+
+@pytest.mark.parametrize("source_executor", ["thread", "process"])
+def test_busy_polling_workers_pass_every_frame_and_stop(source_executor):
+    # Each worker polls its pipes for 50 ms after a call (longer than the 10 ms between
+    # frames, so the frames come while it polls) and sleeps on them after that, at the end.
+    app, out = chain(
+        Ticks(12, 0.01),
+        Scale(3, pooled=True),
+        Scale(5, pooled=True),
+        source_executor=source_executor,
+        busy_poll_us=50_000,
+    )
+    report = app.run(timeout=TIMEOUT)
+    assert report.balanced and report.frames_out == 12, report.accounting()
+    assert [p.request_id for p in out.packets] == list(range(12))
+    assert [int(p.payload.data[0]) % 15 for p in out.packets] == [0] * 12
+    # Some frames went down a direct edge into a polling worker (which ones depends on timing).
+    assert row(report, "s0")["direct"] + row(report, "s1")["direct"] > 0, report.components
+
+
+def test_a_busy_polling_reader_gets_messages_while_polling_and_after():
+    from tinydl.pipeline import process
+
+    app_end, worker_end = multiprocessing.Pipe()
+    direct_in, direct_out = multiprocessing.Pipe(duplex=False)
+    read = process._reader(worker_end, direct_in, busy_poll_ns=2_000_000)
+
+    def within(seconds: float = 5.0):
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(_outcome(read)), daemon=True)
+        t.start()
+        t.join(seconds)
+        assert got, f"no message within {seconds} s"
+        return got[0]
+
+    app_end.send_bytes(b"now")  # already there: found by the first poll
+    assert within() == (worker_end, b"now")
+    threading.Timer(0.03, direct_out.send_bytes, (b"later",)).start()  # after the poll gave up
+    t0 = time.perf_counter()
+    assert within() == (direct_in, b"later")
+    assert time.perf_counter() - t0 >= 0.025
+    direct_out.close()  # the direct edge's sender goes: the app's end is read alone
+    threading.Timer(0.01, app_end.send_bytes, (b"last",)).start()
+    assert within() == (worker_end, b"last")
+    app_end.close()
+    assert within() is EOFError
+
+
+def _outcome(read):
+    try:
+        return read()
+    except EOFError:
+        return EOFError
 
 
 def test_large_plain_arrays_are_copied_once_and_stay_intact():

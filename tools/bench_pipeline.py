@@ -3,13 +3,15 @@
     python tools/bench_pipeline.py                 # everything, a few seconds each
     python tools/bench_pipeline.py --hops 20000 --json out.json
     python tools/bench_pipeline.py --ray 4      # also a Ray app passing 1080p frames
+    python tools/bench_pipeline.py --busy-poll-us 3000   # also with polling workers
 
 Hop latency: a source stamps time.perf_counter_ns() into its payload as it returns it; the next
 component reads the clock as its process() begins (in its worker process, for the process
 executor: perf_counter is CLOCK_MONOTONIC on Linux, shared by processes). The source emits one
 packet every --gap-us so the receiver is idle, waiting, each time: the figure includes waking it
 up. For scale, the same measurement between two bare threads and a queue.SimpleQueue (written
-in C: about the cheapest wake-up CPython has) is reported as the floor.
+in C: about the cheapest wake-up CPython has) is reported as the floor, and between two bare
+processes and a pipe (the process hop's floor), at the gap of the 1080p hops.
 
 Throughput: source -> stage -> stage -> sink, as many packets as the pipeline takes, trivial
 payloads (framework overhead) and 640x480 RGB frames (each stage passes the frame on; with the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import queue
@@ -151,8 +154,9 @@ def hop(
     warmup: int = 200,
     frame: tuple[int, int] | None = None,
     source: str = "thread",
+    busy_poll_us: float = 0.0,
 ) -> dict[str, float]:
-    app = App(f"hop-{executor}", inline_below_us=20.0 if inline else 0.0)
+    app = App(f"hop-{executor}", inline_below_us=20.0 if inline else 0.0, busy_poll_us=busy_poll_us)
     app.add("a", Stamp(hops + warmup, gap_s, frame), executor=source)
     app.add("b", Receive(), executor=executor)
     keep = Keep()
@@ -180,6 +184,35 @@ def floor(hops: int, gap_s: float) -> dict[str, float]:
         box.put(time.perf_counter_ns())
         time.sleep(gap_s)
     t.join()
+    return percentiles(got)
+
+
+def _pipe_reader(conn, hops: int, spin: bool, out) -> None:
+    got = []
+    for _ in range(hops):
+        if spin:
+            while not conn.poll(0):
+                pass
+        stamp = int.from_bytes(conn.recv_bytes(), "little")
+        got.append(time.perf_counter_ns() - stamp)
+    out.send(got)
+
+
+def pipe_floor(hops: int, gap_s: float, spin: bool = False) -> dict[str, float]:
+    """Two bare processes and a pipe (no framework): the wake-up cost of the process hop;
+    `spin`: the reader polls the pipe without sleeping."""
+    ctx = multiprocessing.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    results, results_in = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_pipe_reader, args=(reader, hops, spin, results_in), daemon=True)
+    child.start()
+    writer.send_bytes((0).to_bytes(8, "little"))  # the child has started once this is read
+    time.sleep(0.5)
+    for _ in range(hops - 1):
+        writer.send_bytes(time.perf_counter_ns().to_bytes(8, "little"))
+        time.sleep(gap_s)
+    got = results.recv()[1:]
+    child.join()
     return percentiles(got)
 
 
@@ -214,6 +247,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is kept")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument(
+        "--busy-poll-us",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="also time the 1080p process hops with App(busy_poll_us=US): workers poll their "
+        "pipes this long before sleeping (more than 10x --gap-us: they never sleep), and a "
+        "bare pipe whose reader polls",
+    )
+    ap.add_argument(
         "--ray",
         type=int,
         metavar="CPUS",
@@ -234,6 +276,7 @@ def main() -> None:
         "floor_simple_queue": median_of(floor, args.hops, gap),
         "hop_thread": median_of(hop, thread, args.hops, gap),
         "hop_thread_no_inline": median_of(hop, thread, args.hops, gap, inline=False),
+        "floor_pipe_1080p_gap": median_of(pipe_floor, args.process_hops, gap * 10),
         "hop_process": median_of(hop, process, args.process_hops, gap),
         "hop_process_1080p": median_of(
             hop, process, args.process_hops, gap * 10, frame=(1080, 1920), source=process
@@ -252,6 +295,15 @@ def main() -> None:
         ),
         "throughput_process_640x480": median_of(throughput, process, args.frames // 2, vga),
     }
+    if args.busy_poll_us:
+        polled = {"busy_poll_us": args.busy_poll_us}
+        results["floor_pipe_polled"] = median_of(pipe_floor, args.process_hops, gap * 10, spin=True)
+        results["hop_process_1080p_polled"] = median_of(
+            hop, process, args.process_hops, gap * 10, frame=(1080, 1920), source=process, **polled
+        )
+        results["hop_thread_to_process_1080p_polled"] = median_of(
+            hop, process, args.process_hops, gap * 10, frame=(1080, 1920), **polled
+        )
     if args.ray:
         import ray
 
@@ -274,10 +326,16 @@ def main() -> None:
         ("floor_simple_queue", "floor: bare threads, SimpleQueue"),
         ("hop_thread", "thread executor (inlined call)"),
         ("hop_thread_no_inline", "thread executor, inline off"),
+        ("floor_pipe_1080p_gap", "floor: bare processes, a pipe"),
         ("hop_process", "process executor"),
         ("hop_process_1080p", "process to process, 1080p frame"),
         ("hop_thread_to_process_1080p", "thread to process, 1080p frame"),
+        ("floor_pipe_polled", "floor: a pipe, its reader polling"),
+        ("hop_process_1080p_polled", "process to process, 1080p, busy poll"),
+        ("hop_thread_to_process_1080p_polled", "thread to process, 1080p, busy poll"),
     ]:
+        if key not in results:
+            continue
         r = results[key]
         print(f"{label:36} {r['p50_us']:8.1f} {r['p90_us']:8.1f} {r['p99_us']:8.1f} {r['hops']:7d}")
     print(f"\n{'4-stage throughput':36} {'items/s':>10} {'us/item':>9}")

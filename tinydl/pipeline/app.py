@@ -94,6 +94,7 @@ class App:
         flow_policy: str = "wait",
         ray: dict[str, Any] | None = None,
         switch_interval_ms: float | None = 0.5,
+        busy_poll_us: float = 0.0,
     ):
         if executor not in EXECUTORS:
             raise PipelineError(
@@ -104,6 +105,10 @@ class App:
             raise PipelineError(
                 f"app {name!r}: switch_interval_ms must be in (0, 1000] or None, "
                 f"got {switch_interval_ms!r}"
+            )
+        if not 0 <= busy_poll_us <= 1e6:
+            raise PipelineError(
+                f"app {name!r}: busy_poll_us must be in [0, 1e6], got {busy_poll_us!r}"
             )
         self.name = name
         self.executor = executor
@@ -125,6 +130,11 @@ class App:
         # the multi-stream ESPCN app ran at 2,822 / 2,826 frames/s with 5 ms and 3,028 / 4,233
         # with 0.5 ms (two runs; docs/benchmarks.md).
         self.switch_interval_ms = switch_interval_ms
+        # A worker process polls its pipes without sleeping for this long after each call
+        # before it blocks (0: it blocks at once). A core that has slept wakes slowly and runs
+        # the next call's Python with cold caches; one that polls does not. Costs a core per
+        # polling worker: for latency first on cores to spare (docs/pipeline.md, "process").
+        self.busy_poll_us = busy_poll_us
         # ray.init's arguments for the ray executor (e.g. {"address": "auto"} for a cluster).
         self.ray = dict(ray or {})
         # Ray's strategy for the placement group built from the components' placement.

@@ -10,6 +10,7 @@ YAML:
     flow_limit: 2                  # frames in flight per stream (each source's); optional
     flow_policy: wait              # at the limit: wait | drop-oldest
     switch_interval_ms: 0.5        # Python's GIL switch interval while running (null: as is)
+    busy_poll_us: 0                # worker processes poll this long before sleeping
     vars: {frames: 100}            # ${frames} anywhere below is replaced (--set overrides)
     components:
       src: {type: SyntheticSource, options: {count: "${frames}"}, instances: 2}
@@ -193,6 +194,7 @@ def build_app(
         "flow_policy",
         "ray",
         "switch_interval_ms",
+        "busy_poll_us",
         "vars",
         "components",
         "connections",
@@ -212,6 +214,7 @@ def build_app(
         flow_policy=spec.get("flow_policy", "wait"),
         ray=spec.get("ray"),
         switch_interval_ms=spec.get("switch_interval_ms", 0.5),
+        busy_poll_us=float(spec.get("busy_poll_us", 0.0)),
     )
     components = spec.get("components") or {}
     if isinstance(components, list):  # [{name: ..., type: ...}, ...]

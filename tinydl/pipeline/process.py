@@ -38,7 +38,7 @@ from tinydl.pipeline.errors import PipelineError
 from tinydl.pipeline.packet import Frame, Packet
 from tinydl.pipeline.queues import RESERVED
 from tinydl.pipeline.runtime import CallTimeout, Node, Restart, pin_cpus
-from tinydl.pipeline.shm import Pool, Receiver, block_view, receiving, reference, sweep
+from tinydl.pipeline.shm import Pool, Receiver, receiving, reference, sweep
 
 START_TIMEOUT_S = 120.0  # spawn, imports and unpickling the component: not the component's time
 OPEN_TIMEOUT_S = 120.0  # open, when the component sets no timeout
@@ -196,15 +196,15 @@ def loads(
 ) -> Any:
     rx = rx or Receiver(counts=False)
     rx.copy = copy and not rx.counts  # the app keeps a worker's blocks mapped, no copy
+    if message[0] == FRAME:
+        _, port, ref, fmt, pts, flow_id, request_id, timestamp, app_id = message
+        frame = Frame(rx.view(*ref), fmt, pts)
+        return {port: Packet(frame, flow_id, request_id, timestamp, app_id)}
     with receiving(rx):
         return _loads(message, attached, copy)
 
 
 def _loads(message: tuple, attached: dict[str, SharedMemory], copy: bool) -> Any:
-    if message[0] == FRAME:
-        _, port, ref, fmt, pts, flow_id, request_id, timestamp, app_id = message
-        frame = Frame(block_view(*ref), fmt, pts)
-        return {port: Packet(frame, flow_id, request_id, timestamp, app_id)}
     name, layout, data = message
     if name is None:
         return pickle.loads(data)
@@ -234,9 +234,11 @@ def _worker_main(
     place: dict | None = None,
     direct_out: tuple | None = None,
     direct_in=None,
+    busy_poll_ns: int = 0,
 ) -> None:
     """`direct_out` (port, the next worker's port, the sending end of a pipe to it) and
-    `direct_in` (the receiving end of such a pipe): a direct edge (see `wire_direct`)."""
+    `direct_in` (the receiving end of such a pipe): a direct edge (see `wire_direct`);
+    `busy_poll_ns`: how long to poll the pipes before sleeping on them (`App.busy_poll_us`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app decides when to stop
     place = place or {}
     os.environ.update(place.get("env") or {})  # a deployment's GPU, before any context exists
@@ -269,7 +271,7 @@ def _worker_main(
         or type(component).release_resource is not Component.release_resource
     )
     forward = _Forward(component, name, pool, *direct_out) if direct_out is not None else None
-    read = _reader(conn, direct_in)
+    read = _reader(conn, direct_in, busy_poll_ns)
     attached_direct: dict[str, SharedMemory] = {}  # the arena of the worker sending directly
     try:
         while True:
@@ -319,18 +321,30 @@ def _worker_main(
         pool.close()
 
 
-def _reader(conn, direct_in):
-    """The next message, from the app or (with a direct edge in) from the worker before."""
-    if direct_in is None:
-        return lambda: (conn, conn.recv_bytes())
+def _reader(conn, direct_in, busy_poll_ns: int = 0):
+    """The next message, from the app or (with a direct edge in) from the worker before; with
+    `busy_poll_ns`, the pipes are polled without sleeping for that long first."""
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
-    poller.register(direct_in.fileno(), select.POLLIN)
+    if direct_in is not None:
+        poller.register(direct_in.fileno(), select.POLLIN)
     app_fd = conn.fileno()
+    poll, clock = poller.poll, time.perf_counter_ns
+
+    def ready() -> list:
+        if busy_poll_ns:
+            until = clock() + busy_poll_ns
+            while True:
+                events = poll(0)
+                if events or clock() > until:
+                    break
+            if events:
+                return events
+        return poll()
 
     def read():
         while True:
-            for fd, _ in poller.poll():
+            for fd, _ in ready():
                 if fd == app_fd:
                     return conn, conn.recv_bytes()
                 try:
@@ -338,6 +352,8 @@ def _reader(conn, direct_in):
                 except EOFError:  # every sender closed it: the app's end only, then
                     poller.unregister(fd)
 
+    if direct_in is None and not busy_poll_ns:
+        return lambda: (conn, conn.recv_bytes())
     return read
 
 
@@ -468,6 +484,7 @@ class ProcessNode(Node):
                 self.place,
                 self.direct and (self.direct.port, self.direct.queue.port, self.direct.conn_out),
                 self.direct_in,
+                int(self.rt.app.busy_poll_us * 1e3),
             ),
         )
         try:
