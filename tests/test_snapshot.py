@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -314,6 +315,28 @@ def test_a_tdl_file_is_kept_too(caches, tmp_path, rng):
     td.save(td.load(small_cnn(tmp_path / "m.onnx", rng)), path)
     first, second = compile_twice(path, backends=("numpy",))
     assert (cache_state(first), cache_state(second)) == ("saved", "hit")
+
+
+def test_weights_read_back_from_a_tdl_file_are_kept_out_of_band(caches, tmp_path, rng):
+    """A .tdl file's tensors map the file; they are plain ndarrays, which a snapshot keeps
+    beside its pickle (an np.memmap would go into it, copied: a session of an imported model
+    read back from the model cache did so)."""
+    path = tmp_path / "m.tdl"
+    td.save(td.load(small_cnn(tmp_path / "m.onnx", rng)), path)
+    graph = td.load(path)
+    weights = [t for t in graph.initializers.values() if t.size > 1]
+    assert weights and all(type(w) is np.ndarray and not w.flags.writeable for w in weights)
+    target = tmp_path / "graph.snap"
+    snapshot.dump(graph, target)
+    data = target.read_bytes()
+    size, count = struct.unpack_from("<QQ", data, len(snapshot.MAGIC))
+    assert count >= len(weights)
+    start = len(snapshot.MAGIC) + 16 + 16 * count
+    stream = data[start : start + size]
+    assert not [w.shape for w in weights if w.tobytes() in stream]
+    back = snapshot.load(target)
+    for name, w in graph.initializers.items():
+        np.testing.assert_array_equal(back.initializers[name], w)
 
 
 @pytest.mark.parametrize(

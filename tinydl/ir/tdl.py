@@ -209,7 +209,10 @@ def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[s
             out[name] = arr
         else:
             if mapped is None:
-                mapped = np.memmap(path, dtype=np.uint8, mode="r")
+                # Plain ndarray views (np.memmap's keep the file mapped as their base): a
+                # memmap subclass is pickled in band, by a copy of its bytes, where an ndarray
+                # goes out of band (a session kept of this graph maps its weights again).
+                mapped = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
             start = data_start + begin
             span = mapped[start : start + math.prod(shape) * dtype.itemsize]
             out[name] = span.view(dtype).reshape(shape)
