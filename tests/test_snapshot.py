@@ -337,6 +337,16 @@ def test_weights_read_back_from_a_tdl_file_are_kept_out_of_band(caches, tmp_path
     back = snapshot.load(target)
     for name, w in graph.initializers.items():
         np.testing.assert_array_equal(back.initializers[name], w)
+    # and a session kept of that graph (as one compiled from the model cache is)
+    first = td.compile(graph, backends=("numpy",))
+    snapshot.wait_for_writes()
+    assert cache_state(first) == "saved"
+    (kept,) = (caches / "sessions").rglob("*.snap")
+    data = kept.read_bytes()
+    size, count = struct.unpack_from("<QQ", data, len(snapshot.MAGIC))
+    start = len(snapshot.MAGIC) + 16 + 16 * count
+    stream = data[start : start + size]
+    assert not [w.shape for w in weights if w.tobytes() in stream]
 
 
 @pytest.mark.parametrize(
