@@ -114,12 +114,17 @@ def test_a_new_process_reads_the_session_back(caches, tmp_path, rng):
     path = small_cnn(tmp_path / "m.onnx", rng)
     x = feeds(rng)
     np.save(tmp_path / "x.npy", x["x"])
+    # The start that reads the session back imports no optimizer pass and starts no process
+    # (platform.processor() would run `uname -p`).
     code = (
-        "import json, sys, numpy as np, tinydl as td\n"
+        "import json, subprocess, sys, numpy as np, tinydl as td\n"
+        "started = []\n"
+        "subprocess.Popen.__init__ = lambda self, *a, **k: started.append(a)\n"
         "s = td.compile(td.load(sys.argv[1]), backends=('numpy',))\n"
         "y = s.run({'x': np.load(sys.argv[2])})['y']\n"
         "np.save(sys.argv[3], y)\n"
-        "print(json.dumps(s.profile()['init']['cache']))\n"
+        "passes = sorted(m for m in sys.modules if m.startswith('tinydl.passes.'))\n"
+        "print(json.dumps([s.profile()['init']['cache'], passes, len(started)]))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     states, outs = [], []
@@ -134,7 +139,9 @@ def test_a_new_process_reads_the_session_back(caches, tmp_path, rng):
         )
         states.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         outs.append(np.load(out))
-    assert states == ["saved", "hit"]
+    assert [state for state, _, _ in states] == ["saved", "hit"]
+    assert states[0][1] and not states[1][1]  # the passes ran in the first start only
+    assert states[1][2] == 0
     np.testing.assert_array_equal(outs[1], outs[0])
     want = td.compile(td.load(path), backends=("numpy",)).run(x)["y"]
     np.testing.assert_array_equal(outs[1], want)

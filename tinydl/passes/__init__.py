@@ -13,49 +13,58 @@ repeats the level's passes until none rewrites anything.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from tinydl.errors import InvalidInputError
 from tinydl.ir.graph import Graph, Node
 from tinydl.ops import validate
-from tinydl.passes import (
-    activation_patterns,
-    affine_folding,
-    batch_norm_folding,
-    constant_folding,
-    conv_activation_fusion,
-    dead_node_elimination,
-    identity_removal,
-    pad_folding,
-)
-from tinydl.passes.rewrite import Accepts
 
-Pass = Callable[[Graph, Accepts | None], int]
+if TYPE_CHECKING:
+    from tinydl.passes.rewrite import Accepts
+
+Pass = Callable[[Graph, "Accepts | None"], int]
 
 # In the order a level runs them: activation patterns are recognized before affine folding can
 # take their final `/ 6` into the next convolution, and fusion comes after all folding, when
-# Conv -> activation pairs are adjacent.
-PASSES: dict[str, Pass] = {
-    module.NAME: module.run
-    for module in (
-        constant_folding,
-        identity_removal,
-        activation_patterns,
-        batch_norm_folding,
-        affine_folding,
-        pad_folding,
-        conv_activation_fusion,
-        dead_node_elimination,
-    )
-}
+# Conv -> activation pairs are adjacent. Each is the module of that name in this package,
+# imported when a pass first runs (a start that reads a kept session back runs none).
+NAMES = (
+    "constant_folding",
+    "identity_removal",
+    "activation_patterns",
+    "batch_norm_folding",
+    "affine_folding",
+    "pad_folding",
+    "conv_activation_fusion",
+    "dead_node_elimination",
+)
 
 LEVELS: dict[str, tuple[str, ...]] = {
     "none": (),
     "basic": ("constant_folding", "identity_removal", "dead_node_elimination"),
-    "all": tuple(PASSES),
+    "all": NAMES,
 }
+
+
+@functools.cache
+def _passes() -> dict[str, Pass]:
+    import importlib
+
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in NAMES]
+    assert [m.NAME for m in modules] == list(NAMES)
+    return {m.NAME: m.run for m in modules}
+
+
+def __getattr__(name: str):
+    if name == "PASSES":  # name -> run(graph, accepts=None) -> rewrites
+        return _passes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Rounds of the whole level before giving up on reaching a fixed point (each pass is itself one).
 MAX_ROUNDS = 8
 
@@ -87,13 +96,14 @@ class PassManager:
                 )
             names, label = LEVELS[level], level
         else:
-            unknown = [n for n in level if n not in PASSES]
+            unknown = [n for n in level if n not in NAMES]
             if unknown:
                 raise InvalidInputError(
-                    f"unknown pass(es) {unknown}: expected names from {list(PASSES)}"
+                    f"unknown pass(es) {unknown}: expected names from {list(NAMES)}"
                 )
             names, label = tuple(level), ",".join(level)
-        self.passes = [(name, PASSES[name]) for name in names]
+        passes = _passes() if names else {}
+        self.passes = [(name, passes[name]) for name in names]
         self.accepts = accepts
         self.report = PassReport(label)
 
@@ -155,4 +165,4 @@ def copy_graph(graph: Graph) -> Graph:
     )
 
 
-__all__ = ["LEVELS", "PASSES", "PassManager", "PassReport", "copy_graph", "optimize"]
+__all__ = ["LEVELS", "NAMES", "PASSES", "PassManager", "PassReport", "copy_graph", "optimize"]

@@ -27,7 +27,6 @@ from tinydl.errors import (
 )
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops.base import infer_graph
-from tinydl.passes import PassManager
 
 PRECISIONS = ("fp32", "fp16", "tf32", "auto")
 PARTITION_MODES = ("greedy", "cost")
@@ -141,6 +140,8 @@ class Session:
         if cached is not None and self._restore(cached, graph, t_start):
             self._report_fallbacks(strict)  # (as the compile it was kept from did)
             return
+        from tinydl.passes import PassManager  # (not imported by a start that restores)
+
         manager = PassManager(optimize, accepts=_accepted_by(chosen, every=partition == "cost"))
         self.graph = graph = manager.run(graph)
         self.memory_limit = memory_limit_bytes(memory_limit)
