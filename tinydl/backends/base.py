@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from abc import ABC, abstractmethod
@@ -220,8 +221,10 @@ def stacked_shape(arrays: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dty
     return (sum(a.shape[0] for a in arrays), *first.shape[1:]), first.dtype
 
 
+@functools.cache
 def cpu_model() -> str:
-    """The processor's model name (Linux's /proc/cpuinfo; else what `platform` says)."""
+    """The processor's model name (Linux's /proc/cpuinfo; else what `platform` says, which on
+    Linux runs `uname -p` in a subprocess: once a process at most)."""
     import platform
 
     try:

@@ -136,12 +136,9 @@ def app_key(app) -> str:
 
 def machine_key() -> str:
     """This machine: its host name and a hash of its CPU model, usable cores and GPUs."""
-    model = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    from tinydl.backends.base import cpu_model
+
+    model = cpu_model()
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     raw = f"{model}|{len(_cores())}|{gpus}"
     return f"{platform.node() or 'host'}-{hashlib.sha256(raw.encode()).hexdigest()[:8]}"

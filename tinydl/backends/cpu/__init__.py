@@ -8,7 +8,6 @@ set through threadpoolctl for the run only, so the process's own setting is left
 from __future__ import annotations
 
 import contextlib
-import functools
 import platform
 import threading
 
@@ -20,6 +19,7 @@ from tinydl.backends.base import (
     CompileOptions,
     Kernel,
     Support,
+    cpu_model,
     default_threads,
     threads_option,
 )
@@ -120,20 +120,6 @@ def _failed(node, args, exc: Exception) -> str:
     return f"node '{node.name}' ({node.op}) failed on inputs [{given}]: {exc}"
 
 
-@functools.cache
-def cpu_name() -> str:
-    """The processor's model name (Linux: /proc/cpuinfo), else what `platform` says. Not
-    `platform.processor()`: on Linux it runs `uname -p` in a subprocess, a few ms of every start
-    that looks up a kept session, for the architecture's name only."""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
-                    return f"{value.strip()} ({platform.machine()})"
-    return platform.processor() or platform.machine()
-
-
 class CPUBackend(Backend):
     name = "numpy"
     memory = HOST
@@ -142,7 +128,9 @@ class CPUBackend(Backend):
         return True
 
     def devices(self) -> list[str]:
-        return [f"{cpu_name()} (NumPy {np.__version__})"]
+        # (not platform.processor(): on Linux it runs `uname -p` in a subprocess, a few ms of
+        # every start that looks a kept session up, for the architecture's name only)
+        return [f"{cpu_model()}, {platform.machine()} (NumPy {np.__version__})"]
 
     def supports(self, node: Node, graph: Graph) -> Support:
         if schema_of(node.op) is None:
