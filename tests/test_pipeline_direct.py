@@ -235,3 +235,40 @@ def test_a_directly_sent_call_is_timed_by_its_worker():
     assert report.balanced and report.frames_out == 8, report.accounting()
     s1 = row(report, "s1")
     assert s1["direct"] > 0 and 0.9 <= s1["p50_ms"] < 15, s1
+
+
+def test_a_lone_frame_goes_direct_as_the_general_path_would_send_it():
+    # _Forward.send's short way for {port: Frame} makes the message that output_packets and
+    # encode make; any other output (two ports here) takes the general path.
+    import pickle
+
+    from tinydl.pipeline.packet import Frame, Packet
+    from tinydl.pipeline.process import _Forward, encode
+    from tinydl.pipeline.shm import Pool
+
+    class Conn:
+        def __init__(self):
+            self.sent = []
+
+        def send_bytes(self, data):
+            self.sent.append(pickle.loads(data))
+
+    class Two(Scale):
+        outputs = {"out": object, "side": object}
+
+    pool = Pool(segment_prefix() + "test_", lends=True)
+    try:
+        conn = Conn()
+        forward = _Forward(Two(), "s0", pool, "out", "in", conn)
+        image = pool.empty((270, 480, 3), np.uint8)
+        image[...] = 7
+        frame, current = Frame(image, "bgr", 0.5), Packet(None, 3, 9, 1234, "app")
+        assert forward.send({"out": frame}, {}, (11, current), {})
+        want = encode({"in": current.derive(frame)}, forward.arena, pool, False, {})
+        assert conn.sent[0] == ("process", want, [], None, 11, None)
+        assert want[0] == 1 and want[1] == "in" and want[3:] == ("bgr", 0.5, 3, 9, 1234, "app")
+        assert forward.send({"out": frame, "side": 1}, {"in": current}, 12, {})
+        assert conn.sent[1] == ("process", want, [], None, 12, None)
+    finally:
+        forward.arena.release()
+        pool.close()

@@ -179,13 +179,33 @@ def encode(
     time of a hop's message work)."""
     if len(inputs) == 1:
         ((port, packet),) = inputs.items()
-        frame = packet.payload if type(packet) is Packet else None
-        if type(frame) is Frame and type(frame.image) is np.ndarray:
-            ref = reference(frame.image, pool, lend, copies)
-            if ref is not None:
-                ids = (packet.flow_id, packet.request_id, packet.timestamp, packet.app_id)
-                return (FRAME, port, ref[1], frame.format, frame.pts, *ids)
+        if type(packet) is Packet:
+            message = frame_message(port, packet.payload, packet, pool, lend, copies)
+            if message is not None:
+                return message
     return dumps(inputs, arena, pool, lend, copies)
+
+
+def frame_message(
+    port: str, frame: Any, ids: Packet, pool: Pool | None, lend: bool, copies
+) -> tuple | None:
+    """The flat message of one packet on `port` holding `frame` with the ids of `ids`, when
+    `frame` is a Frame whose pixels lie in a frame block or go into one; else None."""
+    if type(frame) is Frame and type(frame.image) is np.ndarray:
+        ref = reference(frame.image, pool, lend, copies)
+        if ref is not None:
+            return (
+                FRAME,
+                port,
+                ref[1],
+                frame.format,
+                frame.pts,
+                ids.flow_id,
+                ids.request_id,
+                ids.timestamp,
+                ids.app_id,
+            )
+    return None
 
 
 def loads(
@@ -375,8 +395,18 @@ class _Forward:
         ids of the frame the call makes as a Packet). Large arrays not in a frame block yet
         are copied into one, kept in `copies` for the answer to the app, which lends them."""
         call, current = direct if type(direct) is tuple else (direct, None)
+        current = next(iter(inputs.values()), current)
+        if type(out) is dict and len(out) == 1 and current is not None:
+            # The common call, {port: Frame}: its message made with no Packet (as
+            # output_packets, then encode, would make it).
+            frame = out.get(self.port)
+            body = frame_message(self.dst_port, frame, current, self.pool, False, copies)
+            if body is not None:
+                self.conn.send_bytes(
+                    pickle.dumps(("process", body, [], None, call, None), protocol=5)
+                )
+                return True
         try:
-            current = next(iter(inputs.values()), current)
             pairs = output_packets(self.component, self.name, out, current)
         except Exception:  # noqa: BLE001 - the app reports a bad output; nothing goes direct
             return False
