@@ -552,3 +552,67 @@ def test_ops_tinydl_lacks_that_are_random_or_large_are_not_folded(op, shape, why
     model = unknown_op_model(op, "c", [numpy_helper.from_array(c, "c")])
     with pytest.raises(UnsupportedOpError, match=rf"{op} \(not folded at import: .*{why}\)"):
         from_model(model)
+
+
+def test_a_file_is_read_without_importing_the_onnx_package(tmp_path):
+    """The importer parses with onnx's generated protobuf module alone (the package's import is
+    slow) and decodes raw tensors itself; a tensor in typed fields goes through onnx's
+    numpy_helper (importing the package), and the package, imported after, still works."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    models = []
+    for typed in (False, True):
+        w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+        h = rng.standard_normal((4,)).astype(np.float16)
+        shape = np.array([1, 4, 1, 1], np.int64)
+        nodes = [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Cast", ["h"], ["hf"], to=TensorProto.FLOAT),
+            helper.make_node("Reshape", ["hf", "shape"], ["hb"]),
+            helper.make_node("Add", ["r", "hb"], ["y"]),
+        ]
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(h, "h")]  # raw_data
+        inits.append(
+            helper.make_tensor("shape", TensorProto.INT64, [4], shape.tolist())  # int64_data
+            if typed
+            else numpy_helper.from_array(shape, "shape")
+        )
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+            inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        (tmp_path / f"m{int(typed)}.onnx").write_bytes(model.SerializeToString())
+        models.append(model)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    code = (
+        "import sys, numpy as np, tinydl as td\n"
+        "x = {'x': np.load(sys.argv[1] + '/x.npy')}\n"
+        "seen = []\n"
+        "for k in (0, 1):\n"
+        "    g = td.load(f'{sys.argv[1]}/m{k}.onnx')\n"
+        "    seen.append('onnx' in sys.modules)\n"
+        "    np.save(f'{sys.argv[1]}/y{k}.npy', td.compile(g, backends=('numpy',)).run(x)['y'])\n"
+        "import onnx\n"
+        "onnx.checker.check_model(onnx.load(sys.argv[1] + '/m0.onnx'))\n"
+        "print(*seen)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "TINYDL_MODEL_CACHE": "off"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"], out.stdout  # (True: the typed tensor)
+    for k, model in enumerate(models):
+        (want,) = run_onnxruntime(model, feeds)
+        np.testing.assert_allclose(np.load(tmp_path / f"y{k}.npy"), want, rtol=1e-5, atol=1e-5)

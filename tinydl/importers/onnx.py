@@ -22,8 +22,11 @@ elements; any other such node is refused by name.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import sys
+import types
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,41 @@ _RANDOM = frozenset(
 )
 
 
+@functools.cache
+def _proto():
+    """onnx's protobuf messages (ModelProto, AttributeProto, ...). The onnx package itself, when
+    it is not imported yet, is left so: its import (helpers, checker, serialization) took 65-160
+    ms of a cold start on a 2-core machine, where its generated `onnx_ml_pb2` alone takes 15-36.
+    That module's code is run against a descriptor pool of tinydl's own, so the onnx package,
+    if imported later, registers its messages as usual; anything unexpected falls back to it."""
+    if "onnx" not in sys.modules:
+        try:
+            import importlib.util
+
+            from google.protobuf import descriptor_pool
+
+            spec = importlib.util.find_spec("onnx")
+            path = Path(spec.origin).with_name("onnx_ml_pb2.py")
+            source = path.read_text(encoding="utf-8")
+            if source.count("_descriptor_pool.Default()") == 1:
+                source = source.replace("_descriptor_pool.Default()", "_tinydl_pool")
+                space = {
+                    "__name__": "tinydl_onnx_ml_pb2",
+                    "_tinydl_pool": descriptor_pool.DescriptorPool(),
+                }
+                exec(compile(source, str(path), "exec"), space)  # noqa: S102 - onnx's own file
+                found = types.SimpleNamespace(
+                    **{k: space[k] for k in ("ModelProto", "AttributeProto", "TensorProto")}
+                )
+                found.ModelProto().ParseFromString(b"")  # it works
+                return found
+        except Exception:  # noqa: BLE001, S110 - an unexpected onnx or protobuf: import onnx
+            pass
+    import onnx
+
+    return onnx
+
+
 def load(path: str | os.PathLike) -> Graph:
     """Read, convert and validate an ONNX file; InvalidModelError for anything malformed."""
     path = Path(path)
@@ -64,10 +102,9 @@ def load(path: str | os.PathLike) -> Graph:
 def from_bytes(
     data: bytes, base_dir: str | os.PathLike | None = None, where: str = "model"
 ) -> Graph:
-    import onnx
     from google.protobuf.message import DecodeError
 
-    model = onnx.ModelProto()
+    model = _proto().ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError, RecursionError) as exc:
@@ -208,8 +245,6 @@ class _Converter:
         return Value(v.name, dtype, shape)
 
     def _tensor(self, t) -> np.ndarray:
-        from onnx import numpy_helper
-
         if t.data_type not in ONNX_CODES:
             raise UnsupportedOpError(
                 f"{self.where}: tensor '{t.name}' has unsupported element type {t.data_type}"
@@ -220,7 +255,13 @@ class _Converter:
         if t.data_location == 1:  # EXTERNAL
             self._load_external(t)
         try:
-            arr = numpy_helper.to_array(t)
+            if t.HasField("raw_data") and not t.HasField("segment") and sys.byteorder == "little":
+                # (what numpy_helper.to_array does for these types, without importing onnx)
+                arr = np.frombuffer(t.raw_data, ONNX_CODES[t.data_type]).reshape(dims)
+            else:
+                from onnx import numpy_helper
+
+                arr = numpy_helper.to_array(t)
         except (ValueError, TypeError, RuntimeError, KeyError, MemoryError) as exc:
             raise self.fail(f"tensor '{t.name}' cannot be decoded: {exc}") from None
         if tuple(arr.shape) != tuple(dims):
@@ -284,7 +325,7 @@ class _Converter:
     def _attrs(self, n, skip: Collection[str] = ()) -> dict[str, Any]:
         """The node's attributes as plain values; those named in `skip` (graphs converted
         apart) are left out."""
-        from onnx import AttributeProto
+        AttributeProto = _proto().AttributeProto  # noqa: N806 - onnx's name
 
         out: dict[str, Any] = {}
         for a in n.attribute:

@@ -56,6 +56,19 @@ def shipped_path(name: str) -> Path:
     return path
 
 
+def _importable(package: str) -> bool:
+    """`package` is installed (imported already, or found), without importing it."""
+    import importlib.util
+    import sys
+
+    if package in sys.modules:
+        return sys.modules[package] is not None  # (None: imports of it are refused)
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def load(path: str | os.PathLike) -> Graph:
     """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph;
     "tinydl:NAME" names a model shipped with tinydl (tinydl:espcn_x2, tinydl:espcn_x3).
@@ -87,15 +100,15 @@ def load(path: str | os.PathLike) -> Graph:
         graph = _cached_import(cached) if cached is not None else None
         if graph is None:
             package, module, extra = IMPORTERS[fmt]
-            try:
-                importlib.import_module(package)
-            except ImportError:
+            # Found, not imported: an importer imports what it needs (the ONNX one not the onnx
+            # package itself, whose import is slow: importers/onnx.py, `_proto`).
+            if not _importable(package):
                 from tinydl.errors import BackendUnavailableError
 
                 raise BackendUnavailableError(
                     f"reading {path.suffix or fmt} files needs the '{package}' package: "
                     f"pip install 'tinydl[{extra}]'"
-                ) from None
+                )
             graph = importlib.import_module(module).load(path)
             external = getattr(graph, "external_files", None)
             if external:  # the weights of other files: the cached copy would not see them change
