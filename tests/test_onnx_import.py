@@ -616,3 +616,22 @@ def test_a_file_is_read_without_importing_the_onnx_package(tmp_path):
     for k, model in enumerate(models):
         (want,) = run_onnxruntime(model, feeds)
         np.testing.assert_allclose(np.load(tmp_path / f"y{k}.npy"), want, rtol=1e-5, atol=1e-5)
+
+
+def test_text_that_is_not_utf8_is_refused_by_its_path():
+    from tinydl.importers.onnx import from_bytes
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="QQQQ")]
+    nodes.append(helper.make_node("Abs", ["r"], ["y"], name="ZZZZ"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.arange(300, dtype=np.float32), "unused")],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = data.SerializeToString()
+    assert len(from_bytes(data).nodes) == 2  # as written: fine
+    with pytest.raises(InvalidModelError, match=r"model\.graph\.node\[1\]\.name is not UTF-8"):
+        from_bytes(data.replace(b"ZZZZ", b"\xff\xfeZZ"))

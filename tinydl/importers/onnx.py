@@ -116,20 +116,28 @@ def from_bytes(
 
 
 def _check_strings(message, where: str, path: str = "model") -> None:
-    """Refuse text fields that are not UTF-8 (protobuf returns those as bytes, not str)."""
-    for field, value in message.ListFields():
+    """Refuse text fields that are not UTF-8 (protobuf returns those as bytes, not str). Fields
+    are read by name: `ListFields` would copy every tensor's `raw_data` (the whole model) too."""
+    for field in message.DESCRIPTOR.fields:
+        repeated = _repeated(field)
         if field.type == field.TYPE_STRING:
-            for item in [value] if isinstance(value, str | bytes) else value:
+            value = getattr(message, field.name)
+            for item in value if repeated else [value]:
                 if not isinstance(item, str):
                     raise InvalidModelError(
                         f"{where}: {path}.{field.name} is not UTF-8 text: {bytes(item[:40])!r}"
                     )
         elif field.type == field.TYPE_MESSAGE:
-            items = [value] if hasattr(value, "ListFields") else value
-            for i, item in enumerate(items):
-                _check_strings(
-                    item, where, f"{path}.{field.name}" + (f"[{i}]" if items is value else "")
-                )
+            if repeated:
+                for i, item in enumerate(getattr(message, field.name)):
+                    _check_strings(item, where, f"{path}.{field.name}[{i}]")
+            elif message.HasField(field.name):
+                _check_strings(getattr(message, field.name), where, f"{path}.{field.name}")
+
+
+def _repeated(field) -> bool:
+    found = getattr(field, "is_repeated", None)  # (protobuf 7 has no `label`)
+    return found if found is not None else field.label == field.LABEL_REPEATED
 
 
 def from_model(model, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
