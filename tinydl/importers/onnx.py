@@ -26,7 +26,6 @@ import functools
 import math
 import os
 import sys
-import types
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -59,30 +58,21 @@ def _proto():
     """onnx's protobuf messages (ModelProto, AttributeProto, ...). The onnx package itself, when
     it is not imported yet, is left so: its import (helpers, checker, serialization) took 65-160
     ms of a cold start on a 2-core machine, where its generated `onnx_ml_pb2` alone takes 15-36.
-    That module's code is run against a descriptor pool of tinydl's own, so the onnx package,
-    if imported later, registers its messages as usual; anything unexpected falls back to it."""
+    That module is imported from its file under a name of our own; protobuf keeps one class per
+    message, so the onnx package, imported later, finds the same ones. Anything unexpected falls
+    back to importing the package."""
     if "onnx" not in sys.modules:
         try:
             import importlib.util
 
-            from google.protobuf import descriptor_pool
-
-            spec = importlib.util.find_spec("onnx")
-            path = Path(spec.origin).with_name("onnx_ml_pb2.py")
-            source = path.read_text(encoding="utf-8")
-            if source.count("_descriptor_pool.Default()") == 1:
-                source = source.replace("_descriptor_pool.Default()", "_tinydl_pool")
-                space = {
-                    "__name__": "tinydl_onnx_ml_pb2",
-                    "_tinydl_pool": descriptor_pool.DescriptorPool(),
-                }
-                exec(compile(source, str(path), "exec"), space)  # noqa: S102 - onnx's own file
-                found = types.SimpleNamespace(
-                    **{k: space[k] for k in ("ModelProto", "AttributeProto", "TensorProto")}
-                )
-                found.ModelProto().ParseFromString(b"")  # it works
-                return found
-        except Exception:  # noqa: BLE001, S110 - an unexpected onnx or protobuf: import onnx
+            package = importlib.util.find_spec("onnx")
+            path = Path(package.origin).with_name("onnx_ml_pb2.py")
+            spec = importlib.util.spec_from_file_location("tinydl._onnx_ml_pb2", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            module.ModelProto().ParseFromString(b"")  # it works
+            return module
+        except Exception:  # noqa: BLE001 - an unexpected onnx or protobuf: import onnx
             pass
     import onnx
 
