@@ -108,26 +108,31 @@ def from_bytes(
 def _check_strings(message, where: str, path: str = "model") -> None:
     """Refuse text fields that are not UTF-8 (protobuf returns those as bytes, not str). Fields
     are read by name: `ListFields` would copy every tensor's `raw_data` (the whole model) too."""
-    for field in message.DESCRIPTOR.fields:
-        repeated = _repeated(field)
-        if field.type == field.TYPE_STRING:
-            value = getattr(message, field.name)
-            for item in value if repeated else [value]:
-                if not isinstance(item, str):
+    for name, text, repeated in _text_fields(message.DESCRIPTOR):
+        if text:
+            value = getattr(message, name)
+            for item in value if repeated else (value,):
+                if type(item) is not str:
                     raise InvalidModelError(
-                        f"{where}: {path}.{field.name} is not UTF-8 text: {bytes(item[:40])!r}"
+                        f"{where}: {path}.{name} is not UTF-8 text: {bytes(item[:40])!r}"
                     )
-        elif field.type == field.TYPE_MESSAGE:
-            if repeated:
-                for i, item in enumerate(getattr(message, field.name)):
-                    _check_strings(item, where, f"{path}.{field.name}[{i}]")
-            elif message.HasField(field.name):
-                _check_strings(getattr(message, field.name), where, f"{path}.{field.name}")
+        elif repeated:
+            for i, item in enumerate(getattr(message, name)):
+                _check_strings(item, where, f"{path}.{name}[{i}]")
+        elif message.HasField(name):
+            _check_strings(getattr(message, name), where, f"{path}.{name}")
 
 
-def _repeated(field) -> bool:
-    found = getattr(field, "is_repeated", None)  # (protobuf 7 has no `label`)
-    return found if found is not None else field.label == field.LABEL_REPEATED
+@functools.cache
+def _text_fields(descriptor) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, a string field (else a message one), repeated) of the fields that may hold text."""
+    out = []
+    for field in descriptor.fields:
+        if field.type in (field.TYPE_STRING, field.TYPE_MESSAGE):
+            found = getattr(field, "is_repeated", None)  # (protobuf 7 has no `label`)
+            repeated = found if found is not None else field.label == field.LABEL_REPEATED
+            out.append((field.name, field.type == field.TYPE_STRING, repeated))
+    return tuple(out)
 
 
 def from_model(model, base_dir: str | os.PathLike | None = None, where: str = "model") -> Graph:
