@@ -344,6 +344,8 @@ def _worker_main(
 def _reader(conn, direct_in, busy_poll_ns: int = 0):
     """The next message, from the app or (with a direct edge in) from the worker before; with
     `busy_poll_ns`, the pipes are polled without sleeping for that long first."""
+    if direct_in is None and not busy_poll_ns:
+        return lambda: (conn, conn.recv_bytes())
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
     if direct_in is not None:
@@ -354,12 +356,10 @@ def _reader(conn, direct_in, busy_poll_ns: int = 0):
     def ready() -> list:
         if busy_poll_ns:
             until = clock() + busy_poll_ns
-            while True:
+            while clock() < until:
                 events = poll(0)
-                if events or clock() > until:
-                    break
-            if events:
-                return events
+                if events:
+                    return events
         return poll()
 
     def read():
@@ -372,8 +372,6 @@ def _reader(conn, direct_in, busy_poll_ns: int = 0):
                 except EOFError:  # every sender closed it: the app's end only, then
                     poller.unregister(fd)
 
-    if direct_in is None and not busy_poll_ns:
-        return lambda: (conn, conn.recv_bytes())
     return read
 
 
