@@ -19,6 +19,7 @@ from helpers.models import (
     attention_graph,
     check_elementwise_run,
     conv_graph,
+    conv_stack_graph,
     depthwise_block_graph,
     espcn,
     kernel_of,
@@ -1008,3 +1009,62 @@ def test_tf32_precision_computes_as_fp32_where_there_is_no_tf32(backend, rng):
     got = sess.run(x)["y"]
     assert got.dtype == np.float32
     assert rel_err(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("setting", ["1,1", "2,1.5", "4,2"])
+def test_early_submissions_run_the_same(rng, monkeypatch, setting):
+    """A run submits its first steps while it records the rest (option "early_submit"): with a
+    submission before every step, or after a few, values made in one submission and read in a
+    later one (the dense block's Concats, every layer's input) come out bit for bit as from one
+    submission a run, and as NumPy's; the run made the submissions its plan says."""
+    from tinydl.backends.webgpu import program
+
+    graph = conv_stack_graph(rng)
+    x = {"x": rng.standard_normal((3, 32, 23, 29)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    one = td.compile(graph, backends=("webgpu",), strict=True,
+                     backend_options={"webgpu": {"early_submit": 0}})  # fmt: skip
+    early = td.compile(graph, backends=("webgpu",), strict=True,
+                       backend_options={"webgpu": {"early_submit": setting}})  # fmt: skip
+    submitted = []
+    real = program.Plan._submit_early
+
+    def counted(self, encoder):
+        submitted.append(self)
+        return real(self, encoder)
+
+    monkeypatch.setattr(program.Plan, "_submit_early", counted)
+    base = one.run(x)["y"]
+    assert not submitted
+    plan = only_plan(kernel_of(early, "webgpu"))
+    first = int(setting.split(",")[0])
+    assert len(plan.steps) >= 6 and len(plan.submit_points()) >= (3 if first == 1 else 1)
+    for _ in range(2):  # the second run binds the pooled output buffers it got back
+        got = early.run(x)["y"]
+        np.testing.assert_array_equal(got, base)
+    assert len(submitted) == 2 * len(plan.submit_points())
+    assert rel_err(got, want) <= 1e-5
+
+
+def test_early_submit_points_and_bad_settings():
+    """The submission points double from the first (the last submission at least FIRST steps
+    long), none at 0; a malformed option is refused when the session compiles, naming it."""
+    from tinydl.backends.webgpu import program
+
+    def points(setting, steps):
+        plan = object.__new__(program.Plan)
+        plan.owner = type("Owner", (), {"extra": {"early_submit": setting}})()
+        plan.steps = [None] * steps
+        return sorted(plan.submit_points())
+
+    assert points("8,2", 100) == [8, 24, 56] and points("8,1.5", 99) == [8, 20, 38, 65]
+    assert points("8,2", 15) == [] and points("8,2", 16) == [8]
+    assert points("1,1", 4) == [1, 2, 3]
+    assert points(0, 100) == [] and points("off", 100) == []
+    assert program.early_submit("4") == (4, 2.0)
+    for bad in ("0,2", "x", "8,0.5", "1,2,3", -1):
+        with pytest.raises(ValueError, match="early_submit"):
+            program.early_submit(bad)
+    with pytest.raises(ValueError, match="early_submit"):
+        td.compile(small_graph(), backends=("webgpu",),
+                   backend_options={"webgpu": {"early_submit": "x"}})  # fmt: skip

@@ -90,7 +90,9 @@ class CompileOptions:
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
       the default; "fragment": every node the render path takes drawn into textures; "auto":
       per node by measurement, webgpu/shaders.py), "weights" (the render path's conv weights:
-      "uniform", the default, "texture" or "const").
+      "uniform", the default, "texture" or "const"), "early_submit" ("FIRST,GROWTH",
+      default "8,1.5": a run submits its first 8 steps while it records the rest, then 12
+      more, 18 more, and so on; 0 for one submission a run).
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
@@ -156,6 +158,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),
     "TINYDL_WEBGPU_SHADERS": ("webgpu", lambda v: {"shaders": v}),
     "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
+    "TINYDL_WEBGPU_SUBMIT": ("webgpu", lambda v: {"early_submit": v}),
     "TINYDL_CUDA_ELEMENTWISE": ("cuda", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",

@@ -1,4 +1,5 @@
-"""WebGPU plans (backends/planned.py makes them): one encoder and one submit per run.
+"""WebGPU plans (backends/planned.py makes them): a run records its dispatches and submits them
+in a few submissions (the GPU starts on the first while the rest is recorded).
 
 What is WebGPU's own: storage types and the packed-4 layout of values between direct
 convolutions, buffers as Storage, dispatches recorded into compute passes (per-op timestamp
@@ -237,6 +238,7 @@ class Plan(planned.Plan):
         if mode not in SHADER_MODES:
             raise ValueError(f"shaders must be one of {SHADER_MODES}, got {mode!r}")
         self.shaders = mode
+        early_submit(owner.extra.get("early_submit", EARLY_SUBMIT))  # refused before building
         # node name -> "fragment" | "compute" (auto's measured choice; see shaders.py)
         self.choice = choice
         self.tex: dict[str, TexInfo] = {}  # values held as textures
@@ -272,7 +274,7 @@ class Plan(planned.Plan):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for name in ("textures", "units"):
+        for name in ("textures", "units", "_submit_points"):
             state.pop(name, None)
         return state
 
@@ -623,7 +625,7 @@ class Plan(planned.Plan):
                 if timing and ctx.has_timestamps:
                     count = 2 * (len(self.steps) if timing == "ops" else 1)
                     queries = ctx.device.create_query_set(type="timestamp", count=max(count, 2))
-                self._encode(encoder, env, queries, timing)
+                encoder = self._encode(encoder, env, queries, timing)
                 t_encode = time.perf_counter()
                 staging = {}
                 u = ctx.wgpu.BufferUsage
@@ -693,10 +695,14 @@ class Plan(planned.Plan):
             pending = (ts_buf, 8 * queries.count, labels)
         return results, pending
 
-    def _encode(self, encoder, env: dict[str, Storage], queries, timing) -> None:
+    def _encode(self, encoder, env: dict[str, Storage], queries, timing):
         """Record every step: consecutive dispatches in one compute pass, each draw as its
-        render passes; timestamps around each step ("ops") or around all of them."""
+        render passes; timestamps around each step ("ops") or around all of them. Without
+        timestamps, the steps recorded so far are submitted at each of `submit_points()` (the
+        GPU starts on them while the rest is recorded). Returns the encoder recording last."""
         units = [[s] for s in self.steps] if timing == "ops" else self.units
+        points = self.submit_points() if queries is None else ()
+        at = 0  # steps recorded so far
         for u, unit in enumerate(units):
             begin = end = None
             if queries is not None:
@@ -706,19 +712,54 @@ class Plan(planned.Plan):
                     begin = 0 if u == 0 else None
                     end = 1 if u == len(units) - 1 else None
             if isinstance(unit[0], Draw):
+                if at in points:
+                    encoder = self._submit_early(encoder)
                 self._draw(encoder, unit[0], env, queries, begin, end)
+                at += 1
                 continue
+            if at in points:
+                encoder = self._submit_early(encoder)
             cp = encoder.begin_compute_pass(timestamp_writes=_writes(queries, begin, end))
             # wgpu-native's three entry points called directly: about 2 us a dispatch against
             # 9-16 through wgpu-py's wrappers (which check for errors per call; an encoding
             # error still surfaces at finish, through wgpu-py)
             set_pipeline, set_bind_group, dispatch, null = _native_pass()
             handle = cp._internal
-            for step in unit:
+            for i, step in enumerate(unit):
+                if i and at in points:  # the pass so far goes to the GPU; a new one goes on
+                    cp.end()
+                    encoder = self._submit_early(encoder)
+                    cp = encoder.begin_compute_pass()
+                    handle = cp._internal
                 set_pipeline(handle, step.pipeline._internal)
                 set_bind_group(handle, 0, self._bind_group(step, env)._internal, 0, null)
                 dispatch(handle, *step.grid)
+                at += 1
             cp.end()
+        return encoder
+
+    def _submit_early(self, encoder):
+        """Submit what `encoder` recorded; a new encoder for the rest of the run. Queue order
+        keeps the steps in order: wgpu puts the barriers a later submission needs before it."""
+        self.ctx.queue.submit([encoder.finish()])
+        return self.ctx.device.create_command_encoder()
+
+    def submit_points(self) -> frozenset[int]:
+        """The step indices before which a run submits the steps recorded so far: the first
+        after `first` steps, each later one `growth` times as many steps on (backend option
+        "early_submit": "FIRST,GROWTH", or 0 for one submission a run). The GPU then works
+        on the first steps while the host records the rest: recording and submitting cost
+        wgpu-native a few microseconds a dispatch, as much as many small models' GPU work."""
+        points = getattr(self, "_submit_points", None)
+        if points is None:
+            first, growth = early_submit(self.owner.extra.get("early_submit", EARLY_SUBMIT))
+            cuts, at, size, n = [], 0, first, len(self.steps)
+            while first and at + size + first <= n:  # the last submission: at least `first`
+                at += size
+                cuts.append(at)
+                size = max(1, round(size * growth))
+            points = self._submit_points = frozenset(cuts)
+        return points
 
     def _bind_group(self, item, env: dict[str, Storage]):
         """The bind group of a dispatch or a render pass, made once per set of buffers: the key
@@ -856,6 +897,30 @@ class Plan(planned.Plan):
                 rp.draw(3, 1, 0, n)
                 rp.end()
                 k += 1
+
+
+# Early submissions (Plan.submit_points): the first after this many steps, each later one
+# GROWTH times as many steps on.
+EARLY_SUBMIT = "8,1.5"
+
+
+def early_submit(value) -> tuple[int, float]:
+    """The "early_submit" option as (first, growth): "FIRST,GROWTH", "FIRST" (growth 2), or
+    0 / "0" / "off" / False for one submission a run."""
+    if value in (0, "0", "off", False, None):
+        return 0, 1.0
+    parts = str(value).split(",")
+    try:
+        first = int(parts[0])
+        growth = float(parts[1]) if len(parts) > 1 else 2.0
+    except ValueError:
+        first, growth = -1, 0.0
+    if len(parts) > 2 or first < 1 or not growth >= 1.0:
+        raise ValueError(
+            'early_submit must be "FIRST,GROWTH" (FIRST >= 1 steps, GROWTH >= 1) or 0, '
+            f"got {value!r}"
+        )
+    return first, growth
 
 
 @functools.cache
