@@ -1068,3 +1068,31 @@ def test_early_submit_points_and_bad_settings():
     with pytest.raises(ValueError, match="early_submit"):
         td.compile(small_graph(), backends=("webgpu",),
                    backend_options={"webgpu": {"early_submit": "x"}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape,oc,k,stride,unroll,loops",
+    [
+        ((1, 3, 37, 41), 24, 7, 2, 40, ("ky",)),  # a ResNet stem: 1 vec4 a chunk, rows looped
+        ((2, 40, 9, 11), 20, 3, 1, 40, ("cl",)),  # a small image: 8 vec4 a chunk, looped
+        ((2, 40, 9, 11), 20, 3, 1, 1, ("cl", "ky")),  # both
+        ((1, 1, 23, 19), 12, 5, 1, 1, ("ky",)),  # one input channel (scalar loads)
+        ((1, 6, 20, 18), 8, 3, 2, 1, ("cl", "ky")),  # stride 2, 2 vec4 of input channels
+    ],
+)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_conv_direct_loops_compute_the_same(rng, shape, oc, k, stride, unroll, loops, precision):
+    """conv_direct past the "conv_unroll" option's blocks loops over the chunk's input vec4,
+    then over the kernel rows, instead of unrolling them: the same convolutions as NumPy's
+    (odd sizes, strides, one input channel, a batch), and the loops are there."""
+    graph = conv_graph(rng, shape, oc, k, stride)
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, want, plan, labels = _against_numpy(graph, x, precision, conv_unroll=unroll)
+    (conv,) = [s for s in plan.steps if s.label.startswith("Conv")]
+    assert ("for (var cl" in conv.source) == ("cl" in loops), labels
+    assert ("for (var ky" in conv.source) == ("ky" in loops), labels
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    unrolled, *_ = _against_numpy(graph, x, precision)
+    if precision == "fp32":
+        np.testing.assert_allclose(got, unrolled, rtol=1e-5, atol=1e-5)

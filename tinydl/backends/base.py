@@ -92,7 +92,9 @@ class CompileOptions:
       per node by measurement, webgpu/shaders.py), "weights" (the render path's conv weights:
       "uniform", the default, "texture" or "const"), "early_submit" ("FIRST,GROWTH",
       default "8,1.5": a run submits its first 8 steps while it records the rest, then 12
-      more, 18 more, and so on; 0 for one submission a run).
+      more, 18 more, and so on; 0 for one submission a run), "conv_unroll" (int, default 64:
+      the fma blocks conv_direct unrolls before it loops over a chunk's input vec4, then over
+      the kernel rows; 0 unrolls everything).
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
@@ -159,6 +161,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_SHADERS": ("webgpu", lambda v: {"shaders": v}),
     "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
     "TINYDL_WEBGPU_SUBMIT": ("webgpu", lambda v: {"early_submit": v}),
+    "TINYDL_WEBGPU_UNROLL": ("webgpu", lambda v: {"conv_unroll": int(v)}),
     "TINYDL_CUDA_ELEMENTWISE": ("cuda", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",

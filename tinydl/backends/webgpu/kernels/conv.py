@@ -345,6 +345,7 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
+    loop_cl, loop_ky = _loops(b, cfg, kh, kw)
     grid = (math.ceil(g["OW"] / tw), math.ceil(g["OH"] / th), g["N"] * nocb)
     b.dispatch(
         "conv_direct.wgsl",
@@ -366,6 +367,8 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         TIW=tiw,
         WCHUNK=wchunk,
         rows=rows,
+        loop_cl=loop_cl,
+        loop_ky=loop_ky,
         scalar_in=scalar_in,
         in_layout="nhwc" if "nhwc_in" in b.node.meta else xi.layout,
         st=xi.stype,
@@ -373,6 +376,25 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         ct=cfg.ct,
         **store,
     )
+
+
+# The most fma blocks (input vec4 x tap x output vec4 x row: four vec4 fmas each) conv_direct
+# unrolls; past it, the chunk's input vec4 go in a loop, then the kernel rows (option
+# "conv_unroll"; 0: no limit). NVIDIA's Vulkan compiler took 0.3-0.7 s for one such pipeline of
+# ResNet-18 (its 7x7 stem: 392 blocks; the 3x3s of 14x14 and 7x7 images, 8 input vec4 a chunk:
+# up to 576).
+CONV_UNROLL = 64
+
+
+def _loops(b, cfg: DirectConfig, kh: int, kw: int) -> tuple[bool, bool]:
+    """(loop over the chunk's input vec4, loop over ky) for conv_direct: unrolled while the
+    body stays within the "conv_unroll" option's blocks."""
+    limit = int(b.option("conv_unroll", CONV_UNROLL))
+    blocks = cfg.cc4 * kh * kw * cfg.ocv * cfg.py
+    loop_cl = bool(limit) and blocks > limit and cfg.cc4 > 1
+    if loop_cl:
+        blocks //= cfg.cc4
+    return loop_cl, bool(limit) and blocks > limit and kh > 1
 
 
 def _depthwise(b, dw, bindings: list) -> dict:

@@ -100,6 +100,65 @@ const TILE_W: u32 = {{ WCHUNK }}u;
 var<workgroup> tin: array<{{ tin_t }}, {{ TIH * TIW * CC4 }}>;
 var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
 
+{#- The taps of input vec4 `cl` of the chunk (a number, or none in the loop over them): every kx,
+    ky, output vec4 and row. Unrolled, the input values of a column are loaded once for every
+    ky; with loop_ky, ky is a loop and each step loads its PY rows. -#}
+{% macro taps(cl) %}
+{% set cle = "cl" if cl is none else cl ~ "u" %}
+{% set sfx = "" if cl is none else cl ~ "_" %}
+{% for kx in range(KW) %}
+{% if loop_ky %}
+        for (var ky = 0u; ky < {{ KH }}u; ky++) {
+{% for p in range(PY) %}
+            let xr{{ p }} = tin[({{ cle }} * TIH + rbase + {{ p * SH }}u + ky * {{ DH }}u) * TIW + cbase + {{ kx * DW }}u];
+{% endfor %}
+{% for v in range(OCV) %}
+{{ block(cl, none, kx, v, "xr") -}}
+{% endfor %}
+        }
+{% else %}
+{% for r in rows %}
+        let x{{ sfx }}{{ kx }}_{{ r }} = tin[({{ cle }} * TIH + rbase + {{ r }}u) * TIW + cbase + {{ kx * DW }}u];
+{% endfor %}
+{% for ky in range(KH) %}
+{% for v in range(OCV) %}
+{{ block(cl, ky, kx, v, "x" ~ sfx ~ kx ~ "_") -}}
+{% endfor %}
+{% endfor %}
+{% endif %}
+{% endfor %}
+{% endmacro %}
+{#- One output vec4 `v` of one tap: PY fma chains. `cl` and `ky` numbers, or none where they are
+    the loops' variables (the input values then named by p: xr0, xr1, ...). -#}
+{% macro block(cl, ky, kx, v, xs) %}
+        {
+{% if scalar_in %}
+{% if ky is none %}
+            let wv = tw[(ky * {{ KW }}u + {{ kx }}u) * {{ OCV }}u + {{ v }}u];
+{% else %}
+            let wv = tw[{{ (ky * KW + kx) * OCV + v }}u];
+{% endif %}
+{% for p in range(PY) %}
+            a{{ p }}_{{ v }} = fma(wv, {{ cvec }}({{ xs }}{{ p if ky is none else p * SH + ky * DH }}), a{{ p }}_{{ v }});
+{% endfor %}
+{% else %}
+{% if cl is none or ky is none %}
+            let wi = ((({{ "cl" if cl is none else cl ~ "u" }} * {{ KH }}u + {{ "ky" if ky is none else ky ~ "u" }}) * {{ KW }}u + {{ kx }}u) * {{ OCV }}u + {{ v }}u) * 4u;
+{% else %}
+            let wi = {{ (((cl * KH + ky) * KW + kx) * OCV + v) * 4 }}u;
+{% endif %}
+            let w0 = tw[wi];
+            let w1 = tw[wi + 1u];
+            let w2 = tw[wi + 2u];
+            let w3 = tw[wi + 3u];
+{% for p in range(PY) %}
+{% set xv = xs ~ (p if ky is none else p * SH + ky * DH) %}
+            a{{ p }}_{{ v }} = fma(w3, {{ cvec }}({{ xv }}.w), fma(w2, {{ cvec }}({{ xv }}.z), fma(w1, {{ cvec }}({{ xv }}.y), fma(w0, {{ cvec }}({{ xv }}.x), a{{ p }}_{{ v }}))));
+{% endfor %}
+{% endif %}
+        }
+{% endmacro %}
+
 @compute @workgroup_size({{ TX }}, {{ TY }}, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -152,37 +211,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         let rbase = ty * {{ PY * SH }}u;
         let cbase = tx * {{ SW }}u;
-{% for cl in range(CC4) %}
-{% for kx in range(KW) %}
-{% for r in rows %}
-        let x{{ cl }}_{{ kx }}_{{ r }} = tin[({{ cl }}u * TIH + rbase + {{ r }}u) * TIW + cbase + {{ kx * DW }}u];
-{% endfor %}
-{% for ky in range(KH) %}
-{% for v in range(OCV) %}
-{% if scalar_in %}
-        {
-            let wv = tw[{{ (ky * KW + kx) * OCV + v }}u];
-{% for p in range(PY) %}
-            a{{ p }}_{{ v }} = fma(wv, {{ cvec }}(x{{ cl }}_{{ kx }}_{{ p * SH + ky * DH }}), a{{ p }}_{{ v }});
-{% endfor %}
+{% if loop_cl %}
+        // The chunk's input vec4 in a loop (an unrolled body this large compiles slowly)
+        for (var cl = 0u; cl < {{ CC4 }}u; cl++) {
+{{ taps(none) -}}
         }
 {% else %}
-        {
-            let wi = {{ (((cl * KH + ky) * KW + kx) * OCV + v) * 4 }}u;
-            let w0 = tw[wi];
-            let w1 = tw[wi + 1u];
-            let w2 = tw[wi + 2u];
-            let w3 = tw[wi + 3u];
-{% for p in range(PY) %}
-{% set xv = "x" ~ cl ~ "_" ~ kx ~ "_" ~ (p * SH + ky * DH) %}
-            a{{ p }}_{{ v }} = fma(w3, {{ cvec }}({{ xv }}.w), fma(w2, {{ cvec }}({{ xv }}.z), fma(w1, {{ cvec }}({{ xv }}.y), fma(w0, {{ cvec }}({{ xv }}.x), a{{ p }}_{{ v }}))));
+{% for cl in range(CC4) %}
+{{ taps(cl) -}}
 {% endfor %}
-        }
 {% endif %}
-{% endfor %}
-{% endfor %}
-{% endfor %}
-{% endfor %}
     }
     let ox = ox0 + tx;
 {% for v in range(OCV) %}
