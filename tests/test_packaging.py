@@ -35,3 +35,12 @@ def test_wheel_holds_every_package_file(tmp_path):
     # the files the backends read through importlib.resources are among those checked
     assert "tinydl/backends/cuda/kernels/common.cuh" in shipped
     assert any(name.endswith(".wgsl") for name in shipped)
+    # ... and every kernel template compiled ahead by the build (tinydl/backends/templating.py)
+    from tinydl.backends import templating
+
+    for package in templating.PACKAGES:
+        folder = ROOT.joinpath(*package.split("."))
+        for path in folder.iterdir():
+            if path.suffix in templating.SUFFIXES:
+                module = templating.module_name(package, path.name)
+                assert f"tinydl/_templates/{module}.py" in shipped, path.name

@@ -1096,3 +1096,13 @@ def test_conv_direct_loops_compute_the_same(rng, shape, oc, k, stride, unroll, l
     unrolled, *_ = _against_numpy(graph, x, precision)
     if precision == "fp32":
         np.testing.assert_allclose(got, unrolled, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_unroll_limit_doubles_for_large_images():
+    """conv_direct's unroll limit: the option's blocks for images up to UNROLL_PIXELS output
+    pixels, twice that above (ESPCN's 360p layers stay unrolled), none at 0."""
+    from tinydl.backends.webgpu.kernels.conv import UNROLL_PIXELS, unroll_limit
+
+    assert unroll_limit(64, UNROLL_PIXELS) == 64
+    assert unroll_limit(64, UNROLL_PIXELS + 1) == 128
+    assert unroll_limit(0, 10**6) == 0

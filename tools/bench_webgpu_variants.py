@@ -36,21 +36,29 @@ def main() -> None:
                     help="NAME='{json backend options}' (webgpu), two or more")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
     ap.add_argument("--runs", type=int, default=200, help="runs a round and set (default 200)")
+    ap.add_argument("--input-shape", default=None,
+                    help="the input's shape, e.g. 1,1,360,640 (default: the model's, 1 where "
+                         "a dimension is symbolic)")  # fmt: skip
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
     args = ap.parse_args()
     for path in args.models:
         name = Path(path).name
         graph = td.load(path)
         rng = np.random.default_rng(0)
+        shape = [int(d) for d in args.input_shape.split(",")] if args.input_shape else None
         feeds = {
-            v.name: rng.random([d if isinstance(d, int) else 1 for d in v.shape], dtype=np.float32)
+            v.name: rng.random(
+                shape or [d if isinstance(d, int) else 1 for d in v.shape], dtype=np.float32
+            )
             for v in graph.inputs
         }
         want = td.compile(graph, backends=("numpy",)).run(feeds)
         sessions = {}
         for label, options in args.variant:
             sess = td.compile(
-                graph, backends=("webgpu",), strict=True, backend_options={"webgpu": options}
-            )
+                graph, backends=("webgpu",), strict=True, precision=args.precision,
+                backend_options={"webgpu": options},
+            )  # fmt: skip
             got = sess.run(feeds)
             err = max(
                 float(np.abs(got[k] - want[k]).max() / (np.abs(want[k]).max() + 1e-12))
@@ -73,7 +81,9 @@ def main() -> None:
                     sess.run(feeds)
                     times.append(time.perf_counter() - t)
                 host[label].append(1e3 * statistics.median(times))
-                gpu[label].append(measure(graph, feeds, "fp32", options, args.runs)[0]["gpu_ms"])
+                gpu[label].append(
+                    measure(graph, feeds, args.precision, options, args.runs)[0]["gpu_ms"]
+                )
         for label, _ in args.variant:
             h = ", ".join(f"{v:.3f}" for v in host[label])
             g = ", ".join(f"{v:.3f}" for v in gpu[label])

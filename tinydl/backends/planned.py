@@ -223,20 +223,17 @@ def templates(package: str) -> Callable[..., str]:
 def _environment(package: str):
     import jinja2
 
+    from tinydl.backends import templating
+
     return jinja2.Environment(
-        # (source, a file name unique across packages: the bytecode cache's key, always current)
-        loader=jinja2.FunctionLoader(
-            lambda name: (
-                resources.files(package).joinpath(name).read_text(encoding="utf-8"),
-                f"{package}/{name}",
-                lambda: True,
-            )
+        # the template compiled ahead when the wheel was built (backends/templating.py), else
+        # compiled here through the bytecode cache
+        loader=templating.loader(
+            package, lambda name: resources.files(package).joinpath(name).read_text("utf-8")
         ),
         undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
         bytecode_cache=_template_cache(),
+        **templating.OPTIONS,
     )
 
 

@@ -345,7 +345,7 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
-    loop_cl, loop_ky = _loops(b, cfg, kh, kw)
+    loop_cl, loop_ky = _loops(b, cfg, g)
     grid = (math.ceil(g["OW"] / tw), math.ceil(g["OH"] / th), g["N"] * nocb)
     b.dispatch(
         "conv_direct.wgsl",
@@ -380,21 +380,30 @@ def _direct(b, w, bias, slope, acts, g) -> None:
 
 # The most fma blocks (input vec4 x tap x output vec4 x row: four vec4 fmas each) conv_direct
 # unrolls; past it, the chunk's input vec4 go in a loop, then the kernel rows (option
-# "conv_unroll"; 0: no limit). NVIDIA's Vulkan compiler took 0.3-0.7 s for one such pipeline of
-# ResNet-18 (its 7x7 stem: 392 blocks; the 3x3s of 14x14 and 7x7 images, 8 input vec4 a chunk:
-# up to 576).
+# "conv_unroll"; 0: no limit). Twice as many for images of more than UNROLL_PIXELS output pixels.
+# On an H100 (docs/webgpu.md, "Unrolling and the driver's compile time"), NVIDIA's Vulkan compiler
+# took 0.3-0.7 s for one pipeline of ResNet-18 (its 7x7 stem: 392 blocks; its 3x3s: 72, and up
+# to 576 with 8 input vec4 a chunk) and the model ran 3 % faster looped; ESPCN's 360p layers
+# (72 and 100 blocks) ran 23 % slower looped (GPU 0.355 -> 0.438 ms), so large images keep them.
 CONV_UNROLL = 64
+UNROLL_PIXELS = 4096
 
 
-def _loops(b, cfg: DirectConfig, kh: int, kw: int) -> tuple[bool, bool]:
+def _loops(b, cfg: DirectConfig, g) -> tuple[bool, bool]:
     """(loop over the chunk's input vec4, loop over ky) for conv_direct: unrolled while the
-    body stays within the "conv_unroll" option's blocks."""
-    limit = int(b.option("conv_unroll", CONV_UNROLL))
-    blocks = cfg.cc4 * kh * kw * cfg.ocv * cfg.py
+    body stays within its limit of blocks."""
+    limit = unroll_limit(int(b.option("conv_unroll", CONV_UNROLL)), g["OH"] * g["OW"])
+    kh = g["KH"]
+    blocks = cfg.cc4 * kh * g["KW"] * cfg.ocv * cfg.py
     loop_cl = bool(limit) and blocks > limit and cfg.cc4 > 1
     if loop_cl:
         blocks //= cfg.cc4
     return loop_cl, bool(limit) and blocks > limit and kh > 1
+
+
+def unroll_limit(base: int, pixels: int) -> int:
+    """The fma blocks conv_direct unrolls for an output image of `pixels` (0: no limit)."""
+    return base * (2 if pixels > UNROLL_PIXELS else 1)
 
 
 def _depthwise(b, dw, bindings: list) -> dict:
