@@ -5,7 +5,9 @@ template's current source by the running Jinja2, and renders exactly what compil
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,35 +18,28 @@ from tinydl.backends import planned, templating  # noqa: E402
 
 @pytest.fixture
 def compiled_tree(tmp_path, monkeypatch):
-    """Every template compiled into a copy of the package tree's `_templates` under tmp_path,
-    importable as tinydl._templates (the source checkout's own stays untouched)."""
-    import tinydl
-
+    """Every template compiled into a copy of the kernel packages' template files under
+    tmp_path, importable as tinydl._templates (the source checkout's own folder untouched)."""
     root = tmp_path / "tree"
     for package in templating.PACKAGES:
-        src = importlib.import_module(package).__path__[0]
+        src = Path(importlib.import_module(package).__path__[0])
         dst = root.joinpath(*package.split("."))
         dst.mkdir(parents=True)
-        for name in __import__("os").listdir(src):
-            if name.endswith(templating.SUFFIXES):
-                (dst / name).write_text(open(f"{src}/{name}", encoding="utf-8").read())
+        for path in src.iterdir():
+            if path.suffix in templating.SUFFIXES:
+                (dst / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     written = templating.precompile(root)
-    folder = root.joinpath(*templating.TARGET.split("."))
-    monkeypatch.setattr(
-        sys.modules.setdefault(templating.TARGET, importlib.import_module(templating.TARGET)),
-        "__path__",
-        [str(folder)],
-    )
-    for name in list(sys.modules):
-        if name.startswith(templating.TARGET + "."):
+    target = importlib.import_module(templating.TARGET)
+    monkeypatch.setattr(target, "__path__", [str(root.joinpath(*templating.TARGET.split(".")))])
+
+    def forget():
+        for name in [m for m in sys.modules if m.startswith(templating.TARGET + ".")]:
             del sys.modules[name]
-    templating._missing.clear()
+        templating._missing.clear()
+
+    forget()
     yield written
-    for name in list(sys.modules):
-        if name.startswith(templating.TARGET + "."):
-            del sys.modules[name]
-    templating._missing.clear()
-    assert tinydl  # (imported for its package path)
+    forget()
 
 
 def _environment(package):
@@ -61,7 +56,7 @@ def test_every_template_is_compiled_and_loads(compiled_tree):
     for package in templating.PACKAGES:
         env = _environment(package)
         folder = importlib.import_module(package).__path__[0]
-        for name in sorted(__import__("os").listdir(folder)):
+        for name in sorted(os.listdir(folder)):
             if not name.endswith(templating.SUFFIXES):
                 continue
             assert f"{templating.module_name(package, name)}.py" in names, name

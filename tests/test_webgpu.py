@@ -1106,3 +1106,13 @@ def test_conv_unroll_limit_doubles_for_large_images():
     assert unroll_limit(64, UNROLL_PIXELS) == 64
     assert unroll_limit(64, UNROLL_PIXELS + 1) == 128
     assert unroll_limit(0, 10**6) == 0
+
+
+def test_conv_unroll_option_is_checked(rng):
+    """A conv_unroll that is not a whole number of blocks is refused, naming the option."""
+    graph = conv_graph(rng, (1, 8, 12, 12), 8, 3)
+    for bad in ("many", -1, 2.5, True):
+        with pytest.raises(ValueError, match="conv_unroll"):
+            td.compile(
+                graph, backends=("webgpu",), backend_options={"webgpu": {"conv_unroll": bad}}
+            )

@@ -161,7 +161,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_SHADERS": ("webgpu", lambda v: {"shaders": v}),
     "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
     "TINYDL_WEBGPU_SUBMIT": ("webgpu", lambda v: {"early_submit": v}),
-    "TINYDL_WEBGPU_UNROLL": ("webgpu", lambda v: {"conv_unroll": int(v)}),
+    "TINYDL_WEBGPU_UNROLL": ("webgpu", lambda v: {"conv_unroll": v}),
     "TINYDL_CUDA_ELEMENTWISE": ("cuda", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",

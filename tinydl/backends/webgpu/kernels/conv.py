@@ -392,7 +392,10 @@ UNROLL_PIXELS = 4096
 def _loops(b, cfg: DirectConfig, g) -> tuple[bool, bool]:
     """(loop over the chunk's input vec4, loop over ky) for conv_direct: unrolled while the
     body stays within its limit of blocks."""
-    limit = unroll_limit(int(b.option("conv_unroll", CONV_UNROLL)), g["OH"] * g["OW"])
+    base = b.option("conv_unroll", CONV_UNROLL)
+    if isinstance(base, bool) or not str(base).isdigit():
+        raise ValueError(f"conv_unroll must be a whole number of blocks >= 0, got {base!r}")
+    limit = unroll_limit(int(base), g["OH"] * g["OW"])
     kh = g["KH"]
     blocks = cfg.cc4 * kh * g["KW"] * cfg.ocv * cfg.py
     loop_cl = bool(limit) and blocks > limit and cfg.cc4 > 1
