@@ -1116,3 +1116,18 @@ def test_conv_unroll_option_is_checked(rng):
             td.compile(
                 graph, backends=("webgpu",), backend_options={"webgpu": {"conv_unroll": bad}}
             )
+
+
+def test_a_new_context_makes_its_first_mappable_buffer_on_a_thread():
+    """A device's first mappable buffer is made when its context is (on a thread of its own,
+    kept), not by the first run's read-back: a fresh context has one, mappable for reading."""
+    import time
+
+    from tinydl.backends.webgpu.context import Context
+
+    ctx = Context()
+    deadline = time.monotonic() + 30
+    while ctx._first_staging is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ctx._first_staging is not None
+    assert ctx._first_staging.usage & ctx.wgpu.BufferUsage.MAP_READ

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -169,6 +170,18 @@ class Context:
             "compile_s": 0.0,
             "buffers": 0,
         }
+        # The first mappable buffer of a device cost NVIDIA's driver 20-30 ms (an H100 host: the
+        # allocator's first block of host-visible memory), paid by the first run's read-back: one
+        # is made here on a thread, while the caller loads and compiles, and kept.
+        self._first_staging = None
+        threading.Thread(
+            target=self._make_first_staging, name="tinydl-webgpu-staging", daemon=True
+        ).start()
+
+    def _make_first_staging(self) -> None:
+        u = self.wgpu.BufferUsage
+        with contextlib.suppress(Exception):  # (a lost device: the next call says so)
+            self._first_staging = self.device.create_buffer(size=256, usage=u.MAP_READ | u.COPY_DST)
 
     # -- capabilities --------------------------------------------------------------------------
     @property
