@@ -635,3 +635,94 @@ def test_text_that_is_not_utf8_is_refused_by_its_path():
     assert len(from_bytes(data).nodes) == 2  # as written: fine
     with pytest.raises(InvalidModelError, match=r"model\.graph\.node\[1\]\.name is not UTF-8"):
         from_bytes(data.replace(b"ZZZZ", b"\xff\xfeZZ"))
+
+
+def _weights_model(rng, extra_raw: bool = False) -> bytes:
+    """A Conv + Add model whose initializers come every way ONNX stores them: raw_data of
+    float32 (at odd offsets too), float16, int64 and bool, typed float_data, an empty tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        helper.make_tensor("b", TensorProto.FLOAT, [4], rng.standard_normal(4).tolist()),  # typed
+        numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float16), "h"),
+        numpy_helper.from_array(np.array([1, -2, 3], np.int64), "i"),
+        numpy_helper.from_array(np.array([True, False, True]), "k"),
+        numpy_helper.from_array(np.zeros((0,), np.float32), "e"),
+        numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "odd_named_vector_x"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["h"], ["hf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["c", "hf"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits[1:] if extra_raw else inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if not extra_raw:
+        return model.SerializeToString()
+    # "w" with a second raw_data field (w * 2) after its first, written at the wire level: a
+    # parse keeps the last one
+    from tinydl.importers.onnx import _varint_bytes
+
+    def field(number: int, payload: bytes) -> bytes:
+        return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+    tensor = inits[0].SerializeToString() + field(9, (w * 2).tobytes())
+    body = graph.SerializeToString() + field(5, tensor)
+    model.ClearField("graph")
+    return model.SerializeToString() + field(7, body)
+
+
+@pytest.mark.parametrize("extra_raw", [False, True])
+def test_initializers_read_in_place_match_a_whole_parse(rng, monkeypatch, extra_raw):
+    """A model is parsed without its initializers' raw_data, which is then read in place from
+    the file's bytes: every initializer (raw float32 at odd offsets, float16, int64, bool,
+    typed fields, empty) equals what parsing the whole file gives, bit for bit and dtype for
+    dtype; where aligned, they are views of the file's bytes (no copy)."""
+    pytest.importorskip("onnx")
+    from tinydl.importers import onnx as importer
+
+    data = _weights_model(rng, extra_raw)
+    split = importer._without_raw_data(data)
+    assert split is not None and len(split[0]) < len(data)
+    # every raw_data initializer (the empty one's too) but one with two raw_data fields
+    assert sum(s is not None for s in split[1]) == (5 if extra_raw else 6)
+    fast = importer.from_bytes(data)
+    monkeypatch.setattr(importer, "_without_raw_data", lambda data: None)
+    whole = importer.from_bytes(data)
+    assert fast.initializers.keys() == whole.initializers.keys()
+    for name, value in whole.initializers.items():
+        got = fast.initializers[name]
+        assert got.dtype == value.dtype and got.shape == value.shape, name
+        np.testing.assert_array_equal(got, value, err_msg=name)
+    # read-only and aligned (NumPy rounds unaligned data differently: those are copied), the
+    # aligned raw ones views of the file's bytes
+    file = np.frombuffer(data, np.uint8)
+    for name, value in fast.initializers.items():
+        assert value.flags.aligned, name
+        assert name == "b" or not value.flags.writeable, name  # ("b": typed float_data)
+    assert any(np.shares_memory(v, file) for v in fast.initializers.values() if v.size)
+    x = rng.standard_normal((1, 3, 6, 5)).astype(np.float32)
+    np.testing.assert_allclose(
+        td.compile(fast).run({"x": x})["y"], td.compile(whole).run({"x": x})["y"], rtol=0, atol=0
+    )
+
+
+def test_a_model_cut_short_is_refused_either_way():
+    """Bytes that end inside a field are not split (the parse of the whole then refuses them,
+    naming the file), and a model without initializers is parsed whole."""
+    pytest.importorskip("onnx")
+    from tinydl.errors import InvalidModelError
+    from tinydl.importers import onnx as importer
+
+    data = _weights_model(np.random.default_rng(3))
+    assert importer._without_raw_data(data[:-7]) is None
+    with pytest.raises(InvalidModelError, match="cut.onnx"):
+        importer.from_bytes(data[: len(data) // 2], where="cut.onnx")
+    assert importer._without_raw_data(b"") is None
