@@ -123,3 +123,15 @@ def test_no_compiled_module_falls_back_to_compiling(monkeypatch):
     monkeypatch.setattr(templating, "compiled", lambda *a: None)
     env = _environment(package)
     assert "fn " in env.get_template("common.wgsl").render()
+
+
+def test_jinja2_is_imported_ahead_once_a_process():
+    """A GPU context imports Jinja2 on a thread while it makes its device: one thread a
+    process, after which the templates' runtime is there."""
+    prefetch = planned.prefetch_templates
+    prefetch()
+    first = planned._prefetching
+    prefetch()
+    assert planned._prefetching is first
+    first.join(timeout=60)
+    assert "jinja2.runtime" in sys.modules

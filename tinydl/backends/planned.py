@@ -220,6 +220,26 @@ def templates(package: str) -> Callable[..., str]:
     return render
 
 
+_prefetching: threading.Thread | None = None
+
+
+def prefetch_templates() -> None:
+    """Import Jinja2 on a thread of its own (once a process): a GPU context calls this before
+    it makes its device, whose driver calls release the GIL, so the import (50-100 ms on the
+    2-core VM) overlaps them instead of delaying the first kernel of a cold compile."""
+    global _prefetching
+    if _prefetching is None:
+        _prefetching = threading.Thread(
+            target=_import_jinja2, name="tinydl-import-jinja2", daemon=True
+        )
+        _prefetching.start()
+
+
+def _import_jinja2() -> None:
+    with contextlib.suppress(ImportError):  # (not installed: the first render says so)
+        import jinja2.runtime  # noqa: F401
+
+
 def _environment(package: str):
     import jinja2
 

@@ -96,6 +96,9 @@ class Context:
                 "(or the cupy-cudaXXx wheel matching your CUDA driver)"
             ) from exc
         self.cp, self.nvrtc = cupy, nvrtc
+        from tinydl.backends.planned import prefetch_templates
+
+        prefetch_templates()  # (Jinja2 imported while CUDA starts)
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # noqa: BLE001 - no driver, no device: the same answer

@@ -135,6 +135,9 @@ class Context:
     def __init__(self, index: int | None = None):
         wgpu = import_wgpu()
         t0 = time.perf_counter()
+        from tinydl.backends.planned import prefetch_templates
+
+        prefetch_templates()  # (Jinja2 imported while the driver makes the device)
         from tinydl.backends.webgpu.cffi_types import prewarm
 
         prewarm()  # wgpu-py's C types parsed in one pass, not one at a time
