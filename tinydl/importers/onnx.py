@@ -113,8 +113,9 @@ def from_bytes(
 # Protobuf copies every tensor's raw_data out of the file's bytes as it parses (ResNet-18: 46 MB
 # parsed in 55 ms on the 2-core VM, most of it those copies). So the graph's initializers are
 # parsed without their raw_data, which stays in the file's bytes: `_without_raw_data` writes the
-# model again with each initializer's raw_data field left out (a few kilobytes of the file) and
-# notes where each one's bytes are; the tensors are then NumPy views of the file's bytes.
+# model again with each initializer's raw_data field left out (the nodes and the rest: a small
+# part of a convnet's file) and notes where each one's bytes are; the tensors are then NumPy views
+# of the file's bytes (copied where unaligned).
 
 
 def _varint(buf, i: int) -> tuple[int, int]:
@@ -169,8 +170,9 @@ GRAPH, INITIALIZER, RAW_DATA = 7, 5, 9  # ModelProto.graph, GraphProto.initializ
 def _without_raw_data(data: bytes) -> tuple[bytes, list[tuple[int, int] | None]] | None:
     """The model written again without its initializers' raw_data, and per initializer (in
     order) the (offset, size) of its raw_data in `data`, or None where it has no single one.
-    None for anything else than one graph field (the protobuf parse then reads `data` as it
-    is, and says what is wrong with it)."""
+    None when no initializer has raw_data, or for anything but one graph field and well-formed
+    initializers (the protobuf parse then reads `data` as it is, and says what is wrong).
+    Initializers of subgraphs (If, Loop bodies) and of functions are parsed as they are."""
     view = memoryview(data)
     try:
         graphs = [f for f in _fields(data, 0, len(data)) if f[0] == GRAPH]
