@@ -74,22 +74,29 @@ def precompile(root: Path) -> list[Path]:
 _missing: set[str] = set()
 
 
-def compiled(package: str, name: str, source: str) -> dict[str, Any] | None:
-    """The namespace of template `name`'s compiled module when there is one made from this
-    source by this Jinja2, else None."""
-    import jinja2
-
+def _module(package: str, name: str):
+    """Template `name`'s compiled module, or None where there is none (a source checkout)."""
     module = f"{TARGET}.{module_name(package, name)}"
     if module in _missing:
         return None
     try:
-        mod = importlib.import_module(module)
+        return importlib.import_module(module)
     except ImportError:
         _missing.add(module)
         return None
-    if mod.SOURCE_SHA1 != digest(source) or mod.JINJA2_VERSION != jinja2.__version__:
-        return None
-    return mod.__dict__
+
+
+def _fits(mod, source: str) -> bool:
+    import jinja2
+
+    return mod.SOURCE_SHA1 == digest(source) and mod.JINJA2_VERSION == jinja2.__version__
+
+
+def compiled(package: str, name: str, source: str) -> dict[str, Any] | None:
+    """The namespace of template `name`'s compiled module when there is one made from this
+    source by this Jinja2, else None."""
+    mod = _module(package, name)
+    return mod.__dict__ if mod is not None and _fits(mod, source) else None
 
 
 def loader(package: str, read):
@@ -103,10 +110,11 @@ def loader(package: str, read):
             return read(name), filename(package, name), lambda: True
 
         def load(self, environment, name, globals=None):
-            source, _, _ = self.get_source(environment, name)
-            namespace = compiled(package, name, source)
-            if namespace is None:
+            # (the source is read here only to check a compiled module: without one, the
+            # bytecode-cache path below reads it once)
+            mod = _module(package, name)
+            if mod is None or not _fits(mod, read(name)):
                 return super().load(environment, name, globals)
-            return environment.template_class.from_module_dict(environment, namespace, globals)
+            return environment.template_class.from_module_dict(environment, mod.__dict__, globals)
 
     return Loader()

@@ -368,13 +368,10 @@ class _Converter:
         elif span is not None:
             raw = self.raw[0][span[0] : span[0] + span[1]]
         try:
-            if raw is not None and (t.HasField("segment") or sys.byteorder != "little"):
+            plain = not t.HasField("segment") and sys.byteorder == "little"
+            if raw is not None and not plain:
                 t.raw_data, raw = bytes(raw), None  # (numpy_helper's cases: it reads raw_data)
-            if (
-                (raw is not None or t.HasField("raw_data"))
-                and not t.HasField("segment")
-                and (sys.byteorder == "little")
-            ):
+            if raw is not None or (plain and t.HasField("raw_data")):
                 # (what numpy_helper.to_array does for these types, without importing onnx);
                 # a view of the file's bytes where it was parsed without them
                 source = t.raw_data if raw is None else raw

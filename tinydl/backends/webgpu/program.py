@@ -711,14 +711,12 @@ class Plan(planned.Plan):
                 else:
                     begin = 0 if u == 0 else None
                     end = 1 if u == len(units) - 1 else None
+            if at in points:
+                encoder = self._submit_early(encoder)
             if isinstance(unit[0], Draw):
-                if at in points:
-                    encoder = self._submit_early(encoder)
                 self._draw(encoder, unit[0], env, queries, begin, end)
                 at += 1
                 continue
-            if at in points:
-                encoder = self._submit_early(encoder)
             cp = encoder.begin_compute_pass(timestamp_writes=_writes(queries, begin, end))
             # wgpu-native's three entry points called directly: about 2 us a dispatch against
             # 9-16 through wgpu-py's wrappers (which check for errors per call; an encoding
