@@ -10,7 +10,8 @@ component reads the clock as its process() begins (in its worker process, for th
 executor: perf_counter is CLOCK_MONOTONIC on Linux, shared by processes). The source emits one
 packet every --gap-us so the receiver is idle, waiting, each time: the figure includes waking it
 up. For scale, the same measurement between two bare threads and a queue.SimpleQueue (written
-in C: about the cheapest wake-up CPython has) is reported as the floor, and between two bare
+in C: about the cheapest wake-up CPython has) is reported as the floor, at the thread hops' gap
+and again at the 1080p hops' (a core asleep longer wakes more slowly), and between two bare
 processes and a pipe (the process hop's floor), at the gap of the 1080p hops.
 
 Throughput: source -> stage -> stage -> sink, as many packets as the pipeline takes, trivial
@@ -26,12 +27,14 @@ import multiprocessing
 import os
 import platform
 import queue
+import select
 import threading
 import time
 
 import numpy as np
 
 from tinydl.pipeline import App, Component, Frame
+from tinydl.pipeline.process import recv_msg, send_msg
 
 
 class Stamp(Component):
@@ -188,28 +191,30 @@ def floor(hops: int, gap_s: float) -> dict[str, float]:
 
 
 def _pipe_reader(conn, hops: int, spin: bool, out) -> None:
-    got = []
+    fd, got = conn.fileno(), []
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
     for _ in range(hops):
         if spin:
-            while not conn.poll(0):
+            while not poll.poll(0):
                 pass
-        stamp = int.from_bytes(conn.recv_bytes(), "little")
+        stamp = int.from_bytes(recv_msg(fd), "little")
         got.append(time.perf_counter_ns() - stamp)
     out.send(got)
 
 
 def pipe_floor(hops: int, gap_s: float, spin: bool = False) -> dict[str, float]:
-    """Two bare processes and a pipe (no framework): the wake-up cost of the process hop;
-    `spin`: the reader polls the pipe without sleeping."""
+    """Two bare processes and a pipe (no framework; messages framed as the app's are): the
+    wake-up cost of the process hop; `spin`: the reader polls the pipe without sleeping."""
     ctx = multiprocessing.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
     results, results_in = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_pipe_reader, args=(reader, hops, spin, results_in), daemon=True)
     child.start()
-    writer.send_bytes((0).to_bytes(8, "little"))  # the child has started once this is read
+    send_msg(writer.fileno(), (0).to_bytes(8, "little"))  # the child has started once read
     time.sleep(0.5)
     for _ in range(hops - 1):
-        writer.send_bytes(time.perf_counter_ns().to_bytes(8, "little"))
+        send_msg(writer.fileno(), time.perf_counter_ns().to_bytes(8, "little"))
         time.sleep(gap_s)
     got = results.recv()[1:]
     child.join()
@@ -276,6 +281,7 @@ def main() -> None:
         "floor_simple_queue": median_of(floor, args.hops, gap),
         "hop_thread": median_of(hop, thread, args.hops, gap),
         "hop_thread_no_inline": median_of(hop, thread, args.hops, gap, inline=False),
+        "floor_threads_1080p_gap": median_of(floor, args.process_hops, gap * 10),
         "floor_pipe_1080p_gap": median_of(pipe_floor, args.process_hops, gap * 10),
         "hop_process": median_of(hop, process, args.process_hops, gap),
         "hop_process_1080p": median_of(
@@ -326,6 +332,7 @@ def main() -> None:
         ("floor_simple_queue", "floor: bare threads, SimpleQueue"),
         ("hop_thread", "thread executor (inlined call)"),
         ("hop_thread_no_inline", "thread executor, inline off"),
+        ("floor_threads_1080p_gap", "floor: bare threads, the 1080p gap"),
         ("floor_pipe_1080p_gap", "floor: bare processes, a pipe"),
         ("hop_process", "process executor"),
         ("hop_process_1080p", "process to process, 1080p frame"),

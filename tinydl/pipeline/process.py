@@ -47,6 +47,54 @@ MIN_ARENA = 1 << 20
 ALIGN = 64
 
 
+# -- messages on a pipe ----------------------------------------------------------------------
+# The framing of multiprocessing's Connection (a 4-byte big-endian length, -1 then 8 bytes for
+# messages over 2 GiB), read and written with os.read/os.write on the pipe's descriptor: the
+# Connection's own methods run several times more Python per message (a BytesIO per read, two
+# buffered reads), which a worker woken from sleep pays with cold caches on every hop.
+
+
+def send_msg(fd: int, data: bytes) -> None:
+    """Write one message to a pipe; small ones in one write (atomic up to PIPE_BUF)."""
+    n = len(data)
+    head = n.to_bytes(4, "big") if n <= 0x7FFFFFFF else b"\xff\xff\xff\xff" + n.to_bytes(8, "big")
+    if n <= 16384:
+        _write_all(fd, head + data)
+    else:
+        _write_all(fd, head)
+        _write_all(fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    written = os.write(fd, data)
+    if written < len(data):
+        view = memoryview(data)
+        while written < len(data):
+            written += os.write(fd, view[written:])
+
+
+def recv_msg(fd: int) -> bytes:
+    """Read one message from a pipe; EOFError when every writer has closed it."""
+    n = int.from_bytes(_read_exact(fd, 4), "big", signed=True)
+    if n == -1:
+        n = int.from_bytes(_read_exact(fd, 8), "big")
+    return _read_exact(fd, n) if n else b""
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = os.read(fd, n)
+    if len(data) == n:
+        return data
+    parts, got = [data], len(data)
+    while data and got < n:
+        data = os.read(fd, n - got)
+        parts.append(data)
+        got += len(data)
+    if got < n:
+        raise EOFError
+    return b"".join(parts)
+
+
 class WorkerDied(Restart):
     """The worker process ended (crashed, killed, os._exit) while it owed an answer."""
 
@@ -263,7 +311,8 @@ def _worker_main(
     place = place or {}
     os.environ.update(place.get("env") or {})  # a deployment's GPU, before any context exists
     pin_cpus(place.get("cpus"))
-    conn.send_bytes(pickle.dumps(("started",), protocol=5))
+    fd = conn.fileno()
+    send_msg(fd, pickle.dumps(("started",), protocol=5))
     ctx = Context(name, instance, instances, app_id)
     ctx.gpu = place.get("gpu")
     ctx.flow_id = flow_id
@@ -273,7 +322,7 @@ def _worker_main(
     rx = Receiver(counts=False, keep=True)
 
     def reply(*msg) -> None:
-        conn.send_bytes(pickle.dumps(msg, protocol=5))
+        send_msg(fd, pickle.dumps(msg, protocol=5))
 
     def failure(exc: BaseException, call: int | None = None) -> tuple:
         return ("error", type(exc).__name__, str(exc), traceback.format_exc(), call)
@@ -328,7 +377,7 @@ def _worker_main(
                 msg = ("ok", body, ctx.tick_at, ctx.flow_id, call, forwarded, span)
             except Exception as exc:
                 msg = failure(exc, call)
-            conn.send_bytes(pickle.dumps(msg, protocol=5))
+            send_msg(fd, pickle.dumps(msg, protocol=5))
             if kind == "close":
                 return
     finally:
@@ -344,13 +393,14 @@ def _worker_main(
 def _reader(conn, direct_in, busy_poll_ns: int = 0):
     """The next message, from the app or (with a direct edge in) from the worker before; with
     `busy_poll_ns`, the pipes are polled without sleeping for that long first."""
+    app_fd = conn.fileno()
     if direct_in is None and not busy_poll_ns:
-        return lambda: (conn, conn.recv_bytes())
+        return lambda: (conn, recv_msg(app_fd))
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
     if direct_in is not None:
         poller.register(direct_in.fileno(), select.POLLIN)
-    app_fd = conn.fileno()
+    direct_fd = direct_in.fileno() if direct_in is not None else None
     poll, clock = poller.poll, time.perf_counter_ns
 
     def ready() -> list:
@@ -366,9 +416,9 @@ def _reader(conn, direct_in, busy_poll_ns: int = 0):
         while True:
             for fd, _ in ready():
                 if fd == app_fd:
-                    return conn, conn.recv_bytes()
+                    return conn, recv_msg(app_fd)
                 try:
-                    return direct_in, direct_in.recv_bytes()
+                    return direct_in, recv_msg(direct_fd)
                 except EOFError:  # every sender closed it: the app's end only, then
                     poller.unregister(fd)
 
@@ -383,6 +433,7 @@ class _Forward:
     def __init__(self, component: Component, name: str, pool: Pool, port, dst_port, out_conn):
         self.component, self.name, self.pool = component, name, pool
         self.port, self.dst_port, self.conn = port, dst_port, out_conn
+        self.fd = out_conn.fileno()
         # Arrays in frame blocks go by reference without a lend: the app, which is lent them,
         # keeps the same frame alive until the next worker has answered. Small arrays are
         # copied into this arena, rewritten only once the next worker is idle again.
@@ -400,9 +451,7 @@ class _Forward:
             frame = out.get(self.port)
             body = frame_message(self.dst_port, frame, current, self.pool, False, copies)
             if body is not None:
-                self.conn.send_bytes(
-                    pickle.dumps(("process", body, [], None, call, None), protocol=5)
-                )
+                send_msg(self.fd, pickle.dumps(("process", body, [], None, call, None), protocol=5))
                 return True
         try:
             pairs = output_packets(self.component, self.name, out, current)
@@ -412,7 +461,7 @@ class _Forward:
         if len(mine) != 1:
             return False
         body = encode({self.dst_port: mine[0]}, self.arena, self.pool, False, copies)
-        self.conn.send_bytes(pickle.dumps(("process", body, [], None, call, None), protocol=5))
+        send_msg(self.fd, pickle.dumps(("process", body, [], None, call, None), protocol=5))
         return True
 
 
@@ -548,7 +597,7 @@ class ProcessNode(Node):
             raise WorkerDied(f"no worker for {what} (stopped)")
         try:
             if timeout is None or conn.poll(timeout):
-                return pickle.loads(conn.recv_bytes())
+                return pickle.loads(recv_msg(conn.fileno()))
         except (EOFError, OSError, ValueError):  # closed under us: it died or was killed
             code = _exit_code(proc)
             self._kill()
@@ -577,7 +626,7 @@ class ProcessNode(Node):
             # the context must not keep asking for a tick that has passed.
             returns = self.rx.take_returns()
             request = (kind, body, returns, self.ctx.tick_at, call, direct)
-            self.conn.send_bytes(pickle.dumps(request, protocol=5))
+            send_msg(self.conn.fileno(), pickle.dumps(request, protocol=5))
         except (BrokenPipeError, ConnectionResetError, OSError):
             if direct is not None:
                 d.release()

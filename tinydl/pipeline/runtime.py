@@ -252,6 +252,9 @@ class Node:
         if self.inbox is not None:
             self.inbox.owner = self
         self.outlets: dict[str, list[Route]] = {}
+        # A thread source's one output port and its one route (`_wire`): its frames go by
+        # `_send_made`, the short way.
+        self.lone_route: tuple[str, Route] | None = None
         self.sink = False
         self.seq: Sequencer | None = None  # set when this node's outputs are collected
         self.stats = NodeStats(self.name, type(component).__name__, self.executor)
@@ -462,15 +465,18 @@ class Node:
             if out is None:
                 break
             dur = time.perf_counter_ns() - t0
-            try:
-                pairs = output_packets(self.component, self.name, out, current)
-            except PipelineError as exc:
-                self._call_failed([], [], "bad output", exc)
-                break
-            if limit is not None and not wait and self.ledger.in_flight(ctx.flow_id) >= limit:
-                self._hold(pairs)
+            if limit is None and self._send_made(out, current):
+                pass
             else:
-                self._deliver(pairs, [], [])
+                try:
+                    pairs = output_packets(self.component, self.name, out, current)
+                except PipelineError as exc:
+                    self._call_failed([], [], "bad output", exc)
+                    break
+                if limit is not None and not wait and self.ledger.in_flight(ctx.flow_id) >= limit:
+                    self._hold(pairs)
+                else:
+                    self._deliver(pairs, [], [])
             done = (t0, dur, 1, None, request_id, [(ctx.flow_id, request_id)])
             request_id += 1
         if done is not None:
@@ -478,6 +484,23 @@ class Node:
         if self.flow_held is not None:  # the last frame made: it goes once a slot is free
             self.ledger.wait_below(ctx.flow_id, limit)
             self._send_held(STOPPED if rt.stopping else None)
+
+    def _send_made(self, out: Any, current: Packet) -> bool:
+        """Send a source's call's outputs the short way when they are one value (or Packet) on
+        its one port with its one route — what `output_packets` and `_deliver` would do, with
+        less Python between the call's return and the consumer's wake-up (the thread hop);
+        False, having sent nothing, for anything else."""
+        lone = self.lone_route
+        if lone is None or type(out) is not dict or len(out) != 1:
+            return False
+        port, route = lone
+        value = out.get(port, current)
+        if value is current or type(value) is list:
+            return False
+        packet = value if type(value) is Packet else current.derive(value)
+        self.ledger.add(packet.keys())
+        route.put(route.pick(packet), packet)
+        return True
 
     def _pause(self, delay: float) -> bool:
         """Sleep until a source's next tick, sending its held frame as soon as its flow has
@@ -920,6 +943,15 @@ class Runtime:
         for nodes in self.nodes.values():
             for node in nodes:
                 node.sink = not node.outlets and not node.component.outputs
+                routes = next(iter(node.outlets.values()), [])
+                if (
+                    type(node) is Node
+                    and node.inbox is None
+                    and len(node.component.outputs) == 1
+                    and len(node.outlets) == 1
+                    and len(routes) == 1
+                ):
+                    node.lone_route = (next(iter(node.outlets)), routes[0])
 
     def all_nodes(self) -> list[Node]:
         return [n for nodes in self.nodes.values() for n in nodes]
