@@ -243,32 +243,27 @@ def test_a_lone_frame_goes_direct_as_the_general_path_would_send_it():
     import pickle
 
     from tinydl.pipeline.packet import Frame, Packet
-    from tinydl.pipeline.process import _Forward, encode
+    from tinydl.pipeline.process import _Forward, encode, recv_msg
     from tinydl.pipeline.shm import Pool
-
-    class Conn:
-        def __init__(self):
-            self.sent = []
-
-        def send_bytes(self, data):
-            self.sent.append(pickle.loads(data))
 
     class Two(Scale):
         outputs = {"out": object, "side": object}
 
     pool = Pool(segment_prefix() + "test_", lends=True)
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    forward = _Forward(Two(), "s0", pool, "out", "in", writer)
     try:
-        conn = Conn()
-        forward = _Forward(Two(), "s0", pool, "out", "in", conn)
         image = pool.empty((270, 480, 3), np.uint8)
         image[...] = 7
         frame, current = Frame(image, "bgr", 0.5), Packet(None, 3, 9, 1234, "app")
         assert forward.send({"out": frame}, {}, (11, current), {})
         want = encode({"in": current.derive(frame)}, forward.arena, pool, False, {})
-        assert conn.sent[0] == ("process", want, [], None, 11, None)
+        assert pickle.loads(recv_msg(reader.fileno())) == ("process", want, [], None, 11, None)
         assert want[0] == 1 and want[1] == "in" and want[3:] == ("bgr", 0.5, 3, 9, 1234, "app")
         assert forward.send({"out": frame, "side": 1}, {"in": current}, 12, {})
-        assert conn.sent[1] == ("process", want, [], None, 12, None)
+        assert pickle.loads(recv_msg(reader.fileno())) == ("process", want, [], None, 12, None)
     finally:
         forward.arena.release()
         pool.close()
+        reader.close()
+        writer.close()

@@ -175,6 +175,12 @@ class Arena:
             self.shm = SharedMemory(name=name, create=True, size=size)
         return self.shm
 
+    def close(self) -> None:
+        """Unmap the segment, leaving its name for whoever unlinks it (`sweep`)."""
+        if self.shm is not None:
+            _close(self.shm)
+            self.shm = None
+
     def release(self) -> None:
         if self.shm is not None:
             _close(self.shm)
@@ -386,7 +392,9 @@ def _worker_main(
         rx.close()
         arena.release()
         if forward is not None:
-            forward.arena.release()
+            # Not unlinked: the next worker may not have read the last packet sent down the
+            # direct edge yet (this worker's inputs ended first); the app sweeps it at its end.
+            forward.arena.close()
         pool.close()
 
 
