@@ -50,8 +50,8 @@ ALIGN = 64
 # -- messages on a pipe ----------------------------------------------------------------------
 # The framing of multiprocessing's Connection (a 4-byte big-endian length, -1 then 8 bytes for
 # messages over 2 GiB), read and written with os.read/os.write on the pipe's descriptor: the
-# Connection's own methods run several times more Python per message (a BytesIO per read, two
-# buffered reads), which a worker woken from sleep pays with cold caches on every hop.
+# Connection's own methods run more Python per message (checks, a BytesIO per read), which a
+# worker woken from sleep runs with cold caches on every hop.
 
 
 def send_msg(fd: int, data: bytes) -> None:
@@ -405,7 +405,7 @@ def _reader(conn, direct_in, busy_poll_ns: int = 0):
     if direct_in is None and not busy_poll_ns:
         return lambda: (conn, recv_msg(app_fd))
     poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN)
+    poller.register(app_fd, select.POLLIN)
     if direct_in is not None:
         poller.register(direct_in.fileno(), select.POLLIN)
     direct_fd = direct_in.fileno() if direct_in is not None else None

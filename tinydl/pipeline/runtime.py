@@ -465,9 +465,7 @@ class Node:
             if out is None:
                 break
             dur = time.perf_counter_ns() - t0
-            if limit is None and self._send_made(out, current):
-                pass
-            else:
+            if limit is not None or not self._send_made(out, current):
                 try:
                     pairs = output_packets(self.component, self.name, out, current)
                 except PipelineError as exc:
