@@ -121,3 +121,27 @@ def test_a_bad_port_from_a_source_is_still_an_error():
     report, sink = run([{"out": 1}, {"nope": 2}, {"out": 3}])
     assert [p.payload for p in sink.packets] == [1]
     assert any("nope" in e for e in report.errors)
+
+
+class Double(Component):
+    inputs = {"in": object}
+    outputs = {"out": object}
+
+    def process(self, ctx, inputs):
+        return {"out": 2 * inputs["in"].payload}
+
+
+@pytest.mark.parametrize("timeout", [30.0, 1e9])
+def test_a_worker_with_a_timeout_answers_through_poll(timeout):
+    """A process component with a timeout has its answers waited for by poll(2); one past
+    poll's range (24.8 days) waits as if it had none."""
+    app = App("wire-timeout")
+    app.add("src", Emit([{"out": i} for i in range(5)]))
+    app.add("double", Double(), executor="process", timeout=timeout)
+    sink = Collect()
+    app.add("sink", sink)
+    app.connect("src", "double")
+    app.connect("double", "sink")
+    report = app.run(timeout=60)
+    assert report.balanced, report.accounting()
+    assert [p.payload for p in sink.packets] == [0, 2, 4, 6, 8]
