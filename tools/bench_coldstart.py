@@ -15,7 +15,9 @@ was before those caches. Reported per model, backend
 and start: import, load, compile, first run (with its host read-back; the random inputs'
 generator is made with the imports, since NumPy imports numpy.random, 6-12 ms, on its first use)
 and the total, in seconds,
-with the kernels compiled and the compile threads' summed time on cuda.
+with the kernels compiled and the compile threads' summed time: NVRTC's on cuda; on webgpu the
+pipelines made, each from a shader module, and the time the threads spent making them (a warm
+start makes them again from the driver's shader cache).
 
 Python's own bytecode is there for every start, as in an installed package (pip writes it):
 the children keep their .pyc files in one folder for the whole run (PYTHONPYCACHEPREFIX, even
@@ -92,6 +94,10 @@ stats = {}
 if backend == "cuda":
     from tinydl.backends.cuda.context import get_context
     stats = dict(get_context().stats)
+elif backend == "webgpu":  # pipelines made (a shader module each) and their summed thread time
+    from tinydl.backends.webgpu.context import get_context
+    st = get_context().stats
+    stats = {"compiled": st["pipelines"], "compile_s": st["compile_s"]}
 print(json.dumps({"import": t1 - t0, "device": t15 - t1, "load": t2 - t15,
                   "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats,
                   "cache": sess.profile()["init"].get("cache"),
@@ -218,7 +224,7 @@ def main(argv=None) -> int:
     rows = []
     print(
         "| model | backend | start | import s | device s | load s | compile s | first run s | "
-        "total s | kernels compiled | NVRTC thread s | session cache |"
+        "total s | kernels compiled | compile thread s | session cache |"
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.models.split(","):
@@ -246,11 +252,11 @@ def main(argv=None) -> int:
                     if label.startswith("warm"):
                         totals.append(r["load"] + r["compile"] + r["first_run"])
                     st = r["stats"]
-                    cuda = f"{st['compiled']} | {st['compile_s']:.1f}" if st else " | "
+                    made = f"{st['compiled']} | {st['compile_s']:.2f}" if st else " | "
                     print(
                         f"| {name} | {backend} | {label} | {r['import']:.2f} | {r['device']:.2f} | "
                         f"{r['load']:.3f} | "
-                        f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {cuda} | "
+                        f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {made} | "
                         f"{r.get('cache')}{_saved(r)} |",
                         flush=True,
                     )
