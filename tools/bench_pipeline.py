@@ -12,7 +12,8 @@ packet every --gap-us so the receiver is idle, waiting, each time: the figure in
 up. For scale, the same measurement between two bare threads and a queue.SimpleQueue (written
 in C: about the cheapest wake-up CPython has) is reported as the floor, at the thread hops' gap
 and again at the 1080p hops' (a core asleep longer wakes more slowly), and between two bare
-processes and a pipe (the process hop's floor), at the gap of the 1080p hops.
+processes and a pipe (the process hop's floor), at the gap of the 1080p hops; each hop's p50 is
+printed over its floor's from the same run too.
 
 Throughput: source -> stage -> stage -> sink, as many packets as the pipeline takes, trivial
 payloads (framework overhead) and 640x480 RGB frames (each stage passes the frame on; with the
@@ -327,7 +328,18 @@ def main() -> None:
         results["ray_1080p_50fps"] = median_of(ray_chain, 100, 0.02)
         ray.shutdown()
     print(f"machine: {results['machine']}")
-    print(f"{'hop latency':36} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'hops':>7}")
+    # Each hop's p50 over the floor measured beside it in this run (the same wake-up, bare).
+    against = {
+        "hop_thread": "floor_simple_queue",
+        "hop_thread_no_inline": "floor_simple_queue",
+        "hop_process_1080p": "floor_pipe_1080p_gap",
+        "hop_thread_to_process_1080p": "floor_pipe_1080p_gap",
+        "hop_process_1080p_polled": "floor_pipe_polled",
+        "hop_thread_to_process_1080p_polled": "floor_pipe_polled",
+    }
+    print(
+        f"{'hop latency':36} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'hops':>7} {'p50/floor':>9}"
+    )
     for key, label in [
         ("floor_simple_queue", "floor: bare threads, SimpleQueue"),
         ("hop_thread", "thread executor (inlined call)"),
@@ -344,7 +356,16 @@ def main() -> None:
         if key not in results:
             continue
         r = results[key]
-        print(f"{label:36} {r['p50_us']:8.1f} {r['p90_us']:8.1f} {r['p99_us']:8.1f} {r['hops']:7d}")
+        floor_key = against.get(key)
+        ratio = (
+            f"{r['p50_us'] / results[floor_key]['p50_us']:8.2f}x"
+            if floor_key in results and results[floor_key]["p50_us"] > 0
+            else ""
+        )
+        print(
+            f"{label:36} {r['p50_us']:8.1f} {r['p90_us']:8.1f} {r['p99_us']:8.1f} {r['hops']:7d} "
+            f"{ratio:>9}"
+        )
     print(f"\n{'4-stage throughput':36} {'items/s':>10} {'us/item':>9}")
     for key in [k for k in results if k.startswith("throughput")]:
         r = results[key]
