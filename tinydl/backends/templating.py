@@ -86,17 +86,21 @@ def _module(package: str, name: str):
         return None
 
 
-def _fits(mod, source: str) -> bool:
+def _fitting(package: str, name: str, read) -> dict[str, Any] | None:
+    """The namespace of template `name`'s compiled module when there is one made from its
+    source (`read(name)`, read only where there is a module to check) by this Jinja2."""
     import jinja2
 
-    return mod.SOURCE_SHA1 == digest(source) and mod.JINJA2_VERSION == jinja2.__version__
+    mod = _module(package, name)
+    if mod is None or mod.JINJA2_VERSION != jinja2.__version__:
+        return None
+    return mod.__dict__ if mod.SOURCE_SHA1 == digest(read(name)) else None
 
 
 def compiled(package: str, name: str, source: str) -> dict[str, Any] | None:
     """The namespace of template `name`'s compiled module when there is one made from this
     source by this Jinja2, else None."""
-    mod = _module(package, name)
-    return mod.__dict__ if mod is not None and _fits(mod, source) else None
+    return _fitting(package, name, lambda _: source)
 
 
 def loader(package: str, read):
@@ -110,11 +114,9 @@ def loader(package: str, read):
             return read(name), filename(package, name), lambda: True
 
         def load(self, environment, name, globals=None):
-            # (the source is read here only to check a compiled module: without one, the
-            # bytecode-cache path below reads it once)
-            mod = _module(package, name)
-            if mod is None or not _fits(mod, read(name)):
+            namespace = _fitting(package, name, read)
+            if namespace is None:  # (compiled through the bytecode cache, as without a wheel)
                 return super().load(environment, name, globals)
-            return environment.template_class.from_module_dict(environment, mod.__dict__, globals)
+            return environment.template_class.from_module_dict(environment, namespace, globals)
 
     return Loader()
