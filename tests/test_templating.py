@@ -125,13 +125,30 @@ def test_no_compiled_module_falls_back_to_compiling(monkeypatch):
     assert "fn " in env.get_template("common.wgsl").render()
 
 
-def test_jinja2_is_imported_ahead_once_a_process():
-    """A GPU context imports Jinja2 on a thread while it makes its device: one thread a
-    process, after which the templates' runtime is there."""
-    prefetch = planned.prefetch_templates
-    prefetch()
-    first = planned._prefetching
-    prefetch()
-    assert planned._prefetching is first
-    first.join(timeout=60)
-    assert "jinja2.runtime" in sys.modules
+def test_imports_ahead_once_a_process():
+    """A GPU context imports Jinja2 and what a session needs on a thread while it makes its
+    device: each module once a process, after which they are there."""
+    first = planned.prefetch_imports("tinydl.backends.webgpu.program")
+    if first is not None:
+        first.join(timeout=60)
+    assert planned.prefetch_imports("tinydl.backends.webgpu.program") is None
+    for name in ("jinja2.runtime", *planned.SESSION_MODULES, "tinydl.backends.webgpu.program"):
+        assert name in sys.modules, name
+    later = planned.prefetch_imports("tinydl.backends.cuda.kernels")  # only what is new
+    if later is not None:
+        later.join(timeout=60)
+        assert "tinydl.backends.cuda.kernels" in sys.modules
+
+
+def test_starting_the_cuda_driver_ahead_is_quiet_without_one(monkeypatch):
+    """The CUDA context starts the driver through ctypes (the GIL let go meanwhile); where the
+    library cannot be loaded that is left to CuPy, which says what is wrong."""
+    import ctypes
+
+    from tinydl.backends.cuda import context
+
+    def missing(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert context._start_driver(0) is None

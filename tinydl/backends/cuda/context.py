@@ -83,6 +83,23 @@ def cache_dir() -> Path:
     return tinydl_cache("cuda")
 
 
+def _start_driver(index: int) -> None:
+    """Start the driver and device `index`'s primary context (the one CUDA's runtime, and so
+    CuPy, uses) through ctypes, which lets go of the GIL during the call: CuPy's own first calls
+    hold it for the 0.1-0.3 s the driver takes to start, which would keep the imports
+    `prefetch_imports` runs from overlapping it. Nothing when the driver library cannot be
+    loaded or a call fails: CuPy's calls then start it, and say what is wrong."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+        device, context = ctypes.c_int(), ctypes.c_void_p()
+        if lib.cuInit(0) == 0 and lib.cuDeviceGet(ctypes.byref(device), index) == 0:
+            lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+    except (OSError, AttributeError):
+        return
+
+
 class Context:
     """One CUDA device: compiles and caches kernels, owns the capture stream."""
 
@@ -96,9 +113,11 @@ class Context:
                 "(or the cupy-cudaXXx wheel matching your CUDA driver)"
             ) from exc
         self.cp, self.nvrtc = cupy, nvrtc
-        from tinydl.backends.planned import prefetch_templates
+        from tinydl.backends.planned import prefetch_imports
 
-        prefetch_templates()  # (Jinja2 imported while CUDA starts)
+        # What a compile or a kept session needs, imported while the driver starts.
+        ahead = prefetch_imports("tinydl.backends.cuda.program")
+        _start_driver(index)
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # noqa: BLE001 - no driver, no device: the same answer
@@ -147,6 +166,8 @@ class Context:
 
         t = cupy.ndarray
         register_device_array(f"{t.__module__}.{t.__qualname__}", _array_name)
+        if ahead is not None:
+            ahead.join()
 
     def _snapshot_id(self) -> tuple:
         """How a pickled session names this context (tinydl/snapshot.py)."""

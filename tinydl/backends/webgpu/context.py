@@ -135,9 +135,10 @@ class Context:
     def __init__(self, index: int | None = None):
         wgpu = import_wgpu()
         t0 = time.perf_counter()
-        from tinydl.backends.planned import prefetch_templates
+        from tinydl.backends.planned import prefetch_imports
 
-        prefetch_templates()  # (Jinja2 imported while the driver makes the device)
+        # (what a compile or a kept session needs, imported while the driver makes the device)
+        ahead = prefetch_imports("tinydl.backends.webgpu.program")
         from tinydl.backends.webgpu.cffi_types import prewarm
 
         prewarm()  # wgpu-py's C types parsed in one pass, not one at a time
@@ -180,6 +181,8 @@ class Context:
         threading.Thread(
             target=self._make_first_staging, name="tinydl-webgpu-staging", daemon=True
         ).start()
+        if ahead is not None:
+            ahead.join()
 
     def _make_first_staging(self) -> None:
         u = self.wgpu.BufferUsage
