@@ -473,6 +473,40 @@ def test_a_webgpu_plan_is_read_back_and_runs_alike(caches, webgpu, tmp_path, rng
         assert all(c.host is None for c in kernel._constants.values())
 
 
+def test_a_webgpu_session_read_back_compiles_its_shaders_first(
+    caches, webgpu, tmp_path, rng, monkeypatch
+):
+    """A kernel's shaders lead its pickled state: reading the session queues every pipeline
+    on the compile threads before the rest (constants, plans) is read."""
+    from tinydl.backends.webgpu import context as wctx
+    from tinydl.backends.webgpu import program
+
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first = td.compile(td.load(path), backends=("webgpu",))
+    snapshot.wait_for_writes()
+    (plan,) = first.partitions[0].kernel.plans.values()
+    sources = {s.source for s in plan.steps if s.source}
+    ctx = wctx.get_context()
+    with ctx._pipelines_lock:
+        ctx._pipelines.clear()  # as in a new process: nothing compiled yet
+    queued = []
+    real = program._compile_ahead
+
+    def spy(c, shaders):
+        queued.append((c, [s for s, _ in shaders], ctx.stats["buffers"]))
+        return real(c, shaders)
+
+    monkeypatch.setattr(program, "_compile_ahead", spy)
+    second = td.compile(td.load(path), backends=("webgpu",))
+    assert cache_state(second) == "hit"
+    ((c, shaders, buffers),) = queued
+    assert c is ctx and set(shaders) == sources
+    assert buffers < ctx.stats["buffers"]  # queued before the constants were uploaded
+    x = feeds(rng)
+    np.testing.assert_array_equal(second.run(x)["y"], first.run(x)["y"])
+    assert "_ahead" not in second.partitions[0].kernel.__dict__
+
+
 def test_a_webgpu_session_of_symbolic_shapes_keeps_its_first_plan(caches, webgpu, tmp_path, rng):
     """Inputs of symbolic shape: the plan is made at the first run, and that run keeps the
     session again with it (once); a session read back before any run does the same."""

@@ -947,10 +947,37 @@ def _writes(queries, begin: int | None, end: int | None) -> dict | None:
     return writes
 
 
+class _ShadersAhead:
+    """A kernel's shaders at the head of its pickled state: read back, they are queued on the
+    context's compile threads at once (`_compile_ahead`), so the driver makes the pipelines
+    while the rest of the session is read and its constants uploaded; each plan's `restored`
+    then finds its pipelines made or on their way."""
+
+    def __init__(self, ctx, shaders: list[tuple[str, str]]):
+        self.ctx, self.shaders = ctx, shaders
+
+    def __reduce__(self):
+        return _compile_ahead, (self.ctx, self.shaders)
+
+
+def _compile_ahead(ctx, shaders: list[tuple[str, str]]) -> None:
+    for source, label in shaders:
+        ctx.pipeline_soon(source, label)
+
+
 class WebGPUKernel(planned.PlannedKernel):
     """A partition compiled for WebGPU."""
 
     plan_class = Plan
+
+    def __getstate__(self) -> dict:
+        shaders = {
+            step.source: step.label
+            for plan in self.plans.values()
+            for step in plan.steps
+            if isinstance(step, Dispatch) and step.source
+        }
+        return {"_ahead": _ShadersAhead(self.ctx, list(shaders.items())), **super().__getstate__()}
 
     def input_info(self, shape, dtype) -> Info:
         return Info(shape, dtype, LOGICAL[dtype])
@@ -980,6 +1007,7 @@ class WebGPUKernel(planned.PlannedKernel):
         )
 
     def restored(self) -> None:
+        self.__dict__.pop("_ahead", None)
         # (a kernel without a plan keeps its first plan's constants: Session._keep_later)
         self._snapshot_done = bool(self.plans)
         super().restored()
