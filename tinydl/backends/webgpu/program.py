@@ -979,6 +979,10 @@ class WebGPUKernel(planned.PlannedKernel):
         }
         return {"_ahead": _ShadersAhead(self.ctx, list(shaders.items())), **super().__getstate__()}
 
+    def __setstate__(self, state: dict) -> None:
+        state.pop("_ahead", None)  # (its work done as it was read: `_compile_ahead`)
+        self.__dict__.update(state)
+
     def input_info(self, shape, dtype) -> Info:
         return Info(shape, dtype, LOGICAL[dtype])
 
@@ -1007,7 +1011,6 @@ class WebGPUKernel(planned.PlannedKernel):
         )
 
     def restored(self) -> None:
-        self.__dict__.pop("_ahead", None)
         # (a kernel without a plan keeps its first plan's constants: Session._keep_later)
         self._snapshot_done = bool(self.plans)
         super().restored()
