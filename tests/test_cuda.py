@@ -77,15 +77,19 @@ def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
 )
 @pytest.mark.parametrize("on_input", [False, True])
 @pytest.mark.parametrize("precision", ["fp16", "fp16-exact-weights", "tf32", "fp32"])
+@pytest.mark.parametrize("kernels", ["off", "only"])
 def test_conv_tensor_cores_match_the_reference(
-    n, c, oc, hw, k, stride, on_input, precision, rng, monkeypatch
+    n, c, oc, hw, k, stride, on_input, precision, kernels, rng, monkeypatch
 ):
     """Convolutions on tensor cores (implicit GEMM; fp16: weights rounded to fp16, or with
     conv_exact_weights as hi + lo fp16 parts; tf32: float32 values, operands rounded to tf32;
     fp32: 3xTF32), with bias, ReLU and a residual fused, against the NumPy reference and the
     CUDA-core kernel; `on_input`: the convolution reads the graph's float32 input (at fp16 made
-    fp16 first)."""
-    options = {"conv_exact_weights": precision.endswith("exact-weights")}
+    fp16 first). `kernels`: the layer's own kernel ("off") or the generic one ("only")."""
+    options = {
+        "conv_exact_weights": precision.endswith("exact-weights"),
+        "generic_kernels": kernels,
+    }
     precision = precision.split("-")[0]
     w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     bias = rng.standard_normal(oc).astype(np.float32)
@@ -138,10 +142,13 @@ def test_conv_tensor_cores_match_the_reference(
 
 @pytest.mark.parametrize(("c", "group"), [(64, 8), (256, 16), (128, 4), (192, 12)])
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
-def test_grouped_conv_tensor_cores_match_the_reference(c, group, precision, rng, monkeypatch):
+@pytest.mark.parametrize("kernels", ["off", "only"])
+def test_grouped_conv_tensor_cores_match_the_reference(
+    c, group, precision, kernels, rng, monkeypatch
+):
     """Grouped convolutions on tensor cores (each tile reading its groups' channels; one
     tile of channels, several, and a tile count that is not a power of two) against the
-    NumPy reference."""
+    NumPy reference; each layer's own kernel and the generic one."""
     from helpers.models import conv_graph
 
     import tinydl.backends.cuda.kernels.conv as conv_kernels
@@ -154,7 +161,9 @@ def test_grouped_conv_tensor_cores_match_the_reference(c, group, precision, rng,
         conv_kernels, "conv_tensor_cores", lambda b, *a: taken.append(b.node.name) or real(b, *a)
     )
     want = td.compile(graph, backends=("numpy",)).run(x)["y"]
-    got = td.compile(graph, backends=("cuda",), precision=precision).run(x)["y"]
+    options = {"cuda": {"generic_kernels": kernels}}
+    got = td.compile(graph, backends=("cuda",), precision=precision, backend_options=options)
+    got = got.run(x)["y"]
     assert taken == ["conv"]
     assert rel_err(got, want) <= {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
 
@@ -175,11 +184,54 @@ def test_convolutions_sharing_one_kernel_match_the_reference(precision, rng, mon
     graph = conv_stack_graph(rng)
     x = {"x": rng.standard_normal((3, 32, 23, 29)).astype(np.float32)}
     want = td.compile(graph, backends=("numpy",)).run(x)["y"]
-    got = td.compile(graph, backends=("cuda",), precision=precision, strict=True).run(x)["y"]
-    assert rel_err(got, want) <= {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
+    tolerance = {"fp16": 1e-2, "tf32": 3e-3, "fp32": 1e-5}[precision]
+    off = {"cuda": {"generic_kernels": "off"}}
+    got = td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True, backend_options=off
+    ).run(x)["y"]
+    assert rel_err(got, want) <= tolerance
     gemms = [src for src in asked if "implicit GEMM" in src and " k(" in src]
     assert len(gemms) == len(CONV_STACK) + DENSE_LAYERS
     assert len(set(gemms)) == len(CONV_STACK) + 1
+    # The same layers on generic kernels alone (every extent at launch).
+    only = {"cuda": {"generic_kernels": "only"}}
+    got = td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True, backend_options=only
+    ).run(x)["y"]
+    assert rel_err(got, want) <= tolerance
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_a_cold_plan_runs_generic_kernels_then_its_own(precision, rng, monkeypatch, tmp_path):
+    """With an empty kernel cache a plan's first runs take the generic convolution kernels
+    while the layers' own compile on the later threads; then it switches to those (its CUDA
+    graphs captured again) and the outputs stay the reference's. A second compile runs the
+    layers' own kernels from its first run."""
+    from helpers.models import conv_stack_graph
+
+    monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path / "cache"))
+    graph = conv_stack_graph(rng)
+    x = {"x": rng.standard_normal((3, 32, 23, 29)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    tolerance = {"fp16": 1e-2, "fp32": 1e-5}[precision]
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    assert plan.generic_steps > 0
+    generic = [step.fn for step in plan.steps]
+    first = sess.run(x)["y"]
+    assert rel_err(first, want) <= tolerance
+    second = sess.run(x)["y"]  # (a CUDA graph, of generic kernels unless switched already)
+    assert rel_err(second, want) <= tolerance
+    assert plan.upgrade(wait=True)
+    init = sess.profile()["partitions"][0]["init"]
+    assert init["generic_left"] == 0 and init["upgraded_s"] is not None
+    assert [step.fn for step in plan.steps] != generic
+    for _ in range(3):  # the first run launches, the next capture and replay a graph
+        assert rel_err(sess.run(x)["y"], want) <= tolerance
+    assert plan.graphs
+    again = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    assert only_plan(kernel_of(again, "cuda")).generic_steps == 0
+    assert rel_err(again.run(x)["y"], want) <= tolerance
 
 
 def test_espcn_fp32_matches_cpu(tmp_path, rng):

@@ -72,6 +72,9 @@ def _fixed(graph, shape):
     return graph
 
 
+# The specialized kernels alone (no generic kernel first): what the structure tests look at.
+SPECIALIZED = {"cuda": {"generic_kernels": "off"}}
+
 REAL = {
     "ch_PP-OCRv4_det_infer.onnx": (1, 3, 192, 384),
     "ch_PP-OCRv4_rec_infer.onnx": (1, 3, 48, 320),
@@ -103,7 +106,9 @@ def test_float32_convolutions_take_tf32_tensor_cores(fake_device, c, k, oc, prec
     import tinydl.backends.cuda.context as context
 
     graph = conv_graph(np.random.default_rng(0), (1, c, 30, 30), oc, k)
-    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    sess = td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True, backend_options=SPECIALIZED
+    )
     plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.op for n in plan.nodes] == ["Relu", "tinydl.FusedConv"], plan.nodes
     sources = [src for src in context._contexts[0]._seen if "implicit GEMM" in src]
@@ -129,7 +134,9 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
 
     context._contexts[0]._seen.clear()
     graph = conv_stack_graph(np.random.default_rng(0))
-    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    sess = td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True, backend_options=SPECIALIZED
+    )
     gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
     assert len(gemms) == len(CONV_STACK) + 1
     assert sum("fast_div(kk, g.ct_mul" in s for s in gemms) == 1  # the dense block's
@@ -143,7 +150,7 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
     context._contexts[0]._seen.clear()
     sess = td.compile(
         graph, backends=("cuda",), precision=precision, strict=True,
-        backend_options={"cuda": {"conv_shared_kernels": False}},
+        backend_options={"cuda": {"conv_shared_kernels": False, "generic_kernels": "off"}},
     )  # fmt: skip
     gemms = [s for s in context._contexts[0]._seen if "implicit GEMM" in s and " k(" in s]
     assert len(gemms) == len(CONV_STACK) + DENSE_LAYERS
@@ -210,7 +217,7 @@ def test_fp16_convolution_weights_in_one_part_or_two(fake_device, exact):
     graph = conv_graph(np.random.default_rng(0), (2, 64, 40, 40), 64, 3)
     td.compile(
         graph, backends=("cuda",), precision="fp16", strict=True,
-        backend_options={"cuda": {"conv_exact_weights": exact}},
+        backend_options={"cuda": {"conv_exact_weights": exact, "generic_kernels": "off"}},
     )  # fmt: skip
     (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
     assert ("ldmatrix_x4(l," in gemm) == exact
@@ -231,11 +238,12 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
     import tinydl.backends.cuda.context as context
 
     graph = conv_graph(np.random.default_rng(0), (2, c, 30, 30), oc, 3)
-    td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    options = SPECIALIZED
+    td.compile(graph, backends=("cuda",), precision="fp16", strict=True, backend_options=options)
     (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
     assert f"#define BK {bk}\n" in gemm
     context._contexts[0]._seen.clear()
-    options = {"cuda": {"conv_k_step": 96 - bk}}  # the other step, as asked
+    options = {"cuda": {"conv_k_step": 96 - bk, "generic_kernels": "off"}}  # the other step
     td.compile(graph, backends=("cuda",), precision="fp16", strict=True, backend_options=options)
     (gemm,) = [src for src in context._contexts[0]._seen if "mma16816(acc" in src]
     assert f"#define BK {96 - bk}\n" in gemm
@@ -346,6 +354,7 @@ def _cpu_context(monkeypatch, tmp_path):
     ctx.arch, ctx.nvrtc_version, ctx.smem_optin = "sm_90", (13, 0), 227 << 10
     ctx._lock, ctx._pool = threading.Lock(), None
     ctx._pending, ctx._queued, ctx._where, ctx._weights = {}, {}, {}, {}
+    ctx._later, ctx._later_keys, ctx._later_pool = {}, set(), None
     ctx.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
     ctx._modules = collections.OrderedDict()
     return ctx, loaded

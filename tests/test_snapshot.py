@@ -415,6 +415,11 @@ def fake_cuda(monkeypatch):
 def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, precision):
     path = small_cnn(tmp_path / "m.onnx", rng)
     first, second, p1, p2 = read_back_plans(path, backends=("cuda",), precision=precision)
+    # The first compile ran generic convolution kernels while their own compiled; the session
+    # read back finds those compiled and runs them from the start.
+    assert p1.generic_steps > 0 and p2.generic_steps == 0
+    assert p1.upgrade(wait=True) and p1.upgraded_at is not None
+    assert not any(getattr(step, "upgrade", None) for step in p1.steps + p2.steps)
     assert len(p2.steps) == len(p1.steps) > 3
     for a, b in zip(p1.steps, p2.steps, strict=True):
         assert (a.grid, a.block, a.smem, a.label) == (b.grid, b.block, b.smem, b.label)

@@ -14,10 +14,12 @@ session compiled again (TINYDL_MODEL_CACHE=off, TINYDL_SESSION_CACHE=off), as ev
 was before those caches. Reported per model, backend
 and start: import, load, compile, first run (with its host read-back; the random inputs'
 generator is made with the imports, since NumPy imports numpy.random, 6-12 ms, on its first use)
-and the total, in seconds,
-with the kernels compiled and the compile threads' summed time: NVRTC's on cuda; on webgpu the
-pipelines made, each from a shader module, and the time the threads spent making them (a warm
-start makes them again from the driver's shader cache).
+and the total, in seconds; "own kernels": on cuda, the time from the start until every step
+runs its own kernel (a cold start runs generic convolution kernels first while the layers' own
+compile: backend option generic_kernels, `--backend-options '{"generic_kernels": "off"}'`
+waits for them instead); with the kernels compiled and the compile threads' summed time:
+NVRTC's on cuda; on webgpu the pipelines made, each from a shader module, and the time the
+threads spent making them (a warm start makes them again from the driver's shader cache).
 
 Python's own bytecode is there for every start, as in an installed package (pip writes it):
 the children keep their .pyc files in one folder for the whole run (PYTHONPYCACHEPREFIX, even
@@ -77,7 +79,9 @@ elif backend == "webgpu":
 t15 = time.perf_counter()
 model = td.load(path)
 t2 = time.perf_counter()
-sess = td.compile(model, backends=(backend,), strict=True, precision=precision)
+options = json.loads(os.environ.get("COLDSTART_OPTIONS") or "{}")
+sess = td.compile(model, backends=(backend,), strict=True, precision=precision,
+                  backend_options={backend: options} if options else None)
 t3 = time.perf_counter()
 feeds = {}
 for v in model.inputs:
@@ -87,6 +91,12 @@ for v in model.inputs:
     feeds[v.name] = rng.standard_normal(shape).astype(v.dtype)
 sess.run(feeds)
 t4 = time.perf_counter()
+own = t4  # cuda: when every step runs its own kernel (not a generic one)
+for part in sess.partitions:
+    for plan in getattr(part.kernel, "plans", {}).values():
+        if getattr(plan, "generic_steps", 0):
+            plan.upgrade(wait=True)
+            own = time.perf_counter()
 if prof:
     prof.disable()
     prof.dump_stats(os.environ["COLDSTART_PROFILE"])
@@ -100,6 +110,7 @@ elif backend == "webgpu":  # pipelines made (a shader module each) and their sum
     stats = {"compiled": st["pipelines"], "compile_s": st["compile_s"]}
 print(json.dumps({"import": t1 - t0, "device": t15 - t1, "load": t2 - t15,
                   "compile": t3 - t2, "first_run": t4 - t3, "total": t4 - t0, "stats": stats,
+                  "own_kernels": own - t0,
                   "cache": sess.profile()["init"].get("cache"),
                   "cache_save_s": sess.profile()["init"].get("cache_save_s")}))
 """
@@ -132,6 +143,7 @@ def start(
     pycache: str = "",
     label: str = "cold",
     precision: str = "fp32",
+    options: dict | None = None,
 ) -> dict:
     """One new process's start; `pycache`: the folder of its .pyc files ("": none written).
     The child runs in this checkout's root, so it imports this checkout's tinydl (`python -c`
@@ -159,6 +171,8 @@ def start(
     env.update(drivers)
     if profile:
         env["COLDSTART_PROFILE"] = profile
+    if options:
+        env["COLDSTART_OPTIONS"] = json.dumps(options)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, path, backend, str(threads), precision],
         env=env,
@@ -210,6 +224,12 @@ def main(argv=None) -> int:
         "--precision", default="fp32", help="the sessions' precision (default: %(default)s)"
     )
     ap.add_argument(
+        "--backend-options",
+        type=json.loads,
+        default={},
+        help='JSON: the backend options of every compile, e.g. \'{"generic_kernels": "off"}\'',
+    )
+    ap.add_argument(
         "--warm-starts",
         type=int,
         default=1,
@@ -224,9 +244,9 @@ def main(argv=None) -> int:
     rows = []
     print(
         "| model | backend | start | import s | device s | load s | compile s | first run s | "
-        "total s | kernels compiled | compile thread s | session cache |"
+        "total s | own kernels s | kernels compiled | compile thread s | session cache |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.models.split(","):
         path = model_path(name, args.onnx_dir)
         for backend in args.backends.split(","):
@@ -243,7 +263,7 @@ def main(argv=None) -> int:
                         prof = str(args.profile_dir.resolve() / stem)
                     r = start(
                         path, backend, cache, args.compile_threads, prof, prime, label,
-                        args.precision,
+                        args.precision, args.backend_options,
                     )  # fmt: skip
                     rows.append({"model": name, "backend": backend, "start": label, **r})
                     if "error" in r:
@@ -256,7 +276,8 @@ def main(argv=None) -> int:
                     print(
                         f"| {name} | {backend} | {label} | {r['import']:.2f} | {r['device']:.2f} | "
                         f"{r['load']:.3f} | "
-                        f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | {made} | "
+                        f"{r['compile']:.3f} | {r['first_run']:.3f} | {r['total']:.2f} | "
+                        f"{r['own_kernels']:.2f} | {made} | "
                         f"{r.get('cache')}{_saved(r)} |",
                         flush=True,
                     )

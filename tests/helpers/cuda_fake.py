@@ -50,16 +50,37 @@ class FakeContext:
         self.name = "stand-in"
         self.nvrtc_version = (0, 0)
         self._seen: dict[str, bytes] = {}
+        self._later: dict[str, tuple[str, str]] = {}
 
     def _snapshot_id(self) -> tuple:
         return ("tinydl.backends.cuda.context:get_context", 0)
 
     def prefetch(
-        self, source: str, label: str = "kernel", entry: str = "k", weight: int = 1
+        self,
+        source: str,
+        label: str = "kernel",
+        entry: str = "k",
+        weight: int = 1,
+        later: bool = False,
     ) -> None:
         """Compiled in `function`, one at a time (the real context batches them on threads)."""
+        if later:
+            self._later[source] = (label, entry)
 
     def flush(self) -> None:
+        pass
+
+    def known(self, source: str) -> bool:
+        return source in self._seen
+
+    def compile_later(self, sources: list[str]) -> list:
+        """Compiled here and now (the real context compiles them on its later threads)."""
+        later, self._later = self._later, {}
+        for source, (label, entry) in later.items():
+            self.function(source, entry, label)
+        return []
+
+    def sync(self) -> None:
         pass
 
     def upload(self, host, wait: bool = True, split_tf32: bool = False):

@@ -147,6 +147,9 @@ class Context:
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._queued: dict[str, tuple[str, str, str, str]] = {}
         self._weights: dict[str, int] = {}  # of the queued kernels
+        self._later: dict[str, tuple[str, str, str, str]] = {}  # queued for compile_later
+        self._later_keys: set[str] = set()  # pending on the later threads
+        self._later_pool: concurrent.futures.ThreadPoolExecutor | None = None
         # Source key -> (cubin key, entry suffix) for kernels compiled or found on disk.
         self._where: dict[str, tuple[str, str]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -234,22 +237,70 @@ class Context:
         return where
 
     def prefetch(
-        self, source: str, label: str = "kernel", entry: str = "k", weight: int = 1
+        self,
+        source: str,
+        label: str = "kernel",
+        entry: str = "k",
+        weight: int = 1,
+        later: bool = False,
     ) -> None:
         """Queue `source` for compilation unless it is loaded or on its way; `flush` compiles
-        the queue, `function` waits for it. `weight`: its compile time in small kernels'."""
+        the queue, `function` waits for it. `weight`: its compile time in small kernels'.
+        `later`: for `compile_later` instead (a kernel a plan runs a generic one for first)."""
         key = self._key(source)
         with self._lock:
             if key in self._where or key in self._pending:
                 return
-            self._queued[key] = (key, source, label, entry)
+            queue = self._later if later else self._queued
+            queue[key] = (key, source, label, entry)
             self._weights[key] = max(1, int(weight))
+
+    def known(self, source: str) -> bool:
+        """Whether `source` is compiled, on its way in a flush, or in the disk cache."""
+        key = self._key(source)
+        with self._lock:
+            if key in self._where or (key in self._pending and key not in self._later_keys):
+                return True
+        where = self._cached(key)
+        if where is not None:
+            with self._lock:
+                self._where[key] = where
+        return where is not None
+
+    def compile_later(self, sources: list[str]) -> list[concurrent.futures.Future]:
+        """Compile the kernels queued with `prefetch(later=True)` on the later threads (apart
+        from the compile threads, so that the next plan's compile does not queue behind them);
+        the futures `sources` wait for (none for those already compiled)."""
+        with self._lock:
+            queued, self._later = list(self._later.values()), {}
+            weight = {item[0]: self._weights.pop(item[0], 1) for item in queued}
+        todo = []
+        for item in queued:
+            where = self._cached(item[0])
+            if where is None:
+                todo.append(item)
+            else:
+                with self._lock:
+                    self._where[item[0]] = where
+        with self._lock:
+            if todo:
+                if self._later_pool is None:
+                    self._later_pool = concurrent.futures.ThreadPoolExecutor(
+                        COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc-later"
+                    )
+                for group in _programs(todo, weight):
+                    future = self._later_pool.submit(self._compile, group)
+                    for key, *_ in group:
+                        self._pending[key] = future
+                        self._later_keys.add(key)
+            keys = {self._key(s) for s in sources}
+            return list({id(f): f for k, f in self._pending.items() if k in keys}.values())
 
     def flush(self) -> None:
         """Compile the queued kernels the disk cache lacks, spread over the compile threads."""
         with self._lock:
             queued, self._queued = list(self._queued.values()), {}
-            weight, self._weights = self._weights, {}
+            weight = {item[0]: self._weights.pop(item[0], 1) for item in queued}
         todo = []
         for item in queued:
             where = self._cached(item[0])
@@ -261,21 +312,12 @@ class Context:
                     self._where[item[0]] = where
         if not todo:
             return
-        chunks = max(1, min(COMPILE_THREADS, sum(weight[i[0]] for i in todo) // MIN_PER_PROGRAM))
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
                 )
-            # Heaviest kernels first, each to the lightest program: programs finish together.
-            groups: list[list] = [[] for _ in range(chunks)]
-            loads = [0] * chunks
-            for item in sorted(todo, key=lambda item: (-weight[item[0]], -len(item[1]))):
-                c = loads.index(min(loads))
-                groups[c].append(item)
-                loads[c] += weight[item[0]]
-            groups = [group for group in groups if group]
-            for group in groups:
+            for group in _programs(todo, weight):
                 future = self._pool.submit(self._compile, group)
                 for key, *_ in group:
                     self._pending[key] = future
@@ -297,6 +339,7 @@ class Context:
                         self._pending.pop(k)
             with self._lock:
                 self._where.update(found)
+                self._later_keys.difference_update(found)
             return found[key]
         where = self._cached(key) or self._compile([(key, source, label, entry)])[key]
         with self._lock:
@@ -555,6 +598,20 @@ def _enqueue_copy():
     fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
+
+
+def _programs(todo: list, weight: dict[str, int]) -> list[list]:
+    """The NVRTC programs to compile `todo` (key, source, label, entry) items in: as many as
+    the compile threads, at least MIN_PER_PROGRAM weight units each; heaviest kernels first,
+    each to the lightest program, so that the programs finish together."""
+    chunks = max(1, min(COMPILE_THREADS, sum(weight[i[0]] for i in todo) // MIN_PER_PROGRAM))
+    groups: list[list] = [[] for _ in range(chunks)]
+    loads = [0] * chunks
+    for item in sorted(todo, key=lambda item: (-weight[item[0]], -len(item[1]))):
+        c = loads.index(min(loads))
+        groups[c].append(item)
+        loads[c] += weight[item[0]]
+    return [group for group in groups if group]
 
 
 def _write_ref(path: Path, text: str) -> None:

@@ -17,8 +17,10 @@ waits for the GPU unless outputs go to the host.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import sys
 import time
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +41,7 @@ from tinydl.backends.fusion import (
 )
 
 MAX_GRAPHS = 8
+GENERIC_MODES = ("first", "off", "only")
 ALIGN = 256
 
 
@@ -77,6 +80,8 @@ class Launch:
     smem: int
     label: str
     deferred: _Deferred | None = None  # where `fn` came from (a snapshot keeps this instead)
+    # A generic kernel run until the step's own compiles: (its _Deferred, its args).
+    upgrade: tuple[_Deferred, list] | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -97,15 +102,33 @@ class Build(planned.Build):
         smem: int = 0,
         label: str = "",
         weight: int = 1,
+        generic: tuple[list, dict] | None = None,
         **params,
     ) -> None:
         """Render `template` with `params`, start compiling it (cached) and append a launch of
         its function `entry` on `grid` x `threads`; `args` are value names, uploaded constants
         or scalars (NumPy's, structured ones as C structs). The function is looked up once
         every kernel of the plan is compiling (`Plan.finish`). `weight`: how many small
-        kernels' compile time this one takes (it spreads the compiling over threads)."""
+        kernels' compile time this one takes (it spreads the compiling over threads).
+        `generic`: (args, params) of the same template rendered for any layer of its kind:
+        where the specialized kernel is not compiled yet (nor in the disk cache), the plan
+        runs the generic one first and compiles the specialized one after (backend option
+        "generic_kernels")."""
         label = label or self.label
         source = render(template, label=label, **params)
+        upgrade = None
+        mode = self.plan.generic_mode
+        if generic is not None and mode != "off":
+            if mode == "only" or not self.ctx.known(source):
+                if mode != "only":
+                    self.ctx.prefetch(source, label, entry, weight, later=True)
+                    upgrade = (
+                        _Deferred(source, entry, label, smem),
+                        [self._resolve(a) for a in args],
+                    )
+                gparams = dict(generic[1])
+                args = generic[0]
+                source = render(template, label=gparams.pop("label", label), **gparams)
         self.ctx.prefetch(source, label, entry, weight)
         fn = _Deferred(source, entry, label, smem)
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple | list) else (grid,)))
@@ -117,7 +140,7 @@ class Build(planned.Build):
         if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
             raise ValueError(f"{self.label}: grid {grid} exceeds the device's limits")
         args = [self._resolve(a) for a in args]
-        self.plan.steps.append(Launch(fn, grid, threads, args, smem, label))
+        self.plan.steps.append(Launch(fn, grid, threads, args, smem, label, upgrade=upgrade))
 
     def _resolve(self, arg):
         """A value name stays a name unless it is a constant: then its uploaded array."""
@@ -194,9 +217,20 @@ class Plan(planned.Plan):
     def const_info(self, value) -> Info:
         return Info(tuple(value.shape), value.dtype.name, value.dtype.name)
 
+    @property
+    def generic_mode(self) -> str:
+        """Backend option "generic_kernels": "first" (default), "off" or "only"."""
+        mode = self.owner.extra.get("generic_kernels", "first")
+        if mode not in GENERIC_MODES:
+            raise ValueError(
+                f"backend option generic_kernels: expected one of {GENERIC_MODES}, got {mode!r}"
+            )
+        return mode
+
     def finish(self) -> None:
         """Compile the plan's kernels together on the NVRTC threads and load their functions;
-        wait for its constants' copies (uploaded without waiting, meanwhile)."""
+        wait for its constants' copies (uploaded without waiting, meanwhile). Steps running a
+        generic kernel have their own compiled after, on the later threads (`upgrade`)."""
         self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
@@ -209,12 +243,58 @@ class Plan(planned.Plan):
         t0 = time.perf_counter()
         self.ctx.wait_uploads()
         self.owner.init["weights_s"] += time.perf_counter() - t0  # (queued in `constant`)
+        later = [step.upgrade[0] for step in self.steps if getattr(step, "upgrade", None)]
+        self.generic_steps = len(later)
+        self.upgrading = self.ctx.compile_later([d.source for d in later]) if later else None
+        self.upgraded_at = None
+        self._finished = time.perf_counter()
+
+    def upgrade(self, wait: bool = False) -> bool:
+        """Switch the steps running generic kernels to their own once those are compiled (or
+        now, waiting for them, with `wait`); True when no step is left generic. The captured
+        graphs hold the generic kernels: they are dropped (after the GPU is done with them)
+        and captured again on the next runs. A specialized kernel that fails to compile
+        leaves its step generic, with a warning naming it."""
+        if self.upgrading is None:
+            return True
+        if not wait and not all(f.done() for f in self.upgrading):
+            return False
+        with self.owner.lock:
+            if self.upgrading is None:
+                return True
+            concurrent.futures.wait(self.upgrading)
+            for step in self.steps:
+                if not getattr(step, "upgrade", None):
+                    continue
+                d, args = step.upgrade
+                try:
+                    where = self.ctx.locate(d.source, d.entry, d.label)
+                    fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
+                        self.ctx.function(d.source, d.entry, d.label, d.smem)
+                    )
+                except Exception as exc:  # noqa: BLE001 - reported; the generic one still runs
+                    warnings.warn(
+                        f"{d.label}: its specialized kernel did not compile, the generic one "
+                        f"stays ({type(exc).__name__}: {str(exc).splitlines()[0]})",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                    step.upgrade = None
+                    continue
+                step.fn, step.args, step.upgrade = fn, args, None
+                step.deferred = replace(d, where=where)
+            if self.graphs:
+                self.ctx.sync()  # (a graph may still be running)
+                self.graphs.clear()
+            self.upgrading = None
+            self.upgraded_at = time.perf_counter() - self._finished
+        return True
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         for name in ("cp", "views"):
             state.pop(name, None)
-        state.update(graphs=collections.OrderedDict(), ran=False)
+        state.update(graphs=collections.OrderedDict(), ran=False, upgrading=None)
         return state
 
     def restored(self) -> None:
@@ -224,6 +304,12 @@ class Plan(planned.Plan):
         super().restored()
         self.views = {r: self._view(slot, r) for r, slot in self.buffers.items()}
         for step in self.steps:
+            if getattr(step, "upgrade", None) and self.ctx.known(step.upgrade[0].source):
+                # (its own kernel compiled since the snapshot was made)
+                step.fn, step.args, step.upgrade = step.upgrade[0], step.upgrade[1], None
+            elif getattr(step, "upgrade", None):
+                d = step.upgrade[0]
+                self.ctx.prefetch(d.source, d.label, d.entry, later=True)
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
                 d = step.fn
                 fn = d.where and self.ctx.function_at(d.where, d.entry, d.label, d.smem)
@@ -283,6 +369,8 @@ class Plan(planned.Plan):
         cp = self.cp
         pending = None
         # One thread at a time: graphs are chosen by which outputs the caller still holds.
+        if self.upgrading is not None:
+            self.upgrade()
         with self.owner.lock, self.ctx.device:
             stream = cp.cuda.get_current_stream()
             if graphs and self.ran and timing != "ops" and self.steps:
@@ -438,5 +526,14 @@ class CUDAKernel(planned.PlannedKernel):
 
     def profile(self) -> dict[str, Any]:
         prof = super().profile()
-        prof["init"]["graphs"] = sum(len(g) for p in self.plans.values() for g in p.graphs.values())
+        plans = list(self.plans.values())
+        prof["init"]["graphs"] = sum(len(g) for p in plans for g in p.graphs.values())
+        # Steps that started on a generic kernel, how many still run one, and when the last
+        # plan switched to its own kernels (seconds after it was made; None: not yet).
+        prof["init"]["generic_steps"] = sum(getattr(p, "generic_steps", 0) for p in plans)
+        prof["init"]["generic_left"] = sum(
+            1 for p in plans for s in p.steps if getattr(s, "upgrade", None)
+        )
+        done = [p.upgraded_at for p in plans if getattr(p, "upgraded_at", None) is not None]
+        prof["init"]["upgraded_s"] = max(done) if done else None
         return prof

@@ -235,6 +235,11 @@ GEO = np.dtype(
 # the source, as before: a runtime input plane or output extent cost up to 1.3x (immediate
 # offsets become address arithmetic), and a layer that shares with nobody gains nothing.
 SHARE_CHANNELS = 3
+# The extents conv_tc.cu's generic kernel takes in its `Geo` (besides the channel counts).
+GENERIC_EXTENTS = (
+    "M", "OC", "OCP", "IH", "IW", "IHW", "OH", "OW", "HW", "SH", "SW", "PT", "PL", "DH", "DW",
+    "KW", "MOC",
+)  # fmt: skip
 
 
 def geo_struct(c: int, ct: int, k: int, kp: int, ks: int) -> np.void:
@@ -243,6 +248,43 @@ def geo_struct(c: int, ct: int, k: int, kp: int, ks: int) -> np.void:
     value["C"], value["CT"], value["K"], value["KP"], value["KS"] = c, ct, k, kp, ks
     value["ct_mul"], value["ct_shr"] = magic(ct)
     return value[()]
+
+
+# The generic kernel's `Geo` (conv_tc.cu with GENERIC): every extent, and the magic numbers of
+# each divisor. A cold start runs the generic kernels first (one per tile, precision and
+# epilogue: ResNet-18's 51 kernel sources at fp32 come to 9) while each layer's own kernel
+# compiles on the compile threads, then switches to those (program.py, "generic_kernels").
+GEO_ALL = np.dtype(
+    [(f, np.int32) for f in ("C", "CT", "K", "KP", "KS")]
+    + [("ct_mul", np.uint32), ("ct_shr", np.uint32)]
+    + [(f, np.int32) for f in GENERIC_EXTENTS]
+    + [(f"{d}_{m}", np.uint32) for d in ("hw", "ow", "kw", "oh", "oc") for m in ("mul", "shr")],
+    align=True,
+)
+
+
+def generic_struct(g: dict, ct: int, k: int, kp: int, ks: int, ocp: int) -> np.void:
+    """The `Geo` argument of a generic conv_tc.cu kernel for the layer of geometry `g`."""
+    value = np.zeros((), GEO_ALL)
+    m = g["N"] * g["OH"] * g["OW"]
+    extents = dict(
+        C=g["C"], CT=ct, K=k, KP=kp, KS=ks, M=m, OC=g["OC"], OCP=ocp, IH=g["IH"], IW=g["IW"],
+        IHW=g["IH"] * g["IW"], OH=g["OH"], OW=g["OW"], HW=g["OH"] * g["OW"], SH=g["SH"],
+        SW=g["SW"], PT=g["PT"], PL=g["PL"], DH=g["DH"], DW=g["DW"], KW=g["KW"], MOC=m * g["OC"],
+    )  # fmt: skip
+    for name, v in extents.items():
+        value[name] = v
+    for d, v in (("ct", ct), ("hw", extents["HW"]), ("ow", g["OW"]), ("kw", g["KW"]),
+                 ("oh", g["OH"]), ("oc", g["OC"])):  # fmt: skip
+        value[f"{d}_mul"], value[f"{d}_shr"] = magic(v)
+    return value[()]
+
+
+def _generic_fits(g: dict, ct: int, kp: int, ocp: int) -> bool:
+    """Whether the generic kernel's int arithmetic (fast_div below 2**31) holds the layer."""
+    m = g["N"] * g["OH"] * g["OW"]
+    sizes = (m * max(g["OC"], ocp), g["N"] * g["C"] * g["IH"] * g["IW"], kp * ocp * 2)
+    return max(sizes) < 2**31 and ct >= 1
 
 
 def _channel_free(plan, node) -> tuple:
@@ -337,6 +379,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     a_per = bm * bk // threads
     shared = bool(b.option("conv_shared_kernels", True)) and shares_channels(b)
     params = dict(
+        GENERIC=False,
         RUNTIME=shared,
         TF32=mode != "fp16",
         GROUPED=ct < g["C"],
@@ -360,28 +403,53 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         SPLIT=split,
         **finish,
     )
+    # The generic kernel a cold start may run first: every extent in its `Geo` argument.
+    generic = None
+    if _generic_fits(g, ct, kp, ocp):
+        gparams = dict(params, GENERIC=True, RUNTIME=False, M=None, OCP=None, K=None, KP=None)
+        gparams["WHOLE_TAPS"] = None  # (one way of gathering the patch, for any channels)
+        for name in ("N", "C", "CT", "IH", "IW", "OC", "OH", "OW", "KH", "KW", "SH", "SW"):
+            gparams[name] = None
+        for name in ("DH", "DW", "PT", "PL", "G"):
+            gparams[name] = None
+        gparams["SPLIT"] = min(split, 2)  # (only whether K is split)
+        gparams["rload"] = (
+            load(finish["rt"], "res[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox]")
+            if finish["residual"]
+            else ""
+        )
+        generic = [generic_struct(g, ct, k, kp, kp // split, ocp)], gparams
     if shared:  # the channel counts at launch: a source without them (see SHARE_CHANNELS)
         for name in ("C", "CT", "K", "KP"):
             params[name] = None
         geo = [geo_struct(g["C"], ct, k, kp, kp // split)]
     else:
         geo = []
+
+    def launch(args, grid, threads, entry, **how):
+        """A launch of `entry` with its specialized source, and its generic one's arguments:
+        the generic `Geo` first, for every entry (the specialized `k` of a shared kernel has
+        its own Geo first, left out)."""
+        alt = None
+        if generic is not None:
+            rest = args[len(geo) :] if entry == "k" else args
+            alt = ([*generic[0], *rest], dict(generic[1], ENTRY=entry))
+            if entry == "zero" or (entry == "k" and split > 1):  # (no epilogue in them)
+                alt[1]["label"] = "Conv"
+
+        b.launch("conv_tc.cu", args, grid, threads, entry=entry, ENTRY=entry, generic=alt,
+                 **how, **params)  # fmt: skip
+
     grid = (math.ceil(m / bm), ocp // bn, split)
     if split == 1:
-        args = [*geo, *weights, channels, *tail, b.outputs[0]]
-        b.launch("conv_tc.cu", args, grid, threads, ENTRY="k", weight=TC_COMPILE_WEIGHT, **params)
+        launch([*geo, *weights, channels, *tail, b.outputs[0]], grid, threads, "k",
+               weight=TC_COMPILE_WEIGHT)  # fmt: skip
         return
     ws = b.scratch("partial", (m * oc,), "float32", precise=True)
     each = blocks(m * oc, 256)
-    b.launch("conv_tc.cu", [ws], each, 256, entry="zero", ENTRY="zero", **params)
-    b.launch(
-        "conv_tc.cu", [*geo, *weights, ws], grid, threads,
-        ENTRY="k", weight=TC_COMPILE_WEIGHT, **params,
-    )  # fmt: skip
-    b.launch(
-        "conv_tc.cu", [ws, channels, *tail, b.outputs[0]], each, 256,
-        entry="finish", ENTRY="finish", **params,
-    )  # fmt: skip
+    launch([ws], each, 256, "zero")
+    launch([*geo, *weights, ws], grid, threads, "k", weight=TC_COMPILE_WEIGHT)
+    launch([ws, channels, *tail, b.outputs[0]], each, 256, "finish")
 
 
 @kernel("Conv", FUSED, supports=conv_supports)

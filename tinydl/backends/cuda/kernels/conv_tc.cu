@@ -1,5 +1,14 @@
 // {{ label }}: convolution as an implicit GEMM on {% if TF32 and X3 %}3xTF32{% elif TF32 %}tf32{% else %}fp16{% endif %} tensor cores (mma.sync {% if TF32 %}m16n8k8{% else %}m16n8k16{% endif %}, fp32
-{% if RUNTIME %}
+{% if GENERIC %}
+// accumulation), NCHW. Generic: every extent (batch, planes, channels, window, strides, pads)
+// comes in the argument `g` (a struct in the parameter bank) and divisions by them are
+// multiplications by magic numbers, so one kernel serves every layer of a plan with the same
+// tile, precision and epilogue: what a cold start runs first while the layers' own kernels
+// compile (program.py, "generic_kernels"). M = output pixels of the batch, N = output
+// channels, K = taps x input channels (tap-major: ky, kx, then channels).{% if GROUPED %}
+// Grouped: a tile of {{ BN }} output channels reads only the g.CT input channels of its
+// groups, at blockIdx.y * g.CT; K runs over those, zero where a channel is another group's.{% endif %}
+{% elif RUNTIME %}
 // accumulation), NCHW, input {{ N }}x(C)x{{ IH }}x{{ IW }} ({% if TF32 %}float32{% else %}fp16{% endif %}), output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}. M = output pixels of the batch ({{ M }}), N = output
 // channels, K = taps x input channels (tap-major: ky, kx, then channels). The channel counts
@@ -38,7 +47,7 @@
 // owns a {{ WM }}x{{ WN }}
 {% endif %}
 // piece. The next K step's tiles are loaded into registers while this one is multiplied.
-// {% if SPLIT > 1 %}K is split {{ SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
+// {% if SPLIT > 1 %}K is split {{ "g.KP / g.KS" if GENERIC else SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
 // each split adds its partial sums into a zeroed float32 workspace, and `finish` applies the
 // epilogue.{% else %}The epilogue is conv.cu's: bias (BatchNormalization folded in),
 // activations, residual and what follows it.{% endif %}
@@ -61,7 +70,22 @@
 
 {% include "mma.cuh" %}
 
-{% if RUNTIME %}
+{% if GENERIC %}
+{% set KV, KPV, KSV = "g.K", "g.KP", "g.KS" %}
+{% macro tap_of(kk, ci) %}tap = fast_div({{ kk }}, g.ct_mul, g.ct_shr), {{ ci }} = {{ kk }} - tap * g.CT{% endmacro %}
+// The layer's extents, set per launch; each divisor d with its magic numbers (mul, shr):
+// n / d == (umulhi(n, mul) + n) >> shr for 0 <= n < 2^31 (Granlund and Montgomery).
+struct Geo {
+    int C, CT, K, KP, KS;  // input channels (a grouped tile's: CT), K, K padded, K a block
+    unsigned ct_mul, ct_shr;
+    int M, OC, OCP, IH, IW, IHW, OH, OW, HW, SH, SW, PT, PL, DH, DW, KW, MOC;
+    unsigned hw_mul, hw_shr, ow_mul, ow_shr, kw_mul, kw_shr, oh_mul, oh_shr, oc_mul, oc_shr;
+};
+__device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
+    return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
+}
+
+{% elif RUNTIME %}
 {% set KV, KPV, KSV = "g.K", "g.KP", "g.KS" %}
 {% macro tap_of(kk, ci) %}tap = fast_div({{ kk }}, g.ct_mul, g.ct_shr), {{ ci }} = {{ kk }} - tap * g.CT{% endmacro %}
 // The layer's channel counts, set per launch. CT's magic numbers (mul, shr) make
@@ -80,7 +104,7 @@ __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
 {% endif %}
 {% macro finish_one() %}
 {% if has_slope %}
-            const float slope = chan[{{ OC }}u + oc];
+            const float slope = chan[{% if GENERIC %}(unsigned)g.OC{% else %}{{ OC }}u{% endif %} + oc];
 {% endif %}
 {% for e in epilogue %}
             r = {{ e }};
@@ -91,18 +115,25 @@ __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
             r = {{ e }};
 {% endfor %}
 {% endif %}
+{% if GENERIC %}
+            y[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox] = {{ ystore }};
+{% else %}
             y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
+{% endif %}
 {% endmacro %}
 
 {% if ENTRY == "zero" %}
 // (Each entry is rendered as a source of its own: the compile cache keys kernels by source.)
-extern "C" __global__ void zero(float* __restrict__ ws) {
+extern "C" __global__ void zero({% if GENERIC %}const Geo g, {% endif %}float* __restrict__ ws) {
     const unsigned i = blockIdx.x * 256u + threadIdx.x;
-    if (i < {{ M * OC }}u) ws[i] = 0.0f;
+    if (i < {% if GENERIC %}(unsigned)g.MOC{% else %}{{ M * OC }}u{% endif %}) ws[i] = 0.0f;
 }
 {% elif ENTRY == "finish" %}
 // The epilogue over the workspace: one thread per output element, in output order.
 extern "C" __global__ void finish(
+{% if GENERIC %}
+    const Geo g,
+{% endif %}
     const float* __restrict__ ws,
     const float* __restrict__ chan,
 {% if residual %}
@@ -111,16 +142,25 @@ extern "C" __global__ void finish(
     {{ yt }}* __restrict__ y)
 {
     const unsigned i = blockIdx.x * 256u + threadIdx.x;
+{% if GENERIC %}
+    if (i >= (unsigned)g.MOC) return;
+    const int q1 = fast_div((int)i, g.ow_mul, g.ow_shr), q2 = fast_div(q1, g.oh_mul, g.oh_shr);
+    const unsigned nq = fast_div(q2, g.oc_mul, g.oc_shr);
+    const unsigned ox = i - q1 * g.OW, oy = q1 - q2 * g.OH, oc = q2 - nq * g.OC, n = nq;
+    const unsigned m = (n * g.OH + oy) * g.OW + ox;
+    float r = ws[(size_t)m * g.OC + oc] + chan[oc];
+{% else %}
     if (i >= {{ M * OC }}u) return;
     const unsigned ox = i % {{ OW }}u, oy = (i / {{ OW }}u) % {{ OH }}u;
     const unsigned oc = (i / {{ OH * OW }}u) % {{ OC }}u, n = i / {{ OC * OH * OW }}u;
     const unsigned m = (n * {{ OH }}u + oy) * {{ OW }}u + ox;
     float r = ws[(size_t)m * {{ OC }}u + oc] + chan[oc];
+{% endif %}
 {{ finish_one() }}
 }
 {% else %}
 extern "C" __global__ void __launch_bounds__(THREADS) k(
-{% if RUNTIME %}
+{% if RUNTIME or GENERIC %}
     const Geo g,
 {% endif %}
     const {{ et }}* __restrict__ x,
@@ -144,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     __shared__ __align__(16) {{ et }} Bl[BN][LDS];
 {% endif %}
 {% if X3 %}
-    const float* __restrict__ wl = w + (size_t){{ OCP }} * {{ KPV }};  // the small parts
+    const float* __restrict__ wl = w + (size_t){{ "g.OCP" if GENERIC else OCP }} * {{ KPV }};  // the small parts
 {% endif %}
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -153,10 +193,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     // This thread gathers pixel am of the A tile, k columns ak0 .. ak0 + A_PER - 1.
     const int am = tid % BM, ak0 = (tid / BM) * A_PER;
     const int pm = m0 + am;
+{% if GENERIC %}
+    const bool pin = pm < g.M;
+    const int pn = pin ? fast_div(pm, g.hw_mul, g.hw_shr) : 0, pp = pin ? pm - pn * g.HW : 0;
+    const int py = fast_div(pp, g.ow_mul, g.ow_shr);
+    const int iy0 = py * g.SH - g.PT, ix0 = (pp - py * g.OW) * g.SW - g.PL;
+    const {{ et }}* xn = x + (size_t)pn * g.C * g.IHW{% if GROUPED %} + (size_t)blockIdx.y * g.CT * g.IHW{% endif %};
+{% set IHV, IWV, IHWV = "g.IH", "g.IW", "g.IHW" %}
+{% else %}
+{% set IHV, IWV, IHWV = IH, IW, IH * IW %}
     const bool pin = pm < {{ M }};
     const int pn = pin ? pm / {{ OH * OW }} : 0, pp = pin ? pm % {{ OH * OW }} : 0;
     const int iy0 = (pp / {{ OW }}) * {{ SH }} - {{ PT }}, ix0 = (pp % {{ OW }}) * {{ SW }} - {{ PL }};
-{% if RUNTIME %}
+{% endif %}
+{% if GENERIC %}
+{% elif RUNTIME %}
     const {{ et }}* xn = x + (size_t)pn * g.C * {{ IH * IW }}{% if GROUPED %} + (size_t)blockIdx.y * g.CT * {{ IH * IW }}{% endif %};
 {% else %}
     const {{ et }}* xn = x + (size_t)pn * {{ C * IH * IW }}{% if GROUPED %} + (size_t)blockIdx.y * {{ CT * IH * IW }}{% endif %};
@@ -166,16 +217,42 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
     uint4 breg[B_VEC]{% if LO %}, lreg[B_VEC]{% endif %};
     constexpr int VEC = {{ 4 if TF32 else 8 }};  // elements per uint4
     auto load_tiles = [&](int k0) {
-{% if WHOLE_TAPS %}
+{% if GENERIC %}
+        // The thread's A_PER columns in order: the tap and channel of the first found once,
+        // then stepped (channel, then kx, then ky). Not unrolled (nor the MMA steps below):
+        // the generic kernel is made to compile fast (0.15-0.2 s against 0.3-0.6 unrolled).
+        {
+            int kk = k0 + ak0, {{ tap_of("kk", "ci") }};
+            int ty = fast_div(tap, g.kw_mul, g.kw_shr), tx = tap - ty * g.KW;
+#pragma unroll 1
+            for (int j = 0; j < A_PER; ++j, ++kk) {
+                const int iy = iy0 + ty * g.DH, ix = ix0 + tx * g.DW;
+                {{ et }} v = 0;
+                if (pin && kk < g.K && (unsigned)iy < (unsigned)g.IH && (unsigned)ix < (unsigned)g.IW)
+                    v = xn[((size_t)ci * g.IH + iy) * g.IW + ix];
+                areg[j] = v;
+                if (++ci == g.CT) {
+                    ci = 0;
+                    if (++tx == g.KW) tx = 0, ++ty;
+                }
+            }
+        }
+{% elif WHOLE_TAPS %}
         // K is tap-major (ky, kx, then channels) and a thread's A_PER columns are channels of
         // one tap: its position is worked out once, then A_PER loads a plane apart.
         {
             const int kk = k0 + ak0, {{ tap_of("kk", "ci0") }};
+{% if GENERIC %}
+            const int ty = fast_div(tap, g.kw_mul, g.kw_shr);
+            const int iy = iy0 + ty * g.DH, ix = ix0 + (tap - ty * g.KW) * g.DW;
+            const bool ok = pin && kk < g.K && (unsigned)iy < (unsigned)g.IH && (unsigned)ix < (unsigned)g.IW;
+{% else %}
             const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
             const bool ok = pin && kk < {{ KV }} && (unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u;
-            const {{ et }}* xp = xn + ((size_t)ci0 * {{ IH }} + (ok ? iy : 0)) * {{ IW }} + (ok ? ix : 0);
+{% endif %}
+            const {{ et }}* xp = xn + ((size_t)ci0 * {{ IHV }} + (ok ? iy : 0)) * {{ IWV }} + (ok ? ix : 0);
 #pragma unroll
-            for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IH * IW }}] : ({{ et }})0;
+            for (int j = 0; j < A_PER; ++j) areg[j] = ok ? xp[(size_t)j * {{ IHWV }}] : ({{ et }})0;
         }
 {% else %}
 #pragma unroll
@@ -184,9 +261,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
             {{ et }} v = 0;
             if (pin && kk < {{ KV }}) {
                 const int {{ tap_of("kk", "ci") }};
+{% if GENERIC %}
+                const int ty = fast_div(tap, g.kw_mul, g.kw_shr);
+                const int iy = iy0 + ty * g.DH, ix = ix0 + (tap - ty * g.KW) * g.DW;
+                if ((unsigned)iy < (unsigned)g.IH && (unsigned)ix < (unsigned)g.IW)
+                    v = xn[((size_t)ci * g.IH + iy) * g.IW + ix];
+{% else %}
                 const int iy = iy0 + (tap / {{ KW }}) * {{ DH }}, ix = ix0 + (tap % {{ KW }}) * {{ DW }};
                 if ((unsigned)iy < {{ IH }}u && (unsigned)ix < {{ IW }}u)
                     v = xn[((size_t)ci * {{ IH }} + iy) * {{ IW }} + ix];
+{% endif %}
             }
             areg[j] = v;
         }
@@ -237,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         // Fragments a word a lane: A's rows g and g + 8, columns t and t + 4 (g = lane / 4,
         // t = lane % 4), B's row (channel) g, columns t and t + 4; rows 36 words apart, so the
         // 32 lanes hit 32 banks.
-#pragma unroll
+#pragma unroll{{ " 1" if GENERIC }}
         for (int kk = 0; kk < BK; kk += 8) {
             unsigned a[MT][4]{% if X3 %}, as[MT][4]{% endif %};
 #pragma unroll
@@ -281,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         each_sum(acc[i][j][q] += part[i][j][q]);
 {% endif %}
 {% else %}
-#pragma unroll
+#pragma unroll{{ " 1" if GENERIC }}
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[MT][4];
 #pragma unroll
@@ -317,17 +401,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
 #pragma unroll
     for (int q2 = 0; q2 < 2; ++q2) {
         const int m = m0 + wm + i * 16 + (lane >> 2) + q2 * 8;
+{% if GENERIC %}
+        if (m >= g.M) continue;
+        const int nq = fast_div(m, g.hw_mul, g.hw_shr), p = m - nq * g.HW;
+        const int oq = fast_div(p, g.ow_mul, g.ow_shr);
+        const unsigned n = nq, oy = oq, ox = p - oq * g.OW;
+{% else %}
         if (m >= {{ M }}) continue;
         const unsigned n = m / {{ OH * OW }}, p = m % {{ OH * OW }};
         const unsigned oy = p / {{ OW }}, ox = p % {{ OW }};
+{% endif %}
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int q1 = 0; q1 < 2; ++q1) {
             const unsigned oc = n0 + wn + j * 8 + 2 * (lane & 3) + q1;
-            if (oc >= {{ OC }}u) continue;
+            if (oc >= {{ "(unsigned)g.OC" if GENERIC else OC ~ "u" }}) continue;
 {% if SPLIT > 1 %}
-            atomicAdd(ws + (size_t)m * {{ OC }}u + oc, acc[i][j][q2 * 2 + q1]);
+            atomicAdd(ws + (size_t)m * {{ "g.OC" if GENERIC else OC ~ "u" }} + oc, acc[i][j][q2 * 2 + q1]);
 {% else %}
             float r = acc[i][j][q2 * 2 + q1] + chan[oc];
 {{ finish_one() }}
