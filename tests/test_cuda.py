@@ -209,7 +209,11 @@ def test_a_cold_plan_runs_generic_kernels_then_its_own(precision, rng, monkeypat
     layers' own kernels from its first run."""
     from helpers.models import conv_stack_graph
 
+    import tinydl.backends.cuda.context as context
+
+    # A cold start: an empty kernel cache, and nothing compiled in this process either.
     monkeypatch.setenv("TINYDL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(context.get_context(), "_where", {})
     graph = conv_stack_graph(rng)
     x = {"x": rng.standard_normal((3, 32, 23, 29)).astype(np.float32)}
     want = td.compile(graph, backends=("numpy",)).run(x)["y"]

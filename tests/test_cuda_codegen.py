@@ -158,6 +158,83 @@ def test_convolutions_of_differing_geometry_share_gemm_kernels(fake_device, prec
     assert not any(isinstance(a, np.void) for step in plan.steps for a in getattr(step, "args", ()))
 
 
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_a_cold_plan_starts_on_generic_kernels_and_switches_to_its_own(fake_device, precision):
+    """With nothing compiled, the tensor-core convolutions of a plan start on generic kernels
+    (every extent in a GEO_ALL argument; fewer sources than layers, each marked to compile
+    fast) and switch to the layers' own once those are compiled: then every step is the one a
+    plan made with generic_kernels "off" has, source and arguments alike."""
+    import numpy as np
+    from helpers.models import conv_stack_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda.context import FAST_COMPILE
+    from tinydl.backends.cuda.kernels.conv import GEO_ALL
+
+    ctx = context._contexts[0]
+    graph = conv_stack_graph(np.random.default_rng(0))
+    ctx._seen.clear()
+    own = only_plan(kernel_of(td.compile(
+        graph, backends=("cuda",), precision=precision, strict=True, backend_options=SPECIALIZED
+    ), "cuda"))  # fmt: skip
+    ctx._seen.clear()
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    generic = [step for step in plan.steps if step.upgrade]
+    assert len(generic) == plan.generic_steps > 0
+    assert all(
+        isinstance(step.args[0], np.void) and step.args[0].dtype == GEO_ALL for step in generic
+    )
+    generic_gemms = {s.fn.source for s in generic if s.fn.name == "k"}
+    own_gemms = {
+        s.fn.source for s in own.steps if "implicit GEMM" in s.fn.source and s.fn.name == "k"
+    }
+    assert 0 < len(generic_gemms) < len(own_gemms)
+    assert all(FAST_COMPILE in s.fn.source for s in generic)
+    assert not any(FAST_COMPILE in s.fn.source for s in own.steps)
+    assert plan.upgrade(wait=True) and not any(step.upgrade for step in plan.steps)
+    assert len(plan.steps) == len(own.steps)
+    for a, b in zip(plan.steps, own.steps, strict=True):
+        assert (a.fn.source, a.fn.name, a.grid, a.block) == (
+            b.fn.source,
+            b.fn.name,
+            b.grid,
+            b.block,
+        )
+        assert len(a.args) == len(b.args)
+        for x, y in zip(a.args, b.args, strict=True):
+            assert type(x) is type(y) and (not isinstance(x, str | np.void) or x == y)
+    with pytest.raises(ValueError, match="generic_kernels: expected one of"):
+        td.compile(graph, backends=("cuda",), backend_options={"cuda": {"generic_kernels": "no"}})
+
+
+def test_fast_compiled_sources_make_programs_of_their_own(monkeypatch, tmp_path):
+    """Sources marked FAST_COMPILE are compiled with other options: never in a program with
+    unmarked ones."""
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setattr(context, "COMPILE_THREADS", 4)
+    monkeypatch.setattr(context, "MIN_PER_PROGRAM", 1)
+    ctx, _ = _cpu_context(monkeypatch, tmp_path)
+    programs = []
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        programs.append(source)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    sources = _kernels(6)
+    sources[:3] = [context.FAST_COMPILE + "\n" + s for s in sources[:3]]
+    for s in sources:
+        ctx.prefetch(s)
+    ctx.flush()
+    assert len({ctx.function(s, "k") for s in sources}) == 6
+    assert len(programs) >= 2
+    assert all(p.count(context.FAST_COMPILE) in (0, p.count("__global__")) for p in programs)
+
+
 def test_fast_division_magic_numbers():
     """conv_tc.cu divides by runtime extents as (umulhi(n, mul) + n) >> shr: exact for every
     divisor and numerator it meets (below 2**31), here checked in integers."""

@@ -35,6 +35,11 @@ OPTIONS = ("-std=c++17",)
 # runtime calls and launches), which every program otherwise parses: the same cubins, bit for
 # bit, 4-5 % less compile time (docs/cuda.md, "Compile options").
 MINIMAL_SINCE = (12, 4)
+# A source holding this line is compiled for a short compile rather than fast code (NVRTC 12.8+:
+# --Ofast-compile=mid): the generic kernels a cold plan runs until its own are compiled
+# (conv_tc.cu; 3xTF32 ResNet-18's generic GEMMs 0.15-0.2 -> 0.08-0.09 s each on one x86 core).
+FAST_COMPILE = "// tinydl: compiled fast, to run for a while"
+FAST_COMPILE_SINCE = (12, 8)
 # Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
 MAX_MODULES = 2048
 # Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
@@ -604,14 +609,21 @@ def _programs(todo: list, weight: dict[str, int]) -> list[list]:
     """The NVRTC programs to compile `todo` (key, source, label, entry) items in: as many as
     the compile threads, at least MIN_PER_PROGRAM weight units each; heaviest kernels first,
     each to the lightest program, so that the programs finish together."""
-    chunks = max(1, min(COMPILE_THREADS, sum(weight[i[0]] for i in todo) // MIN_PER_PROGRAM))
-    groups: list[list] = [[] for _ in range(chunks)]
-    loads = [0] * chunks
-    for item in sorted(todo, key=lambda item: (-weight[item[0]], -len(item[1]))):
-        c = loads.index(min(loads))
-        groups[c].append(item)
-        loads[c] += weight[item[0]]
-    return [group for group in groups if group]
+    fast = [i for i in todo if FAST_COMPILE in i[1]]
+    kinds = [fast, [i for i in todo if FAST_COMPILE not in i[1]]]
+    total = sum(weight[i[0]] for i in todo)
+    programs = []
+    for kind in filter(None, kinds):  # (a program is compiled with one set of options)
+        share = sum(weight[i[0]] for i in kind)
+        chunks = max(1, min(round(COMPILE_THREADS * share / total), share // MIN_PER_PROGRAM))
+        groups: list[list] = [[] for _ in range(chunks)]
+        loads = [0] * chunks
+        for item in sorted(kind, key=lambda item: (-weight[item[0]], -len(item[1]))):
+            c = loads.index(min(loads))
+            groups[c].append(item)
+            loads[c] += weight[item[0]]
+        programs += [group for group in groups if group]
+    return programs
 
 
 def _write_ref(path: Path, text: str) -> None:
@@ -658,13 +670,17 @@ def nvrtc_options() -> tuple[str, ...]:
 
 
 def compile_cubin(source: str, arch: str, label: str = "kernel") -> bytes:
-    """NVRTC: CUDA C source -> cubin for `arch` (sm_XX). Needs no GPU."""
+    """NVRTC: CUDA C source -> cubin for `arch` (sm_XX). Needs no GPU. A source marked
+    FAST_COMPILE is compiled with less optimization, where this NVRTC can."""
     from cupy_backends.cuda.libs import nvrtc
 
+    options = [f"--gpu-architecture={arch}", *nvrtc_options()]
+    if FAST_COMPILE in source and tuple(nvrtc.getVersion()) >= FAST_COMPILE_SINCE:
+        options.append("--Ofast-compile=mid")
     prog = nvrtc.createProgram(source, f"{label}.cu", [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *nvrtc_options()])
+            nvrtc.compileProgram(prog, options)
         except nvrtc.NVRTCError as exc:
             log = nvrtc.getProgramLog(prog)
             numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.split("\n")))

@@ -1,3 +1,6 @@
+{% if GENERIC %}
+// tinydl: compiled fast, to run for a while
+{% endif %}
 // {{ label }}: convolution as an implicit GEMM on {% if TF32 and X3 %}3xTF32{% elif TF32 %}tf32{% else %}fp16{% endif %} tensor cores (mma.sync {% if TF32 %}m16n8k8{% else %}m16n8k16{% endif %}, fp32
 {% if GENERIC %}
 // accumulation), NCHW. Generic: every extent (batch, planes, channels, window, strides, pads)
