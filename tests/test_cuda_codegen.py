@@ -489,7 +489,8 @@ def test_a_plans_kernels_compile_as_few_programs_on_threads(monkeypatch, tmp_pat
 
 def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path):
     """A kernel prefetched with a weight counts as that many small ones: two heavy kernels
-    and four light ones (weight 20, 8 a program) make two programs, a heavy one in each."""
+    and four light ones (weight 20, 8 a program) make two programs, a heavy one in each; a
+    kernel of a whole program's weight or more starts at once, a program of its own."""
     from tinydl.backends.cuda import context
 
     monkeypatch.setattr(context, "COMPILE_THREADS", 4)
@@ -505,13 +506,23 @@ def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path)
     monkeypatch.setattr(context, "compile_cubin", recording)
     sources = _kernels(6)
     for i, s in enumerate(sources):
-        ctx.prefetch(s, "Heavy" if i < 2 else "Light", "k", 8 if i < 2 else 1)
+        ctx.prefetch(s, "Heavy" if i < 2 else "Light", "k", 7 if i < 2 else 2)
     ctx.flush()
     for s in sources:
         ctx.function(s, "k")
     assert len(programs) == 2 and ctx.stats["compiled"] == 6
     heavy = [sum(f"twice({i}.0f)" in p for i in range(2)) for p in programs]
     assert heavy == [1, 1]
+
+    programs.clear()
+    sources = _kernels(5, "e")
+    ctx.prefetch(sources[0], "Whole", "e", 8)
+    assert len(ctx._pending) == 1 and not ctx._queued  # compiling already
+    for s in sources[1:]:
+        ctx.prefetch(s, "Light", "e", 1)
+    ctx.flush()
+    assert len({ctx.function(s, "e") for s in sources}) == 5
+    assert sorted(p.count("__global__") for p in programs) == [1, 4]
 
 
 def test_a_kernel_that_fails_in_a_program_is_named_and_the_rest_still_load(monkeypatch, tmp_path):

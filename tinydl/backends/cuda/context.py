@@ -250,15 +250,30 @@ class Context:
         later: bool = False,
     ) -> None:
         """Queue `source` for compilation unless it is loaded or on its way; `flush` compiles
-        the queue, `function` waits for it. `weight`: its compile time in small kernels'.
-        `later`: for `compile_later` instead (a kernel a plan runs a generic one for first)."""
+        the queue, `function` waits for it. `weight`: its compile time in small kernels'; a
+        kernel of a whole program's weight (an implicit GEMM) starts compiling at once, as a
+        program of its own, while the plan asking for it is still being made. `later`: for
+        `compile_later` instead (a kernel a plan runs a generic one for first)."""
         key = self._key(source)
         with self._lock:
             if key in self._where or key in self._pending:
                 return
-            queue = self._later if later else self._queued
-            queue[key] = (key, source, label, entry)
-            self._weights[key] = max(1, int(weight))
+            if later or weight < MIN_PER_PROGRAM:
+                queue = self._later if later else self._queued
+                queue[key] = (key, source, label, entry)
+                self._weights[key] = max(1, int(weight))
+                return
+        where = self._cached(key)
+        with self._lock:
+            if where is not None:
+                self.stats["cache_hits"] += 1
+                self._where[key] = where
+            elif key not in self._pending:
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
+                    )
+                self._pending[key] = self._pool.submit(self._compile, [(key, source, label, entry)])
 
     def known(self, source: str) -> bool:
         """Whether `source` is compiled, on its way in a flush, or in the disk cache."""
