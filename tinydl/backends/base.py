@@ -103,6 +103,10 @@ class CompileOptions:
       step; default 64 where a thread's share of a step is channels of one tap, else 32),
       "conv_shared_kernels" (bool, default True: tensor-core convolutions that differ only in
       their input channels, three or more in a plan, share one kernel; False specializes each),
+      "generic_kernels" ("first", default: where a tensor-core convolution's own kernel is not
+      compiled yet, a plan runs a generic one, every extent an argument, and switches to the
+      own kernel once it is compiled on background threads; "off": wait for the own kernels;
+      "only": never switch),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
 
