@@ -209,6 +209,39 @@ def test_a_cold_plan_starts_on_generic_kernels_and_switches_to_its_own(fake_devi
         td.compile(graph, backends=("cuda",), backend_options={"cuda": {"generic_kernels": "no"}})
 
 
+def test_a_layer_whose_own_kernel_fails_to_compile_stays_generic(fake_device, monkeypatch):
+    """The switch to the layers' own kernels warns about one that did not compile, keeps its
+    step on the generic kernel (counted in the profile's generic_left) and switches the rest."""
+    import numpy as np
+    from helpers.models import conv_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda.context import CompileError
+
+    ctx = context._contexts[0]
+    ctx._seen.clear()
+    graph = conv_graph(np.random.default_rng(1), (1, 48, 21, 21), 40, 3)
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    steps = [step for step in plan.steps if step.upgrade]
+    assert steps
+    broken = steps[0].upgrade[0].source
+    real = ctx.locate
+
+    def locate(source, name, label="kernel"):
+        if source == broken:
+            raise CompileError(f"{label}: no such luck")
+        return real(source, name, label)
+
+    monkeypatch.setattr(ctx, "locate", locate)
+    with pytest.warns(RuntimeWarning, match="did not compile, the generic one stays"):
+        assert plan.upgrade(wait=True)
+    assert steps[0].fn.source != broken and all(s.fn.source == s.deferred.source for s in steps[1:])
+    init = sess.profile()["partitions"][0]["init"]
+    assert init["generic_steps"] == len(steps) and init["generic_left"] == 1
+
+
 def test_fast_compiled_sources_make_programs_of_their_own(monkeypatch, tmp_path):
     """Sources marked FAST_COMPILE are compiled with other options: never in a program with
     unmarked ones."""
@@ -495,6 +528,7 @@ def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path)
 
     monkeypatch.setattr(context, "COMPILE_THREADS", 4)
     monkeypatch.setattr(context, "MIN_PER_PROGRAM", 8)
+    monkeypatch.setattr(context, "EAGER_BATCH", 100)
     ctx, _ = _cpu_context(monkeypatch, tmp_path)
     programs = []
     compile_cubin = context.compile_cubin
@@ -523,6 +557,21 @@ def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path)
     ctx.flush()
     assert len({ctx.function(s, "e") for s in sources}) == 5
     assert sorted(p.count("__global__") for p in programs) == [1, 4]
+
+    # Small kernels start compiling EAGER_BATCH weight units at a time as they are asked for;
+    # `flush` compiles the rest.
+    monkeypatch.setattr(context, "EAGER_BATCH", 4)
+    programs.clear()
+    sources = _kernels(6, "f")
+    for s in sources[:4]:
+        ctx.prefetch(s, "Light", "f", 1)
+    assert len(ctx._pending) == 4 and not ctx._queued
+    for s in sources[4:]:
+        ctx.prefetch(s, "Light", "f", 1)
+    assert len(ctx._queued) == 2
+    ctx.flush()
+    assert len({ctx.function(s, "f") for s in sources}) == 6
+    assert sorted(p.count("__global__") for p in programs) == [2, 4]
 
 
 def test_a_kernel_that_fails_in_a_program_is_named_and_the_rest_still_load(monkeypatch, tmp_path):

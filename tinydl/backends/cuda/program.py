@@ -245,6 +245,7 @@ class Plan(planned.Plan):
         self.owner.init["weights_s"] += time.perf_counter() - t0  # (queued in `constant`)
         later = [step.upgrade[0] for step in self.steps if getattr(step, "upgrade", None)]
         self.generic_steps = len(later)
+        self.generic_failed = 0  # steps left generic: their own kernel did not compile
         self.upgrading = self.ctx.compile_later([d.source for d in later]) if later else None
         self.upgraded_at = None
         self._finished = time.perf_counter()
@@ -280,11 +281,13 @@ class Plan(planned.Plan):
                         stacklevel=2,
                     )
                     step.upgrade = None
+                    self.generic_failed += 1
                     continue
                 step.fn, step.args, step.upgrade = fn, args, None
                 step.deferred = replace(d, where=where)
             if self.graphs:
-                self.ctx.sync()  # (a graph may still be running)
+                with self.ctx.device:  # (a graph may still be running, on any stream)
+                    self.cp.cuda.runtime.deviceSynchronize()
                 self.graphs.clear()
             self.upgrading = None
             self.upgraded_at = time.perf_counter() - self._finished
@@ -532,7 +535,8 @@ class CUDAKernel(planned.PlannedKernel):
         # plan switched to its own kernels (seconds after it was made; None: not yet).
         prof["init"]["generic_steps"] = sum(getattr(p, "generic_steps", 0) for p in plans)
         prof["init"]["generic_left"] = sum(
-            1 for p in plans for s in p.steps if getattr(s, "upgrade", None)
+            getattr(p, "generic_failed", 0) + sum(1 for s in p.steps if getattr(s, "upgrade", None))
+            for p in plans
         )
         done = [p.upgraded_at for p in plans if getattr(p, "upgraded_at", None) is not None]
         prof["init"]["upgraded_s"] = max(done) if done else None
