@@ -451,6 +451,28 @@ def test_a_cuda_plan_is_read_back_as_planned(caches, fake_cuda, tmp_path, rng, p
     assert not uploaded & set(host_copies)
 
 
+def test_a_cuda_session_kept_before_its_own_kernels_compiled_starts_generic_again(
+    caches, fake_cuda, tmp_path, rng, monkeypatch
+):
+    """A session kept by a process that ended before its layers' own kernels were compiled
+    reads back onto the generic kernels, queues the own ones again, and switches to them: the
+    same steps as the first session's after its switch."""
+    import tinydl.backends.cuda.context as context
+
+    ctx = context._contexts[0]
+    lost = []
+    monkeypatch.setattr(ctx, "compile_later", lambda sources: lost.extend(ctx._later) or [])
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, second, p1, p2 = read_back_plans(path, backends=("cuda",), precision="fp16")
+    assert lost and p1.generic_steps == p2.generic_steps > 0  # never compiled: generic again
+    assert {s.upgrade[0].source for s in p2.steps if s.upgrade} <= set(ctx._later)
+    del ctx.compile_later  # (the stand-in's own, which compiles what is queued, now)
+    ctx.compile_later([])
+    assert p2.upgrade(wait=True) and p1.upgrade(wait=True)
+    assert [(s.fn.source, s.grid) for s in p2.steps] == [(s.fn.source, s.grid) for s in p1.steps]
+    assert not any(s.upgrade for s in p1.steps + p2.steps)
+
+
 # -- webgpu (lavapipe here) ------------------------------------------------------------------------
 
 
