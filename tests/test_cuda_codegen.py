@@ -250,14 +250,7 @@ def test_fast_compiled_sources_make_programs_of_their_own(monkeypatch, tmp_path)
     monkeypatch.setattr(context, "COMPILE_THREADS", 4)
     monkeypatch.setattr(context, "MIN_PER_PROGRAM", 1)
     ctx, _ = _cpu_context(monkeypatch, tmp_path)
-    programs = []
-    compile_cubin = context.compile_cubin
-
-    def recording(source, arch, label="kernel"):
-        programs.append(source)
-        return compile_cubin(source, arch, label)
-
-    monkeypatch.setattr(context, "compile_cubin", recording)
+    programs = _record_programs(monkeypatch)
     sources = _kernels(6)
     sources[:3] = [context.FAST_COMPILE + "\n" + s for s in sources[:3]]
     for s in sources:
@@ -470,6 +463,21 @@ def _cpu_context(monkeypatch, tmp_path):
     return ctx, loaded
 
 
+def _record_programs(monkeypatch) -> list[str]:
+    """The sources of the NVRTC programs compiled from now on, in order."""
+    from tinydl.backends.cuda import context
+
+    programs = []
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        programs.append(source)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    return programs
+
+
 def _kernels(n, entry="k"):
     """n distinct kernels sharing a prelude (a typedef, a helper, a macro) as the templates do."""
     prelude = (
@@ -530,14 +538,7 @@ def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path)
     monkeypatch.setattr(context, "MIN_PER_PROGRAM", 8)
     monkeypatch.setattr(context, "EAGER_BATCH", 100)
     ctx, _ = _cpu_context(monkeypatch, tmp_path)
-    programs = []
-    compile_cubin = context.compile_cubin
-
-    def recording(source, arch, label="kernel"):
-        programs.append(source)
-        return compile_cubin(source, arch, label)
-
-    monkeypatch.setattr(context, "compile_cubin", recording)
+    programs = _record_programs(monkeypatch)
     sources = _kernels(6)
     for i, s in enumerate(sources):
         ctx.prefetch(s, "Heavy" if i < 2 else "Light", "k", 7 if i < 2 else 2)
@@ -572,6 +573,38 @@ def test_heavy_kernels_are_spread_over_programs_by_weight(monkeypatch, tmp_path)
     ctx.flush()
     assert len({ctx.function(s, "f") for s in sources}) == 6
     assert sorted(p.count("__global__") for p in programs) == [2, 4]
+
+
+def test_kernels_queued_for_later_compile_on_the_later_threads(monkeypatch, tmp_path):
+    """`prefetch(later=True)` queues a kernel for `compile_later`, which compiles it on threads
+    apart from the compile threads and gives the futures to wait for; until then `known` says
+    no, and a later `flush` does not take it."""
+    import concurrent.futures
+    import threading
+
+    from tinydl.backends.cuda import context
+
+    ctx, _ = _cpu_context(monkeypatch, tmp_path)
+    threads = set()
+    compile_cubin = context.compile_cubin
+
+    def recording(source, arch, label="kernel"):
+        threads.add(threading.current_thread().name)
+        return compile_cubin(source, arch, label)
+
+    monkeypatch.setattr(context, "compile_cubin", recording)
+    sources = _kernels(3, "g")
+    for s in sources:
+        ctx.prefetch(s, "Later", "g", 8, later=True)
+    assert not ctx._pending and not any(ctx.known(s) for s in sources)
+    ctx.flush()
+    assert not ctx._pending and not threads
+    futures = ctx.compile_later(sources[:2])
+    assert futures and all(isinstance(f, concurrent.futures.Future) for f in futures)
+    concurrent.futures.wait(futures)
+    assert len({ctx.function(s, "g") for s in sources}) == 3
+    assert threads and all(t.startswith("tinydl-nvrtc-later") for t in threads)
+    assert all(ctx.known(s) for s in sources) and ctx.compile_later(sources) == []
 
 
 def test_a_kernel_that_fails_in_a_program_is_named_and_the_rest_still_load(monkeypatch, tmp_path):

@@ -282,11 +282,8 @@ class Context:
                 self.stats["cache_hits"] += 1
                 self._where[key] = where
             elif key not in self._pending:
-                if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(
-                        COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
-                    )
-                self._pending[key] = self._pool.submit(self._compile, [(key, source, label, entry)])
+                item = (key, source, label, entry)
+                self._pending[key] = self._thread_pool().submit(self._compile, [item])
 
     def known(self, source: str) -> bool:
         """Whether `source` is compiled, on its way in a flush, or in the disk cache."""
@@ -307,26 +304,9 @@ class Context:
         with self._lock:
             queued, self._later = list(self._later.values()), {}
             weight = {item[0]: self._weights.pop(item[0], 1) for item in queued}
-        todo = []
-        for item in queued:
-            where = self._cached(item[0])
-            if where is None:
-                todo.append(item)
-            else:
-                with self._lock:
-                    self._where[item[0]] = where
+        self._submit(queued, weight, later=True)
+        keys = {self._key(s) for s in sources}
         with self._lock:
-            if todo:
-                if self._later_pool is None:
-                    self._later_pool = concurrent.futures.ThreadPoolExecutor(
-                        COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc-later"
-                    )
-                for group in _programs(todo, weight):
-                    future = self._later_pool.submit(self._compile, group)
-                    for key, *_ in group:
-                        self._pending[key] = future
-                        self._later_keys.add(key)
-            keys = {self._key(s) for s in sources}
             return list({id(f): f for k, f in self._pending.items() if k in keys}.values())
 
     def flush(self) -> None:
@@ -336,9 +316,11 @@ class Context:
             weight = {item[0]: self._weights.pop(item[0], 1) for item in queued}
         self._submit(queued, weight)
 
-    def _submit(self, queued: list, weight: dict[str, int], one_program: bool = False) -> None:
-        """Compile the `queued` items the disk cache lacks on the compile threads: spread over
-        programs by weight (`_programs`), or as one."""
+    def _submit(
+        self, queued: list, weight: dict[str, int], one_program: bool = False, later: bool = False
+    ) -> None:
+        """Compile the `queued` items the disk cache lacks on the compile threads (`later`: on
+        the later threads): spread over programs by weight (`_programs`), or as one."""
         todo = []
         for item in queued:
             where = self._cached(item[0])
@@ -351,17 +333,30 @@ class Context:
         if not todo:
             return
         with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
-                )
+            pool = self._thread_pool(later)
             groups = [todo] if one_program else _programs(todo, weight)
             if one_program and len({FAST_COMPILE in item[1] for item in todo}) > 1:
                 groups = _programs(todo, weight)  # (one set of options a program)
             for group in groups:
-                future = self._pool.submit(self._compile, group)
+                future = pool.submit(self._compile, group)
                 for key, *_ in group:
                     self._pending[key] = future
+                    if later:
+                        self._later_keys.add(key)
+
+    def _thread_pool(self, later: bool = False) -> concurrent.futures.ThreadPoolExecutor:
+        """The compile threads (or the later threads), started on first use; under the lock."""
+        if later:
+            if self._later_pool is None:
+                self._later_pool = concurrent.futures.ThreadPoolExecutor(
+                    COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc-later"
+                )
+            return self._later_pool
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                COMPILE_THREADS, thread_name_prefix="tinydl-nvrtc"
+            )
+        return self._pool
 
     def _locate(self, source: str, label: str, entry: str) -> tuple[str, str]:
         """(cubin key, entry suffix) of `source`, compiling it now if nobody has."""

@@ -73,29 +73,22 @@
 
 {% include "mma.cuh" %}
 
-{% if GENERIC %}
+{% if GENERIC or RUNTIME %}
 {% set KV, KPV, KSV = "g.K", "g.KP", "g.KS" %}
 {% macro tap_of(kk, ci) %}tap = fast_div({{ kk }}, g.ct_mul, g.ct_shr), {{ ci }} = {{ kk }} - tap * g.CT{% endmacro %}
+{% if GENERIC %}
 // The layer's extents, set per launch; each divisor d with its magic numbers (mul, shr):
+{% else %}
+// The layer's channel counts, set per launch. CT's magic numbers (mul, shr) make
+{% endif %}
 // n / d == (umulhi(n, mul) + n) >> shr for 0 <= n < 2^31 (Granlund and Montgomery).
 struct Geo {
     int C, CT, K, KP, KS;  // input channels (a grouped tile's: CT), K, K padded, K a block
     unsigned ct_mul, ct_shr;
+{% if GENERIC %}
     int M, OC, OCP, IH, IW, IHW, OH, OW, HW, SH, SW, PT, PL, DH, DW, KW, MOC;
     unsigned hw_mul, hw_shr, ow_mul, ow_shr, kw_mul, kw_shr, oh_mul, oh_shr, oc_mul, oc_shr;
-};
-__device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
-    return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
-}
-
-{% elif RUNTIME %}
-{% set KV, KPV, KSV = "g.K", "g.KP", "g.KS" %}
-{% macro tap_of(kk, ci) %}tap = fast_div({{ kk }}, g.ct_mul, g.ct_shr), {{ ci }} = {{ kk }} - tap * g.CT{% endmacro %}
-// The layer's channel counts, set per launch. CT's magic numbers (mul, shr) make
-// n / CT == (umulhi(n, mul) + n) >> shr for 0 <= n < 2^31 (Granlund and Montgomery).
-struct Geo {
-    int C, CT, K, KP, KS;  // input channels (a grouped tile's: CT), K, K padded, K a block
-    unsigned ct_mul, ct_shr;
+{% endif %}
 };
 __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
     return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
