@@ -154,6 +154,38 @@ def test_profile_reports_ops_and_init_costs(tmp_path, rng):
         assert "tanh" in ops[0]["op"].lower() and "DepthToSpace" in ops[2]["op"]
 
 
+@pytest.mark.parametrize("op", ["Tanh", "Relu", "Pow"])
+def test_kernels_carry_only_the_helpers_they_call(op, rng):
+    """A kernel's WGSL keeps the common.wgsl helpers it calls and those they call (tanh_4
+    calls isnan_4), not the others: every shader module is read and checked by naga at each
+    start, unused helpers too."""
+    from tinydl.backends.webgpu.program import _helpers
+
+    names = [n for n, _ in _helpers()]
+    inputs = ["x", "e"] if op == "Pow" else ["x"]
+    graph = Graph(
+        [Value("x", "float32", (4, 64))],
+        [Value("y", "float32", None)],
+        [Node(op, inputs, ["y"], name="op")],
+        {"e": np.full((4, 64), 3.0, np.float32)} if op == "Pow" else {},
+    )
+    graph = validate(graph)
+    sess = td.compile(graph, backends=("webgpu",), strict=True)
+    x = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    assert rel_err(sess.run(x)["y"], want) <= 1e-5
+    (source,) = [step.source for step in only_plan(kernel_of(sess, "webgpu")).steps]
+    defined = {n for n in names if f"fn {n}(" in source}
+    called = {n for n in names if f"{n}(" in source.replace(f"fn {n}(", "")}
+    assert defined == called  # every helper defined is called, every one called is defined
+    if op == "Tanh":
+        assert {"isnan_4", "tanh_4"} <= defined or {"isnan_1", "tanh_1"} <= defined
+    if op == "Relu":
+        assert not defined & {"tanh_1", "tanh_4", "pow_1", "pow_4", "fmod_1", "fmod_4"}
+    if op == "Pow":
+        assert "pow_1" in defined and not defined & {"tanh_1", "tanh_4"}
+
+
 # -- limits, errors, choice of adapter, fallbacks ------------------------------------------------
 
 

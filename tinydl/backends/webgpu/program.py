@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import math
+import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -74,6 +75,54 @@ def _header(f16: bool) -> str:
     return ("enable f16;\n" if f16 else "") + render("common.wgsl")
 
 
+@functools.cache
+def _helpers() -> tuple[tuple[str, str], ...]:
+    """common.wgsl's functions in order: (name, text with the comment lines before it). A
+    function starts at a line `fn NAME(` and ends on that line when it ends with "}", else at
+    the next line that starts with "}"."""
+    blocks: list[tuple[str, str]] = []
+    pending: list[str] = []
+    name = None
+    for line in render("common.wgsl").splitlines(keepends=True):
+        pending.append(line)
+        if name is None:
+            m = re.match(r"fn (\w+)\(", line)
+            if m is None:
+                continue
+            name = m.group(1)
+            if not line.rstrip().endswith("}"):
+                continue
+        elif not line.startswith("}"):
+            continue
+        blocks.append((name, "".join(pending)))
+        pending, name = [], None
+    return tuple(blocks)
+
+
+def kernel_source(template: str, f16: bool, **params) -> str:
+    """`template` rendered with the header, keeping only the common.wgsl helpers it calls
+    (directly or through another helper): a shader module is made (naga reads and checks the
+    WGSL) for every pipeline, at each start, and the unused helpers were most of that work
+    (MobileNetV3-small's 58 shaders: 100-111 -> 31-49 ms on one core of the 2-core VM)."""
+    header = _header(f16)
+    source = render(template, header=header, **params)
+    at = source.find(header)
+    if at < 0:
+        return source
+    body = source[:at] + source[at + len(header) :]
+    blocks = _helpers()
+    used: set[str] = set()
+    text = body
+    while True:
+        new = {n for n, _ in blocks if n not in used and re.search(rf"\b{n}\(", text)}
+        if not new:
+            break
+        used |= new
+        text = "".join(t for n, t in blocks if n in new)
+    kept = ("enable f16;\n" if f16 else "") + "".join(t for n, t in blocks if n in used)
+    return source[:at] + kept + source[at + len(header) :]
+
+
 @dataclass
 class Dispatch:
     pipeline: Any
@@ -130,7 +179,7 @@ class TexInfo:
 class Build(planned.Build):
     def dispatch(self, template: str, bindings: list, grid, label: str = "", **params) -> None:
         label = label or self.label
-        source = render(template, header=_header(self.ctx.has_f16), label=label, **params)
+        source = kernel_source(template, self.ctx.has_f16, label=label, **params)
         pipeline = self.ctx.pipeline_soon(source, label)  # resolved in Plan.finish
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         limit = int(self.ctx.limits.get("max-compute-workgroups-per-dimension", 65535))
@@ -453,9 +502,7 @@ class Plan(planned.Plan):
     def draw(self, label, node, template, bindings, out, s0, a, **params) -> None:
         info = self._tex_info(out)
         self.drawn.add(out)
-        source = render(
-            template, header=_header(self.ctx.has_f16), label=label, S0=s0, A=a, **params
-        )
+        source = kernel_source(template, self.ctx.has_f16, label=label, S0=s0, A=a, **params)
         pipeline = self.ctx.render_pipeline(source, [info.format] * a, label)
         step = self.steps[-1] if self.steps else None
         if not (isinstance(step, Draw) and step.node == node and step.target.name == out):
@@ -494,8 +541,8 @@ class Plan(planned.Plan):
         units = -(-total // 4) if target == "nhwc-u8" else total
         g = kernel_grid(units, 256)
         label = f"from texture ({target}) {src}"
-        source = render(
-            "texture_out.wgsl", header=_header(self.ctx.has_f16), label=label, target=target,
+        source = kernel_source(
+            "texture_out.wgsl", self.ctx.has_f16, label=label, target=target,
             C=c, H=h, W=w, C4=slices(c), wg=256, gx=g[0], units=units, total=total,
             ot=self.infos[out].stype,
         )  # fmt: skip
