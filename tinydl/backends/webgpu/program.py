@@ -102,8 +102,8 @@ def _helpers() -> tuple[tuple[str, str], ...]:
 def kernel_source(template: str, f16: bool, **params) -> str:
     """`template` rendered with the header, keeping only the common.wgsl helpers it calls
     (directly or through another helper): a shader module is made (naga reads and checks the
-    WGSL) for every pipeline, at each start, and the unused helpers were most of that work
-    (MobileNetV3-small's 58 shaders: 100-111 -> 31-49 ms on one core of the 2-core VM)."""
+    WGSL) for every pipeline, at each start, the unused helpers too (MobileNetV3-small's 58
+    modules: 44 -> 30 ms on one core of the 2-core VM, tools/bench_shader_modules.py)."""
     header = _header(f16)
     source = render(template, header=header, **params)
     at = source.find(header)
