@@ -182,6 +182,8 @@ def test_environment_options_are_read_into_backend_options():
 
     env = {"TINYDL_CUDA_CHAIN": "off", "TINYDL_WEBGPU_WINOGRAD": "1", "HOME": "/"}
     assert environment_options("cuda", env) == {"chain_fusion": False}
+    env["TINYDL_CUDA_GENERIC"] = "off"
+    assert environment_options("cuda", env) == {"chain_fusion": False, "generic_kernels": "off"}
     assert environment_options("webgpu", env) == {"winograd": "1"}
     assert environment_options("cuda", {"TINYDL_CUDA_CHAIN": "16,32,256"}) == {
         "chain_tile": "16,32,256"

@@ -106,7 +106,7 @@ class CompileOptions:
       "generic_kernels" ("first", default: where a tensor-core convolution's own kernel is not
       compiled yet, a plan runs a generic one, every extent an argument, and switches to the
       own kernel once it is compiled on background threads; "off": wait for the own kernels;
-      "only": never switch),
+      "only": never switch; or TINYDL_CUDA_GENERIC),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
 
@@ -171,6 +171,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
         "cuda",
         lambda v: {"chain_fusion": False} if v == "off" else {"chain_tile": v},
     ),
+    "TINYDL_CUDA_GENERIC": ("cuda", lambda v: {"generic_kernels": v}),
 }
 
 
