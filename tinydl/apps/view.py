@@ -194,8 +194,7 @@ class Viewer:
                 self._set_text(f"{self.rate:.1f} fps")
 
     def _draw(self) -> None:
-        from tinydl.backends.webgpu.kernels import render
-        from tinydl.backends.webgpu.program import _header
+        from tinydl.backends.webgpu.program import kernel_source
 
         frame, index = self._pending
         _, h, w, _ = frame.shape
@@ -206,8 +205,8 @@ class Viewer:
         if pipeline is None:  # made once per frame and canvas size, not per frame
             label = f"view {w}x{h}"
             k, x0, y0 = overlay_geometry(ch)
-            source = render(
-                "view.wgsl", header=_header(self.ctx.has_f16), label=label,
+            source = kernel_source(
+                "view.wgsl", self.ctx.has_f16, label=label,
                 W=w, H=h, CW=cw, CH=ch, n=index, overlay=self.overlay, K=k, X0=x0, Y0=y0,
                 TEXT=TEXT_WORDS, font=FONT,
             )  # fmt: skip

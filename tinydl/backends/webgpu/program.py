@@ -70,12 +70,6 @@ def planned_copy(node: Node, **meta) -> Node:
 
 
 @functools.cache
-def _header(f16: bool) -> str:
-    """What every kernel starts with: the f16 extension when the device has it, and helpers."""
-    return ("enable f16;\n" if f16 else "") + render("common.wgsl")
-
-
-@functools.cache
 def _helpers() -> tuple[tuple[str, str], ...]:
     """common.wgsl's functions in order: (name, text with the comment lines before it). A
     function starts at a line `fn NAME(` and ends on that line when it ends with "}", else at
@@ -104,15 +98,12 @@ def kernel_source(template: str, f16: bool, **params) -> str:
     (directly or through another helper): a shader module is made (naga reads and checks the
     WGSL) for every pipeline, at each start, the unused helpers too (MobileNetV3-small's 58
     modules: 44 -> 30 ms on one core of the 2-core VM, tools/bench_shader_modules.py)."""
-    header = _header(f16)
-    source = render(template, header=header, **params)
-    at = source.find(header)
-    if at < 0:
+    source = render(template, header=_HEADER_HERE, **params)
+    if _HEADER_HERE not in source:
         return source
-    body = source[:at] + source[at + len(header) :]
     blocks = _helpers()
     used: set[str] = set()
-    text = body
+    text = source
     while True:
         new = {n for n, _ in blocks if n not in used and re.search(rf"\b{n}\(", text)}
         if not new:
@@ -120,7 +111,11 @@ def kernel_source(template: str, f16: bool, **params) -> str:
         used |= new
         text = "".join(t for n, t in blocks if n in new)
     kept = ("enable f16;\n" if f16 else "") + "".join(t for n, t in blocks if n in used)
-    return source[:at] + kept + source[at + len(header) :]
+    return source.replace(_HEADER_HERE, kept, 1)
+
+
+# Where a template's header goes, for kernel_source to fill in.
+_HEADER_HERE = "\0header\0"
 
 
 @dataclass

@@ -280,11 +280,10 @@ def generic_struct(g: dict, ct: int, k: int, kp: int, ks: int, ocp: int) -> np.v
     return value[()]
 
 
-def _generic_fits(g: dict, ct: int, kp: int, ocp: int) -> bool:
+def _generic_fits(g: dict, m: int, kp: int, ocp: int) -> bool:
     """Whether the generic kernel's int arithmetic (fast_div below 2**31) holds the layer."""
-    m = g["N"] * g["OH"] * g["OW"]
     sizes = (m * max(g["OC"], ocp), g["N"] * g["C"] * g["IH"] * g["IW"], kp * ocp * 2)
-    return max(sizes) < 2**31 and ct >= 1
+    return max(sizes) < 2**31
 
 
 def _channel_free(plan, node) -> tuple:
@@ -405,14 +404,11 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     )
     # The generic kernel a cold start may run first: every extent in its `Geo` argument.
     generic = None
-    if _generic_fits(g, ct, kp, ocp):
-        gparams = dict(params, GENERIC=True, RUNTIME=False, M=None, OCP=None, K=None, KP=None)
-        gparams["WHOLE_TAPS"] = None  # (one way of gathering the patch, for any channels)
-        for name in ("N", "C", "CT", "IH", "IW", "OC", "OH", "OW", "KH", "KW", "SH", "SW"):
-            gparams[name] = None
-        for name in ("DH", "DW", "PT", "PL", "G"):
-            gparams[name] = None
-        gparams["SPLIT"] = min(split, 2)  # (only whether K is split)
+    if _generic_fits(g, m, kp, ocp):
+        # No extent in the source (WHOLE_TAPS: one way of gathering the patch, for any
+        # channels), and of the split only whether there is one.
+        gparams = dict(params, GENERIC=True, RUNTIME=False, SPLIT=min(split, 2))
+        gparams.update(dict.fromkeys((*g, "M", "OCP", "K", "KP", "CT", "G", "WHOLE_TAPS")))
         gparams["rload"] = (
             load(finish["rt"], "res[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox]")
             if finish["residual"]
