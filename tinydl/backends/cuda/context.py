@@ -294,6 +294,8 @@ class Context:
         where = self._cached(key)
         if where is not None:
             with self._lock:
+                if key not in self._where:
+                    self.stats["cache_hits"] += 1
                 self._where[key] = where
         return where is not None
 

@@ -80,8 +80,8 @@ class Launch:
     smem: int
     label: str
     deferred: _Deferred | None = None  # where `fn` came from (a snapshot keeps this instead)
-    # A generic kernel run until the step's own compiles: (its _Deferred, its args).
-    upgrade: tuple[_Deferred, list] | None = None
+    # A generic kernel run until the step's own compiles: (its _Deferred, args, grid).
+    upgrade: tuple[_Deferred, list, tuple] | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -102,7 +102,7 @@ class Build(planned.Build):
         smem: int = 0,
         label: str = "",
         weight: int = 1,
-        generic: tuple[list, dict] | None = None,
+        generic: tuple | None = None,
         **params,
     ) -> None:
         """Render `template` with `params`, start compiling it (cached) and append a launch of
@@ -110,14 +110,15 @@ class Build(planned.Build):
         or scalars (NumPy's, structured ones as C structs). The function is looked up once
         every kernel of the plan is compiling (`Plan.finish`). `weight`: how many small
         kernels' compile time this one takes (it spreads the compiling over threads).
-        `generic`: (args, params) of the same template rendered for any layer of its kind:
-        where the specialized kernel is not compiled yet (nor in the disk cache), the plan
-        runs the generic one first and compiles the specialized one after (backend option
-        "generic_kernels")."""
+        `generic`: (args, params[, grid]) of the same template rendered for any layer of its
+        kind (on `grid` where its own differs): where the specialized kernel is not compiled
+        yet (nor in the disk cache), the plan runs the generic one first and compiles the
+        specialized one after (backend option "generic_kernels")."""
         label = label or self.label
         source = render(template, label=label, **params)
         upgrade = None
         mode = self.plan.generic_mode
+        grid, threads = self._extents(grid), self._extents(threads)
         if generic is not None and mode != "off":
             if mode == "only" or not self.ctx.known(source):
                 if mode != "only":
@@ -125,22 +126,25 @@ class Build(planned.Build):
                     upgrade = (
                         _Deferred(source, entry, label, smem),
                         [self._resolve(a) for a in args],
+                        grid,
                     )
                 gparams = dict(generic[1])
                 args = generic[0]
+                if len(generic) > 2 and generic[2] is not None:
+                    grid = self._extents(generic[2])
                 source = render(template, label=gparams.pop("label", label), **gparams)
         self.ctx.prefetch(source, label, entry, weight)
         fn = _Deferred(source, entry, label, smem)
-        grid = tuple(int(g) for g in (grid if isinstance(grid, tuple | list) else (grid,)))
-        threads = tuple(
-            int(t) for t in (threads if isinstance(threads, tuple | list) else (threads,))
-        )
-        grid += (1,) * (3 - len(grid))
-        threads += (1,) * (3 - len(threads))
         if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
             raise ValueError(f"{self.label}: grid {grid} exceeds the device's limits")
         args = [self._resolve(a) for a in args]
         self.plan.steps.append(Launch(fn, grid, threads, args, smem, label, upgrade=upgrade))
+
+    @staticmethod
+    def _extents(extents) -> tuple[int, int, int]:
+        """A grid or block as three ints (1 for those not given)."""
+        given = extents if isinstance(extents, tuple | list) else (extents,)
+        return tuple(int(e) for e in given) + (1,) * (3 - len(given))
 
     def _resolve(self, arg):
         """A value name stays a name unless it is a constant: then its uploaded array."""
@@ -267,7 +271,7 @@ class Plan(planned.Plan):
             for step in self.steps:
                 if not getattr(step, "upgrade", None):
                     continue
-                d, args = step.upgrade
+                d, args, grid = step.upgrade
                 try:
                     where = self.ctx.locate(d.source, d.entry, d.label)
                     fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
@@ -283,7 +287,7 @@ class Plan(planned.Plan):
                     step.upgrade = None
                     self.generic_failed += 1
                     continue
-                step.fn, step.args, step.upgrade = fn, args, None
+                step.fn, step.args, step.grid, step.upgrade = fn, args, grid, None
                 step.deferred = replace(d, where=where)
             if self.graphs:
                 with self.ctx.device:  # (a graph may still be running, on any stream)
@@ -309,7 +313,8 @@ class Plan(planned.Plan):
         for step in self.steps:
             if getattr(step, "upgrade", None) and self.ctx.known(step.upgrade[0].source):
                 # (its own kernel compiled since the snapshot was made)
-                step.fn, step.args, step.upgrade = step.upgrade[0], step.upgrade[1], None
+                step.fn, step.args, step.grid = step.upgrade
+                step.upgrade = None
             elif getattr(step, "upgrade", None):
                 d = step.upgrade[0]
                 self.ctx.prefetch(d.source, d.label, d.entry, later=True)

@@ -1,3 +1,75 @@
+{% if GENERIC %}
+// tinydl: compiled fast, to run for a while
+// {{ label }}: direct convolution, NCHW, generic: every extent comes in `e` (a struct in the
+// parameter bank), and the epilogue's activations and residual too, so every layer of a plan
+// with these types and {{ OCB }} output channel(s) a thread shares this kernel (program.py,
+// "generic_kernels"). One output pixel a thread; weights packed as conv.cu's.
+struct Ext {
+    unsigned total, ohw, ow, oh, nb, c, cg, ihw, ih, iw, wg, kh, kw, sh, sw, dh, dw, mg, oc;
+    int pt, pl;
+    int pre, post, slope, res;  // as conv_tc.cu's
+    int code[{{ EPI_PRE + EPI_POST }}];
+    float pa[{{ EPI_PRE + EPI_POST }}], pb[{{ EPI_PRE + EPI_POST }}];
+};
+{% include "act_at.cuh" %}
+extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
+    const Ext e,
+    const {{ xt }}* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ chan,
+    const {{ rt }}* __restrict__ res,
+    {{ yt }}* __restrict__ y)
+{
+    const unsigned idx = blockIdx.x * {{ BLOCK }}u + threadIdx.x;
+    if (idx >= e.total) return;
+    const unsigned p = idx % e.ohw, oy = p / e.ow, ox = p % e.ow;
+    const unsigned gb = idx / e.ohw;  // group * NB + channel block
+    const unsigned g = gb / e.nb, ob = gb % e.nb;
+    const unsigned n = blockIdx.z;
+    float acc[{{ OCB }}];
+#pragma unroll
+    for (int o = 0; o < {{ OCB }}; ++o) acc[o] = 0.0f;
+    const {{ xt }}* xg = x + ((size_t)n * e.c + g * e.cg) * e.ihw;
+    const float* wg = w + (size_t)gb * e.wg;
+    const int iy0 = (int)(oy * e.sh) - e.pt, ix0 = (int)(ox * e.sw) - e.pl;
+    const float* wt = wg;
+#pragma unroll 1
+    for (unsigned ci = 0; ci < e.cg; ++ci) {
+        const {{ xt }}* xc = xg + ci * e.ihw;
+#pragma unroll 1
+        for (unsigned ky = 0; ky < e.kh; ++ky) {
+            const int iy = iy0 + (int)(ky * e.dh);
+            const bool row = (unsigned)iy < e.ih;
+#pragma unroll 1
+            for (unsigned kx = 0; kx < e.kw; ++kx, wt += {{ OCB }}) {
+                const int ix = ix0 + (int)(kx * e.dw);
+                const float v = (row && (unsigned)ix < e.iw) ? {{ xload }} : 0.0f;
+#pragma unroll
+                for (int o = 0; o < {{ OCB }}; ++o) acc[o] = fmaf(v, __ldg(wt + o), acc[o]);
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < {{ OCB }}; ++o) {
+        const unsigned m = ob * {{ OCB }}u + o;   // channel within the group
+        if (m >= e.mg) break;
+        const unsigned oc = g * e.mg + m;
+        float r = acc[o] + chan[oc];
+        const float slope = e.slope ? chan[e.oc + oc] : 0.0f;
+#pragma unroll
+        for (int s = 0; s < {{ EPI_PRE }}; ++s)
+            if (s < e.pre) r = act_at(e.code[s], r, e.pa[s], e.pb[s], slope);
+        const size_t at = (((size_t)n * e.oc + oc) * e.oh + oy) * e.ow + ox;
+        if (e.res) {
+            r += {{ rload }};
+#pragma unroll
+            for (int s = {{ EPI_PRE }}; s < {{ EPI_PRE + EPI_POST }}; ++s)
+                if (s < {{ EPI_PRE }} + e.post) r = act_at(e.code[s], r, e.pa[s], e.pb[s], slope);
+        }
+        y[at] = {{ ystore }};
+    }
+}
+{% else %}
 // {{ label }}: direct convolution, NCHW, input {{ N }}x{{ C }}x{{ IH }}x{{ IW }}, output
 // {{ N }}x{{ OC }}x{{ OH }}x{{ OW }}, {{ G }} group(s). Each thread makes {{ PX }} adjacent output
 // pixels of a row x {{ OCB }} output channels of a group, accumulating in fp32; weights are
@@ -106,3 +178,4 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
     }
     }
 }
+{% endif %}

@@ -35,6 +35,7 @@ from tinydl.backends.fusion import (
     epilogue_code,
     weights_and_bias,
 )
+from tinydl.ops.activation import ACTIVATIONS, check_covers
 from tinydl.ops.conv import (
     _kernel,
     window_attrs,
@@ -210,6 +211,7 @@ def conv_epilogue(b, g: dict, bias: np.ndarray) -> tuple[str, list[str], dict]:
         epilogue=epilogue_code(acts, activation_code),
     )
     channels = b.upload("channels", np.concatenate(chan), "float32")
+    params["steps"] = acts, b.node.meta.get("post", []), slope is not None, residual is not None
     return channels, [residual] if residual is not None else [], params
 
 
@@ -254,18 +256,73 @@ def geo_struct(c: int, ct: int, k: int, kp: int, ks: int) -> np.void:
 # each divisor. A cold start runs the generic kernels first (one per tile, precision and
 # epilogue: ResNet-18's 51 kernel sources at fp32 come to 9) while each layer's own kernel
 # compiles on the compile threads, then switches to those (program.py, "generic_kernels").
+# Its epilogue too, where each activation has a code here (conv_tc.cu's act_at): up to EPI_PRE
+# of them before a fused residual and EPI_POST after, with two parameters each (MobileNetV3-small
+# at fp32: 13 generic kernels, one per tile and epilogue, come to 5).
+EPI_PRE, EPI_POST = 4, 2
+RT_CODES = {
+    "Relu": 1, "Clip": 2, "LeakyRelu": 3, "PRelu": 4, "HardSigmoid": 5, "HardSwish": 6,
+    "Sigmoid": 7, "Tanh": 8, "SiLU": 9,
+}  # fmt: skip
+check_covers("conv_tc.cu's act_at", RT_CODES)
+EPI_FIELDS = [
+    *[(f, np.int32) for f in ("pre", "post", "slope", "res")],
+    ("code", np.int32, (EPI_PRE + EPI_POST,)),
+    *[(f, np.float32, (EPI_PRE + EPI_POST,)) for f in ("pa", "pb")],
+]
+# conv.cu's generic `Ext`: every extent, then the epilogue's fields.
+CONV_EXT = np.dtype(
+    [(f, np.uint32) for f in (
+        "total", "ohw", "ow", "oh", "nb", "c", "cg", "ihw", "ih", "iw", "wg", "kh", "kw", "sh",
+        "sw", "dh", "dw", "mg", "oc")]
+    + [("pt", np.int32), ("pl", np.int32)]
+    + EPI_FIELDS,
+    align=True,
+)  # fmt: skip
 GEO_ALL = np.dtype(
     [(f, np.int32) for f in ("C", "CT", "K", "KP", "KS")]
     + [("ct_mul", np.uint32), ("ct_shr", np.uint32)]
     + [(f, np.int32) for f in GENERIC_EXTENTS]
-    + [(f"{d}_{m}", np.uint32) for d in ("hw", "ow", "kw", "oh", "oc") for m in ("mul", "shr")],
+    + [(f"{d}_{m}", np.uint32) for d in ("hw", "ow", "kw", "oh", "oc") for m in ("mul", "shr")]
+    + EPI_FIELDS,
     align=True,
 )
 
 
-def generic_struct(g: dict, ct: int, k: int, kp: int, ks: int, ocp: int) -> np.void:
-    """The `Geo` argument of a generic conv_tc.cu kernel for the layer of geometry `g`."""
+def _act_args(kind: str, params: dict) -> tuple[float, float]:
+    """An activation's two parameters as act_at takes them (Clip's absent bounds: -inf, inf)."""
+    p = ACTIVATIONS[kind].resolve(params)
+    if kind == "Clip":
+        lo, hi = p["min"], p["max"]
+        return (-np.inf if lo is None else lo), (np.inf if hi is None else hi)
+    return p.get("alpha", 0.0), p.get("beta", 0.0)
+
+
+def runtime_epilogue(steps) -> dict | None:
+    """The epilogue fields of a generic `Geo` for conv_epilogue's `steps` (activations before
+    the residual, after it, whether a slope is in the channel table, whether a residual is
+    added), or None when it does not fit them (then the generic kernel has the epilogue in its
+    source)."""
+    acts, post, slope, residual = steps
+    if len(acts) > EPI_PRE or len(post) > EPI_POST:
+        return None
+    fields = dict(pre=len(acts), post=len(post), slope=int(slope), res=int(residual))
+    code = np.zeros(EPI_PRE + EPI_POST, np.int32)
+    pa, pb = np.zeros_like(code, np.float32), np.zeros_like(code, np.float32)
+    for at, (kind, params) in [*enumerate(acts), *enumerate(post, EPI_PRE)]:
+        code[at] = RT_CODES[kind]
+        pa[at], pb[at] = _act_args(kind, params)
+    return dict(fields, code=code, pa=pa, pb=pb)
+
+
+def generic_struct(
+    g: dict, ct: int, k: int, kp: int, ks: int, ocp: int, epi: dict | None = None
+) -> np.void:
+    """The `Geo` argument of a generic conv_tc.cu kernel for the layer of geometry `g` (and
+    its epilogue `epi`, runtime_epilogue's, when the kernel takes it at launch)."""
     value = np.zeros((), GEO_ALL)
+    for name, v in (epi or {}).items():
+        value[name] = v
     m = g["N"] * g["OH"] * g["OW"]
     extents = dict(
         C=g["C"], CT=ct, K=k, KP=kp, KS=ks, M=m, OC=g["OC"], OCP=ocp, IH=g["IH"], IW=g["IW"],
@@ -328,7 +385,9 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     taps = g["KH"] * g["KW"]
     k = taps * ct
     kp = math.ceil(k / bk) * bk
-    ocp = math.ceil(oc / bn) * bn
+    # (rows padded for the generic kernel's tile too, which may be wider: a multiple of both)
+    pad = TC_TILES["wide"][1] if group == 1 else bn
+    ocp = math.ceil(oc / pad) * pad
     # [OC][ky, kx, ci] (tap-major, as the kernel walks K). The hi + lo fp16 parts keep
     # float32's precision but for the low part's rounding (2^-22 relative), on fp16 tensor
     # cores. In float32 throughout: a float32 minus its fp16 rounding is exact in float32, and
@@ -351,7 +410,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
         full = np.zeros((ocp, kp), np.float32)
         full[:oc, :k] = rows.reshape(oc, k)
     # Split K over blocks when the output tiles alone leave the GPU idle (deep, small layers).
-    tiles = math.ceil(m / bm) * (ocp // bn)
+    tiles = math.ceil(m / bm) * math.ceil(oc / bn)
     steps = kp // bk
     split = 1
     while (
@@ -361,6 +420,7 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     ):
         split *= 2
     channels, tail, finish = conv_epilogue(b, g, bias)
+    epi = runtime_epilogue(finish.pop("steps"))
     src = b.inputs[0]
     if _fp32_input(b):  # the stem: its input to fp16 first, as every intermediate is stored
         half = b.scratch("input_fp16", b.info(0).shape)
@@ -379,6 +439,10 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     shared = bool(b.option("conv_shared_kernels", True)) and shares_channels(b)
     params = dict(
         GENERIC=False,
+        RT_EPI=False,
+        CODES=RT_CODES,
+        EPI_PRE=EPI_PRE,
+        EPI_POST=EPI_POST,
         RUNTIME=shared,
         TF32=mode != "fp16",
         GROUPED=ct < g["C"],
@@ -414,7 +478,21 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
             if finish["residual"]
             else ""
         )
-        generic = [generic_struct(g, ct, k, kp, kp // split, ocp)], gparams
+        ggrid = None
+        if epi is not None and group == 1:
+            # One kernel for the ungrouped layers of a precision: the wide tile, K walked
+            # TC_BK at a time, the split (if any) and the epilogue's activations and residual
+            # in `Geo` (the residual's type the output's where there is none: not read).
+            gbm, gbn, gwm, gwn = TC_TILES["wide"]
+            rt = finish["rt"] if finish["residual"] else finish["yt"]
+            gparams.update(
+                RT_EPI=True, epilogue=[], post=[], has_slope=False, residual=True, rt=rt,
+                rload=load(rt, "res[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox]"),
+                SPLIT=2, BM=gbm, BN=gbn, WM=gwm, WN=gwn, BK=TC_BK, label="Conv",
+                A_PER=gbm * TC_BK // threads,
+            )  # fmt: skip
+            ggrid = (math.ceil(m / gbm), math.ceil(oc / gbn), split)
+        generic = generic_struct(g, ct, k, kp, kp // split, ocp, epi), gparams, ggrid
     if shared:  # the channel counts at launch: a source without them (see SHARE_CHANNELS)
         for name in ("C", "CT", "K", "KP"):
             params[name] = None
@@ -422,30 +500,39 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     else:
         geo = []
 
-    def launch(args, grid, threads, entry, **how):
-        """A launch of `entry` with its specialized source, and its generic one's arguments:
-        the generic `Geo` first, for every entry (the specialized `k` of a shared kernel has
-        its own Geo first, left out)."""
+    y = b.outputs[0]
+    res = tail or [y]  # (the generic kernels' residual argument: not read where none)
+
+    def launch(args, grid, threads, entry, gargs, **how):
+        """A launch of `entry` with its specialized source, and its generic one's: its `Geo`
+        first, then `gargs` where it takes the epilogue at launch (every layer's the same
+        arguments, on its own grid for `k`), else the specialized arguments (a shared
+        kernel's own Geo left out)."""
         alt = None
         if generic is not None:
-            rest = args[len(geo) :] if entry == "k" else args
-            alt = ([*generic[0], *rest], dict(generic[1], ENTRY=entry))
-            if entry == "zero" or (entry == "k" and split > 1):  # (no epilogue in them)
-                alt[1]["label"] = "Conv"
+            value, gparams, ggrid = generic
+            if ggrid is not None:
+                alt = ([value, *gargs], dict(gparams, ENTRY=entry), ggrid if entry == "k" else grid)
+            else:
+                rest = args[len(geo) :] if entry == "k" else args
+                alt = ([value, *rest], dict(gparams, ENTRY=entry))
+                if entry == "zero" or (entry == "k" and split > 1):  # (no epilogue in them)
+                    alt[1]["label"] = "Conv"
 
         b.launch("conv_tc.cu", args, grid, threads, entry=entry, ENTRY=entry, generic=alt,
                  **how, **params)  # fmt: skip
 
-    grid = (math.ceil(m / bm), ocp // bn, split)
+    grid = (math.ceil(m / bm), math.ceil(oc / bn), split)
     if split == 1:
-        launch([*geo, *weights, channels, *tail, b.outputs[0]], grid, threads, "k",
-               weight=TC_COMPILE_WEIGHT)  # fmt: skip
+        launch([*geo, *weights, channels, *tail, y], grid, threads, "k",
+               [*weights, y, channels, *res, y], weight=TC_COMPILE_WEIGHT)  # fmt: skip
         return
     ws = b.scratch("partial", (m * oc,), "float32", precise=True)
     each = blocks(m * oc, 256)
-    launch([ws], each, 256, "zero")
-    launch([*geo, *weights, ws], grid, threads, "k", weight=TC_COMPILE_WEIGHT)
-    launch([ws, channels, *tail, b.outputs[0]], each, 256, "finish")
+    launch([ws], each, 256, "zero", [ws])
+    launch([*geo, *weights, ws], grid, threads, "k", [*weights, ws, channels, *res, y],
+           weight=TC_COMPILE_WEIGHT)  # fmt: skip
+    launch([ws, channels, *tail, y], each, 256, "finish", [ws, channels, *res, y])
 
 
 @kernel("Conv", FUSED, supports=conv_supports)
@@ -468,14 +555,42 @@ def conv(b):
     wp[:, :mg] = w.reshape(group, mg, cg, kh, kw)
     wp = wp.reshape(group, nb, ocb, cg, kh, kw).transpose(0, 1, 3, 4, 5, 2)
     channels, tail, finish = conv_epilogue(b, g, bias)
-    args = [b.inputs[0], b.upload("weights", wp, "float32"), channels, *tail]
+    epi = runtime_epilogue(finish.pop("steps"))
+    weights = b.upload("weights", wp, "float32")
+    args = [b.inputs[0], weights, channels, *tail]
     d2s = b.node.meta.get("d2s")
     owg = math.ceil(g["OW"] / px)
+    generic = None
+    if epi is not None and d2s is None:
+        # Every extent and the epilogue at launch, one pixel a thread (on a grid of its own).
+        value = np.zeros((), CONV_EXT)
+        ext = dict(
+            total=group * nb * g["OH"] * g["OW"], ohw=g["OH"] * g["OW"], ow=g["OW"], oh=g["OH"],
+            nb=nb, c=g["C"], cg=cg, ihw=g["IH"] * g["IW"], ih=g["IH"], iw=g["IW"],
+            wg=cg * kh * kw * ocb, kh=kh, kw=kw, sh=g["SH"], sw=g["SW"], dh=g["DH"],
+            dw=g["DW"], mg=mg, oc=oc, pt=g["PT"], pl=g["PL"], **epi,
+        )  # fmt: skip
+        for name, v in ext.items():
+            value[name] = v
+        rt = finish["rt"] if finish["residual"] else b.out().ctype
+        y = b.outputs[0]
+        generic = (
+            [value[()], b.inputs[0], weights, channels, *(tail or [y]), y],
+            dict(
+                GENERIC=True, OCB=ocb, BLOCK=BLOCK, xt=xi.ctype, yt=finish["yt"], rt=rt,
+                ystore=finish["ystore"], EPI_PRE=EPI_PRE, EPI_POST=EPI_POST, CODES=RT_CODES,
+                xload=load(xi.ctype, "xc[iy * e.iw + ix]"), label="Conv",
+                rload=load(rt, "res[at]"),
+            ),
+            (blocks(ext["total"], BLOCK), 1, g["N"]),
+        )  # fmt: skip
     b.launch(
         "conv.cu",
         [*args, b.outputs[0]],
         (blocks(group * nb * g["OH"] * owg, BLOCK), 1, g["N"]),
         BLOCK,
+        generic=generic,
+        GENERIC=False,
         **g,
         G=group,
         CG=cg,

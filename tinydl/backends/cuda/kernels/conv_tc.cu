@@ -6,8 +6,8 @@
 // accumulation), NCHW. Generic: every extent (batch, planes, channels, window, strides, pads)
 // comes in the argument `g` (a struct in the parameter bank) and divisions by them are
 // multiplications by magic numbers, so one kernel serves every layer of a plan with the same
-// tile, precision and epilogue: what a cold start runs first while the layers' own kernels
-// compile (program.py, "generic_kernels"). M = output pixels of the batch, N = output
+// tile and precision, {% if RT_EPI %}the activations of its epilogue coded in `g` too{% else %}and epilogue{% endif %}: what a cold start runs first while the
+// layers' own kernels compile (program.py, "generic_kernels"). M = output pixels of the batch, N = output
 // channels, K = taps x input channels (tap-major: ky, kx, then channels).{% if GROUPED %}
 // Grouped: a tile of {{ BN }} output channels reads only the g.CT input channels of its
 // groups, at blockIdx.y * g.CT; K runs over those, zero where a channel is another group's.{% endif %}
@@ -50,7 +50,10 @@
 // owns a {{ WM }}x{{ WN }}
 {% endif %}
 // piece. The next K step's tiles are loaded into registers while this one is multiplied.
-// {% if SPLIT > 1 %}K is split {{ "g.KP / g.KS" if GENERIC else SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
+// {% if RT_EPI %}Where g.KS < g.KP, K is split g.KP / g.KS ways over blockIdx.z and each split adds
+// its partial sums into a zeroed float32 workspace, `finish` applying the epilogue; else the
+// epilogue (bias, then g's activations, residual and what follows it) is applied here.
+// {% elif SPLIT > 1 %}K is split {{ "g.KP / g.KS" if GENERIC else SPLIT }} ways over blockIdx.z (too few tiles to fill the GPU):
 // each split adds its partial sums into a zeroed float32 workspace, and `finish` applies the
 // epilogue.{% else %}The epilogue is conv.cu's: bias (BatchNormalization folded in),
 // activations, residual and what follows it.{% endif %}
@@ -88,17 +91,39 @@ struct Geo {
 {% if GENERIC %}
     int M, OC, OCP, IH, IW, IHW, OH, OW, HW, SH, SW, PT, PL, DH, DW, KW, MOC;
     unsigned hw_mul, hw_shr, ow_mul, ow_shr, kw_mul, kw_shr, oh_mul, oh_shr, oc_mul, oc_shr;
+    // The epilogue, when it comes at launch (`RT_EPI`): activation codes (conv.py's
+    // RT_CODES) with two parameters each, `pre` of them from 0, `post` (after the residual)
+    // from {{ EPI_PRE }}; `slope`: whether `chan` holds a PRelu slope after the bias; `res`:
+    // whether a residual is added (else `res` is not read).
+    int pre, post, slope, res;
+    int code[{{ EPI_PRE + EPI_POST }}];
+    float pa[{{ EPI_PRE + EPI_POST }}], pb[{{ EPI_PRE + EPI_POST }}];
 {% endif %}
 };
 __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
     return (int)((__umulhi((unsigned)n, mul) + (unsigned)n) >> shr);
 }
+{% if RT_EPI %}
+{% include "act_at.cuh" %}
+{% endif %}
 
 {% else %}
 {% set KV, KPV, KSV = K, KP, KP // SPLIT %}
 {% macro tap_of(kk, ci) %}tap = {{ kk }} / {{ CT }}, {{ ci }} = {{ kk }} % {{ CT }}{% endmacro %}
 {% endif %}
 {% macro finish_one() %}
+{% if RT_EPI %}
+            const float slope = g.slope ? chan[(unsigned)g.OC + oc] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < {{ EPI_PRE }}; ++e)
+                if (e < g.pre) r = act_at(g.code[e], r, g.pa[e], g.pb[e], slope);
+            if (g.res) {
+                r += {{ rload }};
+#pragma unroll
+                for (int e = {{ EPI_PRE }}; e < {{ EPI_PRE + EPI_POST }}; ++e)
+                    if (e < {{ EPI_PRE }} + g.post) r = act_at(g.code[e], r, g.pa[e], g.pb[e], slope);
+            }
+{% else %}
 {% if has_slope %}
             const float slope = chan[{% if GENERIC %}(unsigned)g.OC{% else %}{{ OC }}u{% endif %} + oc];
 {% endif %}
@@ -110,6 +135,7 @@ __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
 {% for e in post %}
             r = {{ e }};
 {% endfor %}
+{% endif %}
 {% endif %}
 {% if GENERIC %}
             y[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox] = {{ ystore }};
@@ -164,7 +190,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
 {% if LO and not X3 %}
     const {{ et }}* __restrict__ wl,
 {% endif %}
-{% if SPLIT > 1 %}
+{% if RT_EPI %}
+    float* __restrict__ ws,  // (read where g.KS < g.KP; chan, res and y where not)
+{% endif %}
+{% if SPLIT > 1 and not RT_EPI %}
     float* __restrict__ ws)
 {% else %}
     const float* __restrict__ chan,
@@ -413,7 +442,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) k(
         for (int q1 = 0; q1 < 2; ++q1) {
             const unsigned oc = n0 + wn + j * 8 + 2 * (lane & 3) + q1;
             if (oc >= {{ "(unsigned)g.OC" if GENERIC else OC ~ "u" }}) continue;
-{% if SPLIT > 1 %}
+{% if RT_EPI %}
+            if (g.KS < g.KP) {
+                atomicAdd(ws + (size_t)m * g.OC + oc, acc[i][j][q2 * 2 + q1]);
+                continue;
+            }
+            float r = acc[i][j][q2 * 2 + q1] + chan[oc];
+{{ finish_one() }}
+{% elif SPLIT > 1 %}
             atomicAdd(ws + (size_t)m * {{ "g.OC" if GENERIC else OC ~ "u" }} + oc, acc[i][j][q2 * 2 + q1]);
 {% else %}
             float r = acc[i][j][q2 * 2 + q1] + chan[oc];

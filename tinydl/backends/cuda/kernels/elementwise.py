@@ -68,6 +68,7 @@ def emit(b, expr, operands: list[Operand], out: str, ct: str, label: str = "") -
     itype = index_type(total)
     args, params = [], []
     need_coords = False
+    strided = []  # the strides of the operands read through them (the generic kernel's g.s)
     for k, (op, st) in enumerate(zip(operands, merged, strict=True)):
         if op.literal is not None:
             params.append({"arg": False, "load": f"({ct})({op.literal})"})
@@ -84,30 +85,56 @@ def emit(b, expr, operands: list[Operand], out: str, ct: str, label: str = "") -
             ctype = CTYPES[arr.dtype.name]
             args.append(b.upload(("operand", k), arr))
         if st == strides_of(dims):
-            idx = "i"
+            idx = gidx = "i"
         else:
             idx = offset(st)
             need_coords = True
-        raw = f"in{len(args) - 1}[{idx}]"
+            gidx = " + ".join(f"c{a} * g.s[{len(strided)}][{a}]" for a in range(len(dims)))
+            strided.append(st)
+        at = len(args) - 1
+        raw, graw = f"in{at}[{idx}]", f"in{at}[{gidx}]"
         value = load(ctype, raw) if ct == "float" else f"({ct})({raw})"
-        params.append({"arg": True, "index": len(args) - 1, "ctype": ctype, "load": value})
+        gvalue = load(ctype, graw) if ct == "float" else f"({ct})({graw})"
+        params.append({"arg": True, "index": at, "ctype": ctype, "load": value, "g": gvalue})
     out_ctype = info.ctype
     result = f"({ct})({expr})"
+    how = dict(
+        operands=params,
+        out_ctype=out_ctype,
+        store=store(out_ctype, result) if out_ctype != ct else result,
+        ct=ct,
+        itype=itype,
+        block=BLOCK,
+    )
+    generic = None
+    if itype == "unsigned int":  # (every extent at launch, and the strides read through)
+        ext = np.dtype(
+            [("total", np.uint32), ("d", np.uint32, (len(dims),)),
+             ("s", np.uint32, (max(len(strided), 1), len(dims)))],
+            align=True,
+        )  # fmt: skip
+        value = np.zeros((), ext)
+        value["total"], value["d"] = total, dims
+        for j, st in enumerate(strided):
+            value["s"][j] = st
+        gops = [dict(p, load=p.get("g", p["load"])) for p in params]
+        rem = coords([f"g.d[{a}]" for a in range(len(dims))], itype=itype).replace("]u", "]")
+        generic = [value[()], *args, out], dict(
+            how, GENERIC=True, operands=gops, nd=len(dims), strided=len(strided),
+            coords=rem if need_coords else "", label="Elementwise",
+        )  # fmt: skip
     b.launch(
         "elementwise.cu",
         [*args, out],
         blocks(total, BLOCK),
         BLOCK,
         label=label,
-        operands=params,
-        out_ctype=out_ctype,
-        store=store(out_ctype, result) if out_ctype != ct else result,
-        ct=ct,
         dims=dims,
         total=total,
-        itype=itype,
-        block=BLOCK,
         coords=coords(dims, itype=itype) if need_coords else "",
+        generic=generic,
+        GENERIC=False,
+        **how,
     )
 
 

@@ -1,6 +1,18 @@
+{% if GENERIC %}
+// tinydl: compiled fast, to run for a while
+// Generic: the counts, kept and reduced axes (size, stride) come in `g` (program.py,
+// "generic_kernels"), so every such reduction over {{ kept | length }} kept and {{ reduced | length }} reduced axes shares it.
+struct Ext {
+    unsigned O, R;
+    float RF;  // R as a float (a mean's divisor)
+    unsigned kd[{{ kept | length }}], ks[{{ kept | length }}], rd[{{ reduced | length }}], rs[{{ reduced | length }}];
+};
+{% endif %}
 // {{ label }}: {{ ("the index of the " ~ ("largest" if arg == "max" else "smallest")) if arg else "a reduction" }} over {{ R }} elements for each of {{ O }} outputs; a {{ "warp" if per_warp else "block" }}
 // per output: a strided {{ acc }} pass per thread, then warp shuffles{{ "" if per_warp else " and one exchange through shared memory" }}.
+{% if not GENERIC %}
 // Kept axes (size, stride) {{ kept }}; reduced axes {{ reduced }}.
+{% endif %}
 {% if arg %}
 // (a, ia) comes before (b, ib): {{ "larger" if arg == "max" else "smaller" }}, then the {{ "last" if last else "first" }} index among equals.
 // NONE_ marks a thread that has seen no element yet.
@@ -30,6 +42,9 @@ __device__ __forceinline__ {{ acc }} warp_combine_({{ acc }} v) {
 {% endif %}
 
 extern "C" __global__ void __launch_bounds__({{ block }}) k(
+{% if GENERIC %}
+    const Ext g,
+{% endif %}
     const {{ xt }}* __restrict__ x,
     {{ yt }}* __restrict__ y)
 {
@@ -37,7 +52,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% if per_warp %}
     // The exit is per warp (every lane of a warp has the same o), so shuffles see full warps.
     const {{ itype }} o = ({{ itype }})blockIdx.x * {{ warps }}u + (threadIdx.x >> 5);
-    if (o >= {{ O }}u) return;
+    if (o >= {{ OV }}) return;
     const unsigned first = lane, step = 32u;
 {% else %}
     const {{ itype }} o = blockIdx.x;
@@ -47,21 +62,21 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
     {{ itype }} rem = o;
     {{ itype }} base = 0;
 {% for d in range(kept | length - 1, -1, -1) %}
-    base += (rem % {{ kept[d][0] }}u) * {{ kept[d][1] }}u;
-    rem /= {{ kept[d][0] }}u;
+    base += (rem % {{ kept[d][0] }}) * {{ kept[d][1] }};
+    rem /= {{ kept[d][0] }};
 {% endfor %}
 {% macro offset() %}
         {{ itype }} q = r;
         {{ itype }} off = base;
 {% for d in range(reduced | length - 1, -1, -1) %}
-        off += (q % {{ reduced[d][0] }}u) * {{ reduced[d][1] }}u;
-        q /= {{ reduced[d][0] }}u;
+        off += (q % {{ reduced[d][0] }}) * {{ reduced[d][1] }};
+        q /= {{ reduced[d][0] }};
 {% endfor %}
 {% endmacro %}
 {% if arg %}
     {{ acc }} best = 0;
     unsigned bi = NONE_;
-    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+    for ({{ itype }} r = first; r < {{ RV }}; r += step) {
 {{ offset() }}
         const {{ acc }} v = {{ xload }};
         if (before_(v, (unsigned)r, best, bi)) {
@@ -87,7 +102,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
 {% if shift %}
     // The largest element first, so that exp never overflows (0 when it is -inf: log(0) stays).
     float m = -__int_as_float(0x7f800000);
-    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+    for ({{ itype }} r = first; r < {{ RV }}; r += step) {
 {{ offset() }}
         m = fmaxf(m, {{ xload }});
     }
@@ -101,7 +116,7 @@ extern "C" __global__ void __launch_bounds__({{ block }}) k(
     if (m == -__int_as_float(0x7f800000)) m = 0.0f;
 {% endif %}
     {{ acc }} s = {{ init }};
-    for ({{ itype }} r = first; r < {{ R }}u; r += step) {
+    for ({{ itype }} r = first; r < {{ RV }}; r += step) {
 {{ offset() }}
         const {{ acc }} v = {{ xload }};
         s = combine_(s, {{ element }});

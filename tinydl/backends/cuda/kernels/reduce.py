@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import (
     FLOATS,
@@ -105,23 +107,15 @@ def emit_reduce(
     else:
         xload = load(xi.ctype, "x[off]")
         ystore = store(yo.ctype, finish.format(R=f"{float(max(count, 1))!r}f"))
-    b.launch(
-        "reduce.cu",
-        [b.inputs[0], b.outputs[0]],
-        blocks(outputs, WARPS) if per_warp else outputs,
-        BLOCK,
-        O=outputs,
-        R=count,
-        kept=list(zip(kd, ks, strict=True)),
-        reduced=list(zip(rd, rs, strict=True)),
+    itype = index_type(max(math.prod(shape), 1))
+    how = dict(
         per_warp=per_warp,
         block=BLOCK,
         warps=WARPS,
-        itype=index_type(max(math.prod(shape), 1)),
+        itype=itype,
         xt=xi.ctype,
         yt=yo.ctype,
         xload=xload,
-        ystore=ystore,
         acc=acc,
         arg=arg,
         last=last,
@@ -129,6 +123,40 @@ def emit_reduce(
         element=element,
         combine=combine,
         shift=op == "ReduceLogSumExp",
+    )
+    args = [b.inputs[0], b.outputs[0]]
+    generic = None
+    if itype == "unsigned int":  # (the counts and axes at launch)
+        ext = np.dtype(
+            [("O", np.uint32), ("R", np.uint32), ("RF", np.float32)]
+            + [(f, np.uint32, (len(kd),)) for f in ("kd", "ks")]
+            + [(f, np.uint32, (len(rd),)) for f in ("rd", "rs")],
+            align=True,
+        )
+        value = np.zeros((), ext)
+        value["O"], value["R"], value["RF"] = outputs, count, float(max(count, 1))
+        value["kd"], value["ks"], value["rd"], value["rs"] = kd, ks, rd, rs
+        generic = [value[()], *args], dict(
+            how, GENERIC=True, OV="g.O", RV="g.R", R="g.R", O="g.O", label="Reduction",
+            kept=[(f"g.kd[{a}]", f"g.ks[{a}]") for a in range(len(kd))],
+            reduced=[(f"g.rd[{a}]", f"g.rs[{a}]") for a in range(len(rd))],
+            ystore=ystore if integer else store(yo.ctype, finish.format(R="g.RF")),
+        )  # fmt: skip
+    b.launch(
+        "reduce.cu",
+        args,
+        blocks(outputs, WARPS) if per_warp else outputs,
+        BLOCK,
+        O=outputs,
+        R=count,
+        OV=f"{outputs}u",
+        RV=f"{count}u",
+        kept=[(f"{d}u", f"{s}u") for d, s in zip(kd, ks, strict=True)],
+        reduced=[(f"{d}u", f"{s}u") for d, s in zip(rd, rs, strict=True)],
+        ystore=ystore,
+        generic=generic,
+        GENERIC=False,
+        **how,
     )
 
 
