@@ -103,9 +103,10 @@ class CompileOptions:
       step; default 64 where a thread's share of a step is channels of one tap, else 32),
       "conv_shared_kernels" (bool, default True: tensor-core convolutions that differ only in
       their input channels, three or more in a plan, share one kernel; False specializes each),
-      "generic_kernels" ("first", default: where a tensor-core convolution's own kernel is not
-      compiled yet, a plan runs a generic one, every extent an argument, and switches to the
-      own kernel once it is compiled on background threads; "off": wait for the own kernels;
+      "generic_kernels" ("first", default: where the own kernel of a convolution, elementwise
+      op or reduction is not compiled yet, a plan runs a generic one, every extent (and a
+      convolution's epilogue) an argument, and switches to the own kernel once it is compiled
+      on background threads; "off": wait for the own kernels;
       "only": never switch; or TINYDL_CUDA_GENERIC),
       "fuse_elementwise" (bool, default True: runs of elementwise ops as one launch).
     """
