@@ -245,6 +245,37 @@ def test_a_layer_whose_own_kernel_fails_to_compile_stays_generic(fake_device, mo
     assert init["generic_steps"] == len(steps) and init["generic_left"] == 1
 
 
+def test_a_generic_kernel_that_fails_to_compile_leaves_its_steps_on_their_own(
+    fake_device, monkeypatch
+):
+    """A generic kernel NVRTC refuses warns, and the steps that would have run it run their
+    own kernels from the start (waited for); the other steps start generic as before."""
+    import numpy as np
+    from helpers.models import conv_stack_graph
+
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda.context import FAST_COMPILE, CompileError
+
+    ctx = context._contexts[0]
+    ctx._seen.clear()
+    real = ctx.locate
+
+    def locate(source, name, label="kernel"):
+        if FAST_COMPILE in source and "implicit GEMM" in source:
+            raise CompileError(f"{label}: no such luck")
+        return real(source, name, label)
+
+    monkeypatch.setattr(ctx, "locate", locate)
+    graph = conv_stack_graph(np.random.default_rng(0))
+    with pytest.warns(RuntimeWarning, match="its generic kernel did not compile, its own runs"):
+        sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    gemms = [s for s in plan.steps if "implicit GEMM" in s.fn.source]
+    assert gemms and not any(FAST_COMPILE in s.fn.source or s.upgrade for s in gemms)
+    assert plan.generic_steps == sum(1 for s in plan.steps if s.upgrade) > 0  # (the others)
+
+
 def test_fast_compiled_sources_make_programs_of_their_own(monkeypatch, tmp_path):
     """Sources marked FAST_COMPILE are compiled with other options: never in a program with
     unmarked ones."""

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tinydl.backends import planned
-from tinydl.backends.cuda.context import empty_pinned, host_copies
+from tinydl.backends.cuda.context import CompileError, empty_pinned, host_copies
 from tinydl.backends.cuda.kernels import CTYPES, REGISTRY, render
 from tinydl.backends.cuda.kernels.attention import MAX_DIM
 from tinydl.backends.fusion import (
@@ -238,12 +238,21 @@ class Plan(planned.Plan):
         self.ctx.flush()
         for step in self.steps:
             if isinstance(step, Launch) and isinstance(step.fn, _Deferred):
-                d = step.fn
-                where = self.ctx.locate(d.source, d.entry, d.label)
-                step.deferred = replace(d, where=where)
-                step.fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
-                    self.ctx.function(d.source, d.entry, d.label, d.smem)  # (cache emptied)
-                )
+                try:
+                    self._load(step, step.fn)
+                except CompileError as exc:
+                    if not step.upgrade:
+                        raise
+                    # A generic kernel that does not compile: the step's own, from the start.
+                    warnings.warn(
+                        f"{step.fn.label}: its generic kernel did not compile, its own runs "
+                        f"from the start ({str(exc).splitlines()[0]})",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                    d, step.args, step.grid = step.upgrade
+                    step.upgrade = None
+                    self._load(step, d)
         t0 = time.perf_counter()
         self.ctx.wait_uploads()
         self.owner.init["weights_s"] += time.perf_counter() - t0  # (queued in `constant`)
@@ -253,6 +262,14 @@ class Plan(planned.Plan):
         self.upgrading = self.ctx.compile_later([d.source for d in later]) if later else None
         self.upgraded_at = None
         self._finished = time.perf_counter()
+
+    def _load(self, step: Launch, d: _Deferred) -> None:
+        """Step's function: `d`'s, compiled (waiting for it) or read from the disk cache."""
+        where = self.ctx.locate(d.source, d.entry, d.label)
+        step.fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
+            self.ctx.function(d.source, d.entry, d.label, d.smem)  # (cache emptied)
+        )
+        step.deferred = replace(d, where=where)
 
     def upgrade(self, wait: bool = False) -> bool:
         """Switch the steps running generic kernels to their own once those are compiled (or
@@ -272,12 +289,11 @@ class Plan(planned.Plan):
                 if not getattr(step, "upgrade", None):
                     continue
                 d, args, grid = step.upgrade
+                generic = step.fn, step.deferred
                 try:
-                    where = self.ctx.locate(d.source, d.entry, d.label)
-                    fn = self.ctx.function_at(where, d.entry, d.label, d.smem) or (
-                        self.ctx.function(d.source, d.entry, d.label, d.smem)
-                    )
+                    self._load(step, d)
                 except Exception as exc:  # noqa: BLE001 - reported; the generic one still runs
+                    step.fn, step.deferred = generic
                     warnings.warn(
                         f"{d.label}: its specialized kernel did not compile, the generic one "
                         f"stays ({type(exc).__name__}: {str(exc).splitlines()[0]})",
@@ -287,8 +303,7 @@ class Plan(planned.Plan):
                     step.upgrade = None
                     self.generic_failed += 1
                     continue
-                step.fn, step.args, step.grid, step.upgrade = fn, args, grid, None
-                step.deferred = replace(d, where=where)
+                step.args, step.grid, step.upgrade = args, grid, None
             if self.graphs:
                 with self.ctx.device:  # (a graph may still be running, on any stream)
                     self.cp.cuda.runtime.deviceSynchronize()
