@@ -499,6 +499,24 @@ def test_a_webgpu_plan_is_read_back_and_runs_alike(caches, webgpu, tmp_path, rng
     for sess in (first, second):
         kernel = sess.partitions[0].kernel
         assert all(c.host is None for c in kernel._constants.values())
+    # read back, the constants share one buffer a usage, each at an aligned offset
+    consts = list(second.partitions[0].kernel._constants.values())
+    assert len(consts) > 2 and all(c.size is not None and c.offset % 256 == 0 for c in consts)
+    assert len({id(c.buffer) for c in consts}) == len({c.usage for c in consts})
+    spans = sorted((id(c.buffer), c.offset, c.offset + c.size) for c in consts)
+    pairs = zip(spans, spans[1:], strict=False)
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in pairs)  # no overlap
+    # each holds what the first session uploaded on its own (those a copy can read)
+    made = first.partitions[0].kernel._constants
+    ctx = consts[0].ctx
+    readable = ctx.wgpu.BufferUsage.COPY_SRC
+    compared = 0
+    for key, c in second.partitions[0].kernel._constants.items():
+        if c.usage & readable:
+            want = ctx.read(made[key].buffer, c.size)
+            np.testing.assert_array_equal(ctx.read(c.buffer, c.size, c.offset), want)
+            compared += 1
+    assert compared > 1
 
 
 def test_a_webgpu_session_read_back_compiles_its_shaders_first(

@@ -213,7 +213,11 @@ class Viewer:
             pipeline = self._pipelines[geometry] = self.ctx.render_pipeline(
                 source, [self.format], label
             )
-        entries = [{"binding": 0, "resource": {"buffer": frame.storage.buffer}}]
+        held = frame.storage
+        resource = {"buffer": held.buffer, "offset": held.offset}
+        if held.size is not None:  # (a constant's place in a shared buffer)
+            resource["size"] = held.size
+        entries = [{"binding": 0, "resource": resource}]
         if self._text is not None:
             entries.append({"binding": 1, "resource": {"buffer": self._text}})
         bind_group = self.ctx.device.create_bind_group(

@@ -33,6 +33,10 @@ MAX_PIPELINES = 2048
 COMPILE_THREADS = (
     len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 )
+# Constants of a session read back share buffers of at most this many bytes, each at a multiple
+# of ARENA_ALIGN (WebGPU's largest offset alignment for a binding).
+ARENA_BYTES = 256 << 20
+ARENA_ALIGN = 256
 _compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _compile_pool_lock = threading.Lock()
 
@@ -45,6 +49,22 @@ def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
                 COMPILE_THREADS, thread_name_prefix="tinydl-webgpu-compile"
             )
         return _compile_pool
+
+
+def start_compile_threads() -> None:
+    """Start every thread of the compile pool now (a context does while its device starts).
+    The pool starts a thread per task until it has them all, and each start waits for the new
+    thread to run: with pipelines already being made on the others (their Python holding the
+    GIL in turns), queueing a warm start's 58 pipelines took 16 ms of the main thread."""
+    pool = compile_pool()
+    ready = threading.Barrier(COMPILE_THREADS)
+
+    def wait() -> None:  # (held until every thread runs one: each task a thread of its own)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait(timeout=2.0)
+
+    for _ in range(COMPILE_THREADS):
+        pool.submit(wait)
 
 
 ADAPTER_ENV = "TINYDL_WEBGPU_ADAPTER"
@@ -142,6 +162,7 @@ class Context:
         from tinydl.backends.webgpu.cffi_types import prewarm
 
         prewarm()  # wgpu-py's C types parsed in one pass, not one at a time
+        start_compile_threads()
         self.wgpu = wgpu
         # The adapter's index in adapter_names(), or None for the default choice.
         self.index = index
@@ -161,6 +182,7 @@ class Context:
         self._pipelines_lock = threading.Lock()
         self._compiling: dict[str, concurrent.futures.Future] = {}
         self._pool: dict[tuple[int, int], list[Any]] = {}
+        self._unplaced: list = []  # (storage, host) of `constant_later`
         self._lock = threading.Lock()
         # Held while a command buffer is recorded and submitted, and around the fence.
         self.queue_lock = threading.RLock()
@@ -378,6 +400,46 @@ class Context:
                 return
         self.forget(buffer)
         buffer.destroy()  # wgpu keeps it alive until submitted work using it has finished
+
+    def constant_later(self, host: np.ndarray, usage: int):
+        """A constant whose buffer comes with `place_constants`: a session read back makes its
+        constants this way, and then one buffer a usage holds them all (created mapped, each
+        written into place, unmapped) instead of a buffer and a queued write each (111 of them
+        for MobileNetV3-small, whose writes waited behind the pipelines being made)."""
+        from tinydl.backends.webgpu.tensor import Storage
+
+        storage = Storage(self, None, pooled=False, usage=usage)
+        with self._lock:
+            self._unplaced.append((storage, np.ascontiguousarray(host)))
+        return storage
+
+    def place_constants(self) -> None:
+        """Give every constant of `constant_later` its place: one buffer per usage (and per
+        ARENA_BYTES), each at an offset aligned for binding."""
+        with self._lock:
+            todo, self._unplaced = self._unplaced, []
+        groups: dict[int, list] = {}
+        for storage, host in todo:
+            groups.setdefault(storage.usage, []).append((storage, host))
+        for usage, items in groups.items():
+            while items:
+                total, chunk = 0, []
+                while items and (not chunk or total + items[0][1].nbytes <= ARENA_BYTES):
+                    storage, host = items.pop(0)
+                    chunk.append((storage, host, total))
+                    total += -(-max(4, host.nbytes) // ARENA_ALIGN) * ARENA_ALIGN
+                self._place(chunk, total, usage)
+
+    def _place(self, chunk: list, total: int, usage: int) -> None:
+        with self.guard("uploading constants"):
+            buffer = self.device.create_buffer(size=total, usage=usage, mapped_at_creation=True)
+            self.stats["buffers"] += 1
+            for _, host, offset in chunk:
+                if host.nbytes:
+                    buffer.write_mapped(_padded_bytes(host), offset)
+            buffer.unmap()
+        for storage, host, offset in chunk:
+            storage.place(buffer, offset, max(4, _round4(host.nbytes)))
 
     def upload(self, array: np.ndarray, usage: int | None = None):
         array = np.ascontiguousarray(array)

@@ -690,9 +690,8 @@ class Plan(planned.Plan):
                     buf = ctx.acquire(total, u.MAP_READ | u.COPY_DST)
                     for name, offset in staging.items():
                         nbytes = (self.nbytes(self.infos[name]) + 3) // 4 * 4
-                        encoder.copy_buffer_to_buffer(
-                            env[self.root(name)].buffer, 0, buf, offset, nbytes
-                        )
+                        held = env[self.root(name)]
+                        encoder.copy_buffer_to_buffer(held.buffer, held.offset, buf, offset, nbytes)
                 if queries is not None:
                     n = queries.count
                     resolved = ctx.device.create_buffer(
@@ -816,9 +815,12 @@ class Plan(planned.Plan):
                 if isinstance(b, str):
                     b, offset = env[self.root(b)], self.offset(b)
                 if isinstance(b, Storage):
-                    resources.append(
-                        {"buffer": b.buffer, "offset": offset} if offset else {"buffer": b.buffer}
-                    )
+                    resource = {"buffer": b.buffer}  # (a constant may share its buffer)
+                    if offset or b.offset:
+                        resource["offset"] = offset + b.offset
+                    if b.size is not None:
+                        resource["size"] = b.size
+                    resources.append(resource)
                 elif isinstance(b, TexRef):
                     resources.append(self.textures[b.name].view)
                 elif isinstance(b, WeightTexture):
@@ -1055,6 +1057,7 @@ class WebGPUKernel(planned.PlannedKernel):
     def restored(self) -> None:
         # (a kernel without a plan keeps its first plan's constants: Session._keep_later)
         self._snapshot_done = bool(self.plans)
+        self.ctx.place_constants()  # (read back: one buffer holds them)
         super().restored()
 
     def snapshot_done(self, later: bool = False) -> None:

@@ -44,40 +44,53 @@ class Storage:
     """A GPU buffer owned by tensors; given back to the pool when the last one is dropped.
 
     `serial` names the buffer (not this object), so bind groups made for a pooled buffer are
-    found again when the buffer comes back for another tensor.
+    found again when the buffer comes back for another tensor. A constant of a session read
+    back lies at `offset` (`size` bytes) of a buffer it shares with the session's other
+    constants (`Context.place_constants`), placed when first asked for.
     """
 
-    def __init__(self, ctx, buffer, pooled: bool = True):
-        self.ctx, self.buffer, self.pooled = ctx, buffer, pooled
-        self.serial = ctx.serial_of(buffer)
+    def __init__(self, ctx, buffer, pooled: bool = True, usage: int | None = None):
+        self.ctx, self._buffer, self.pooled = ctx, buffer, pooled
+        self.serial = ctx.serial_of(buffer) if buffer is not None else 0
+        self.offset, self.size = 0, None  # (the whole buffer)
+        self.usage = int(buffer.usage) if buffer is not None else int(usage)
         # A constant's contents while its session may still be pickled (tinydl/snapshot.py).
         self.host: np.ndarray | None = None
+
+    @property
+    def buffer(self):
+        if self._buffer is None:  # a constant not placed yet
+            self.ctx.place_constants()
+        return self._buffer
+
+    def place(self, buffer, offset: int, size: int) -> None:
+        self._buffer, self.offset, self.size = buffer, offset, size
 
     def _snapshot_id(self) -> tuple:
         if self.host is None:
             raise TypeError("a webgpu buffer without its host contents cannot be kept")
         where = "tinydl.backends.webgpu.tensor:storage_from_host"
-        return (where, self.ctx.index, self.host, int(self.buffer.usage))
+        return (where, self.ctx.index, self.host, self.usage)
 
     def __del__(self):
-        if self.buffer is None:
+        if self._buffer is None or self.size is not None:  # (a shared buffer: its own refs)
             return
         try:
             if self.pooled:
-                self.ctx.release(self.buffer)
+                self.ctx.release(self._buffer)
             else:
-                self.ctx.forget(self.buffer)
+                self.ctx.forget(self._buffer)
         except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
             pass
-        self.buffer = None
+        self._buffer = None
 
 
 def storage_from_host(index, host: np.ndarray, usage: int) -> Storage:
-    """A constant of a pickled session uploaded again (tinydl/snapshot.py)."""
+    """A constant of a pickled session uploaded again (tinydl/snapshot.py): placed with the
+    session's other constants in one buffer, when the session is read (or first used)."""
     from tinydl.backends.webgpu.context import get_context
 
-    ctx = get_context(index)
-    return Storage(ctx, ctx.upload(host, usage), pooled=False)
+    return get_context(index).constant_later(host, usage)
 
 
 def padded_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
@@ -127,7 +140,7 @@ class GPUTensor:
         return GPUTensor(self.storage, shape, self.dtype.name, self.stype, self.layout)
 
     def numpy(self) -> np.ndarray:
-        raw = self.storage.ctx.read(self.buffer, self.nbytes)
+        raw = self.storage.ctx.read(self.buffer, self.nbytes, self.storage.offset)
         return from_storage(raw, self)
 
     def __array__(self, dtype=None, copy=None):
