@@ -1005,7 +1005,8 @@ class _ShadersAhead:
 
 
 def _compile_ahead(ctx, shaders: list[tuple[str, str]]) -> None:
-    for source, label in shaders:
+    # The longest first (a pipeline's making grows with its WGSL): the threads end together.
+    for source, label in sorted(shaders, key=lambda item: -len(item[0])):
         ctx.pipeline_soon(source, label)
 
 
