@@ -82,6 +82,28 @@ def test_device_tensors_in_and_out(rng):
     np.testing.assert_allclose(sess.run({"x": fed})["y"], small_reference(x), rtol=1e-6)
 
 
+def test_constants_placed_together_keep_their_contents(rng, monkeypatch):
+    """Constants made with `constant_later` (a session read back) share buffers of at most
+    ARENA_BYTES a usage, each at an aligned offset, and read back as they were given; a
+    constant asked for before `place_constants` places them all first."""
+    import tinydl.backends.webgpu.context as context
+
+    ctx = get_context()
+    monkeypatch.setattr(context, "ARENA_BYTES", 4096)
+    u = ctx.wgpu.BufferUsage
+    hosts = [rng.standard_normal(n).astype(np.float32) for n in (3, 300, 700, 1, 513, 90)]
+    hosts.append(np.arange(7, dtype=np.uint8))  # (not a multiple of 4 bytes)
+    made = [ctx.constant_later(h, ctx.storage_usage) for h in hosts]
+    uniform = ctx.constant_later(rng.standard_normal(8).astype(np.float32), u.UNIFORM | u.COPY_DST)
+    assert made[2].buffer is not None  # (placed on demand: every one of them)
+    assert all(m.size is not None and m.offset % context.ARENA_ALIGN == 0 for m in made)
+    assert uniform.buffer is not made[0].buffer  # (a buffer per usage)
+    assert 1 < len({id(m.buffer) for m in made}) < len(made)  # (4 KB each at most)
+    for m, h in zip(made, hosts, strict=True):
+        got = ctx.read(m.buffer, h.nbytes, m.offset)
+        np.testing.assert_array_equal(got.view(h.dtype)[: h.size], h)
+
+
 def test_one_compute_submission_per_run(rng, monkeypatch):
     ctx = get_context()
     sess = td.compile(small_graph(), backends=("webgpu",), strict=True)

@@ -118,7 +118,7 @@ class Build(planned.Build):
         source = render(template, label=label, **params)
         upgrade = None
         mode = self.plan.generic_mode
-        grid, threads = self._extents(grid), self._extents(threads)
+        grid, threads = self._checked(grid), self._extents(threads)
         if generic is not None and mode != "off":
             if mode == "only" or not self.ctx.known(source):
                 if mode != "only":
@@ -131,14 +131,18 @@ class Build(planned.Build):
                 gparams = dict(generic[1])
                 args = generic[0]
                 if len(generic) > 2 and generic[2] is not None:
-                    grid = self._extents(generic[2])
+                    grid = self._checked(generic[2])
                 source = render(template, label=gparams.pop("label", label), **gparams)
         self.ctx.prefetch(source, label, entry, weight)
         fn = _Deferred(source, entry, label, smem)
-        if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
-            raise ValueError(f"{self.label}: grid {grid} exceeds the device's limits")
         args = [self._resolve(a) for a in args]
         self.plan.steps.append(Launch(fn, grid, threads, args, smem, label, upgrade=upgrade))
+
+    def _checked(self, grid) -> tuple[int, int, int]:
+        grid = self._extents(grid)
+        if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
+            raise ValueError(f"{self.label}: grid {grid} exceeds the device's limits")
+        return grid
 
     @staticmethod
     def _extents(extents) -> tuple[int, int, int]:

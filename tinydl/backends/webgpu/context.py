@@ -39,6 +39,7 @@ ARENA_BYTES = 256 << 20
 ARENA_ALIGN = 256
 _compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _compile_pool_lock = threading.Lock()
+_threads_started = False
 
 
 def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -52,10 +53,16 @@ def compile_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def start_compile_threads() -> None:
-    """Start every thread of the compile pool now (a context does while its device starts).
-    The pool starts a thread per task until it has them all, and each start waits for the new
-    thread to run: with pipelines already being made on the others (their Python holding the
-    GIL in turns), queueing a warm start's 58 pipelines took 16 ms of the main thread."""
+    """Start every thread of the compile pool now, once a process (the first context does
+    while its device starts). The pool starts a thread per task until it has them all, and
+    each start waits for the new thread to run: with pipelines already being made on the
+    others, queueing a warm start's 58 pipelines took 16 ms of the main thread (2-6 ms with
+    the threads started; docs/webgpu.md)."""
+    global _threads_started
+    with _compile_pool_lock:
+        if _threads_started:
+            return
+        _threads_started = True
     pool = compile_pool()
     ready = threading.Barrier(COMPILE_THREADS)
 
@@ -183,6 +190,7 @@ class Context:
         self._compiling: dict[str, concurrent.futures.Future] = {}
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._unplaced: list = []  # (storage, host) of `constant_later`
+        self._placing = threading.Lock()
         self._lock = threading.Lock()
         # Held while a command buffer is recorded and submitted, and around the fence.
         self.queue_lock = threading.RLock()
@@ -416,18 +424,22 @@ class Context:
     def place_constants(self) -> None:
         """Give every constant of `constant_later` its place: one buffer per usage (and per
         ARENA_BYTES), each at an offset aligned for binding."""
-        with self._lock:
-            todo, self._unplaced = self._unplaced, []
-        groups: dict[int, list] = {}
-        for storage, host in todo:
-            groups.setdefault(storage.usage, []).append((storage, host))
-        for usage, items in groups.items():
-            while items:
+        cap = min(ARENA_BYTES, int(self.limits.get("max-buffer-size", ARENA_BYTES)))
+        with self._placing:  # (a constant asked for meanwhile waits for its place)
+            with self._lock:
+                todo, self._unplaced = self._unplaced, []
+            groups: dict[int, list] = {}
+            for storage, host in todo:
+                groups.setdefault(storage.usage, []).append((storage, host))
+            for usage, items in groups.items():
                 total, chunk = 0, []
-                while items and (not chunk or total + items[0][1].nbytes <= ARENA_BYTES):
-                    storage, host = items.pop(0)
+                for storage, host in items:
+                    size = -(-max(4, host.nbytes) // ARENA_ALIGN) * ARENA_ALIGN
+                    if chunk and total + size > cap:
+                        self._place(chunk, total, usage)
+                        total, chunk = 0, []
                     chunk.append((storage, host, total))
-                    total += -(-max(4, host.nbytes) // ARENA_ALIGN) * ARENA_ALIGN
+                    total += size
                 self._place(chunk, total, usage)
 
     def _place(self, chunk: list, total: int, usage: int) -> None:

@@ -253,12 +253,13 @@ def geo_struct(c: int, ct: int, k: int, kp: int, ks: int) -> np.void:
 
 
 # The generic kernel's `Geo` (conv_tc.cu with GENERIC): every extent, and the magic numbers of
-# each divisor. A cold start runs the generic kernels first (one per tile, precision and
-# epilogue: ResNet-18's 51 kernel sources at fp32 come to 9) while each layer's own kernel
+# each divisor. A cold start runs the generic kernels first while each layer's own kernel
 # compiles on the compile threads, then switches to those (program.py, "generic_kernels").
 # Its epilogue too, where each activation has a code here (conv_tc.cu's act_at): up to EPI_PRE
-# of them before a fused residual and EPI_POST after, with two parameters each (MobileNetV3-small
-# at fp32: 13 generic kernels, one per tile and epilogue, come to 5).
+# of them before a fused residual and EPI_POST after, with two parameters each; with the tile
+# and the split at launch too, the ungrouped layers of a precision and output type share one
+# generic GEMM (MobileNetV3-small at fp32: 13 generic GEMMs, one per tile and epilogue, came
+# to 1).
 EPI_PRE, EPI_POST = 4, 2
 RT_CODES = {
     "Relu": 1, "Clip": 2, "LeakyRelu": 3, "PRelu": 4, "HardSigmoid": 5, "HardSwish": 6,
@@ -561,11 +562,12 @@ def conv(b):
     d2s = b.node.meta.get("d2s")
     owg = math.ceil(g["OW"] / px)
     generic = None
-    if epi is not None and d2s is None:
+    total = group * nb * g["OH"] * g["OW"]
+    if epi is not None and d2s is None and total < 2**31:
         # Every extent and the epilogue at launch, one pixel a thread (on a grid of its own).
         value = np.zeros((), CONV_EXT)
         ext = dict(
-            total=group * nb * g["OH"] * g["OW"], ohw=g["OH"] * g["OW"], ow=g["OW"], oh=g["OH"],
+            total=total, ohw=g["OH"] * g["OW"], ow=g["OW"], oh=g["OH"],
             nb=nb, c=g["C"], cg=cg, ihw=g["IH"] * g["IW"], ih=g["IH"], iw=g["IW"],
             wg=cg * kh * kw * ocb, kh=kh, kw=kw, sh=g["SH"], sw=g["SW"], dh=g["DH"],
             dw=g["DW"], mg=mg, oc=oc, pt=g["PT"], pl=g["PL"], **epi,
