@@ -279,8 +279,7 @@ class Context:
         where = self._cached(key)
         with self._lock:
             if where is not None:
-                self.stats["cache_hits"] += 1
-                self._where[key] = where
+                self._hit(key, where)
             elif key not in self._pending:
                 item = (key, source, label, entry)
                 self._pending[key] = self._thread_pool().submit(self._compile, [item])
@@ -294,10 +293,14 @@ class Context:
         where = self._cached(key)
         if where is not None:
             with self._lock:
-                if key not in self._where:
-                    self.stats["cache_hits"] += 1
-                self._where[key] = where
+                self._hit(key, where)
         return where is not None
+
+    def _hit(self, key: str, where: tuple[str, str]) -> None:
+        """Record a kernel found in the disk cache (counted once); under the lock."""
+        if key not in self._where:
+            self.stats["cache_hits"] += 1
+        self._where[key] = where
 
     def compile_later(self, sources: list[str]) -> list[concurrent.futures.Future]:
         """Compile the kernels queued with `prefetch(later=True)` on the later threads (apart
@@ -330,8 +333,7 @@ class Context:
                 todo.append(item)
             else:
                 with self._lock:
-                    self.stats["cache_hits"] += 1
-                    self._where[item[0]] = where
+                    self._hit(item[0], where)
         if not todo:
             return
         with self._lock:

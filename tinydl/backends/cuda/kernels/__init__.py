@@ -56,13 +56,17 @@ def index_type(total: int) -> str:
     return "unsigned int" if total < 2**31 else "unsigned long long"
 
 
-def coords(dims: Sequence[int], var: str = "i", prefix: str = "c", itype: str = "unsigned int"):
-    """C statements that split linear index `var` into row-major coordinates c0..cN-1."""
+def coords(
+    dims: Sequence[int | str], var: str = "i", prefix: str = "c", itype: str = "unsigned int"
+):
+    """C statements that split linear index `var` into row-major coordinates c0..cN-1; a dim
+    is a number or a C expression (a generic kernel's extent)."""
+    sizes = [d if isinstance(d, str) else f"{d}u" for d in dims]
     lines = [f"{itype} rem_ = {var};"]
     for k in range(len(dims) - 1, -1, -1):
-        lines.append(f"const {itype} {prefix}{k} = rem_ % {dims[k]}u;")
+        lines.append(f"const {itype} {prefix}{k} = rem_ % {sizes[k]};")
         if k > 0:
-            lines.append(f"rem_ /= {dims[k]}u;")
+            lines.append(f"rem_ /= {sizes[k]};")
     return "\n    ".join(lines)
 
 

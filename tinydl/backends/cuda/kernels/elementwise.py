@@ -118,7 +118,7 @@ def emit(b, expr, operands: list[Operand], out: str, ct: str, label: str = "") -
         for j, st in enumerate(strided):
             value["s"][j] = st
         gops = [dict(p, load=p.get("g", p["load"])) for p in params]
-        rem = coords([f"g.d[{a}]" for a in range(len(dims))], itype=itype).replace("]u", "]")
+        rem = coords([f"g.d[{a}]" for a in range(len(dims))], itype=itype)
         generic = [value[()], *args, out], dict(
             how, GENERIC=True, operands=gops, nd=len(dims), strided=len(strided),
             coords=rem if need_coords else "", label="Elementwise",
