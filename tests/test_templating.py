@@ -140,6 +140,19 @@ def test_imports_ahead_once_a_process():
         assert "tinydl.backends.cuda.kernels" in sys.modules
 
 
+def test_code_fingerprint_made_ahead(monkeypatch):
+    """The thread that imports ahead also fingerprints tinydl's files (the model and session
+    caches' key), so the first load of a process does not stat every file."""
+    from tinydl import snapshot
+
+    monkeypatch.setattr(planned, "_prefetched", set())
+    snapshot.code_fingerprint.cache_clear()
+    thread = planned.prefetch_imports()
+    assert thread is not None
+    thread.join(timeout=60)
+    assert snapshot.code_fingerprint.cache_info().currsize == 1
+
+
 def test_starting_the_cuda_driver_ahead_is_quiet_without_one(monkeypatch):
     """The CUDA context starts the driver through ctypes (the GIL let go meanwhile); where the
     library cannot be loaded that is left to CuPy, which says what is wrong."""

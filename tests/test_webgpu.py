@@ -104,6 +104,41 @@ def test_constants_placed_together_keep_their_contents(rng, monkeypatch):
         np.testing.assert_array_equal(got.view(h.dtype)[: h.size], h)
 
 
+def test_bind_groups_made_natively_bind_offsets_and_refuse_bad_buffers(rng):
+    """A bind group made through wgpu-native's entry point (one cffi array of entries) binds a
+    buffer at its offset and size, and a buffer the layout cannot take raises wgpu's
+    validation error as wgpu-py's create_bind_group does."""
+    import wgpu
+
+    from tinydl.backends.webgpu import program
+
+    ctx = get_context()
+    pipeline = ctx.pipeline(
+        "@group(0) @binding(0) var<storage, read> a: array<f32>;\n"
+        "@group(0) @binding(1) var<storage, read_write> b: array<f32>;\n"
+        "@compute @workgroup_size(4) fn main(@builtin(global_invocation_id) i: vec3<u32>) {\n"
+        "  b[i.x] = 2.0 * a[i.x];\n}\n"
+    )
+    layout = pipeline.get_bind_group_layout(0)
+    x = rng.standard_normal(128).astype(np.float32)
+    src = ctx.upload(x)
+    u = ctx.wgpu.BufferUsage
+    dst = ctx.device.create_buffer(size=16, usage=u.STORAGE | u.COPY_SRC)
+    make = program._native_bind_group()
+    group = make(ctx.device, layout, [(src, 256, 16), (dst, 0, None)])  # floats 64..67
+    encoder = ctx.device.create_command_encoder()
+    cp = encoder.begin_compute_pass()
+    cp.set_pipeline(pipeline)
+    cp.set_bind_group(0, group)
+    cp.dispatch_workgroups(1)
+    cp.end()
+    ctx.queue.submit([encoder.finish()])
+    np.testing.assert_array_equal(ctx.read(dst, 16).view(np.float32), 2 * x[64:68])
+    unmappable = ctx.device.create_buffer(size=16, usage=u.MAP_READ | u.COPY_DST)
+    with pytest.raises(wgpu.GPUValidationError, match="STORAGE"):
+        make(ctx.device, layout, [(src, 0, None), (unmappable, 0, None)])
+
+
 def test_one_compute_submission_per_run(rng, monkeypatch):
     ctx = get_context()
     sess = td.compile(small_graph(), backends=("webgpu",), strict=True)

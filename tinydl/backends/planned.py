@@ -220,9 +220,11 @@ def templates(package: str) -> Callable[..., str]:
     return render
 
 
-# What compiling a model or restoring a kept session imports whichever the backend: a GPU
-# context imports these (and its backend's own modules) ahead, on a thread (`prefetch_imports`).
+# What loading and compiling a model or restoring a kept session imports whichever the backend:
+# a GPU context imports these (and its backend's own modules) ahead, on a thread
+# (`prefetch_imports`).
 SESSION_MODULES = (
+    "tinydl.runtime.loader",
     "tinydl.runtime.session",
     "tinydl.snapshot",
     "tinydl.ir.tdl",
@@ -237,12 +239,13 @@ _prefetch_lock = threading.Lock()
 
 
 def prefetch_imports(*modules: str) -> threading.Thread | None:
-    """Import Jinja2 (the kernel templates'), SESSION_MODULES and `modules` on a thread of its
-    own, each once a process; the thread, or None when all were asked for before. A GPU context
-    calls this before it makes its device, whose driver calls let go of the GIL, and joins the
-    thread when the device is made: the imports (Jinja2 50-100 ms on the 2-core VM, tinydl's own
-    15-40 ms) overlap the driver's start instead of delaying the first load and compile (a warm
-    start's from the session cache is tens of milliseconds in all). A module that fails to
+    """Import Jinja2 (the kernel templates'), SESSION_MODULES and `modules`, then fingerprint
+    tinydl's files (`snapshot.code_fingerprint`), on a thread of its own, each once a process;
+    the thread, or None when all were asked for before. A GPU context calls this before it
+    makes its device, whose driver calls let go of the GIL, and joins the thread when the
+    device is made: the imports (Jinja2 50-100 ms on the 2-core VM, tinydl's own 15-40 ms)
+    overlap the driver's start instead of delaying the first load and compile (a warm start's
+    from the session cache is tens of milliseconds in all). A module that fails to
     import is left to its importer's own import, which reports it."""
     with _prefetch_lock:
         names = [n for n in ("jinja2.runtime", *SESSION_MODULES, *modules) if n not in _prefetched]
@@ -258,6 +261,12 @@ def _import_all(names: list[str]) -> None:
     for name in names:
         with contextlib.suppress(Exception):  # (Jinja2 not installed: the first render says so)
             importlib.import_module(name)
+    # ... and the fingerprint of tinydl's files the model and session caches are keyed by (a
+    # stat of each file: 1.6 ms on the 2-core VM, paid by the first load of a process else)
+    with contextlib.suppress(Exception):
+        from tinydl import snapshot
+
+        snapshot.code_fingerprint()
 
 
 def _environment(package: str):

@@ -123,9 +123,10 @@ def _write(meta: dict, tensors: dict, path: Path, mode: int | None) -> None:
 # -- reading -------------------------------------------------------------------------------------
 
 
-def load(path: str | os.PathLike) -> Graph:
+def load(path: str | os.PathLike, validate: bool = True) -> Graph:
     """Read a .tdl file and validate all but its ops (tinydl.load checks those too); raises
-    InvalidModelError for anything malformed."""
+    InvalidModelError for anything malformed. `validate=False` leaves the graph's structure to
+    the caller's check (tinydl.load checks structure and ops in one pass)."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -167,7 +168,7 @@ def load(path: str | os.PathLike) -> Graph:
     except (ValueError, RecursionError) as exc:
         raise InvalidModelError(f"{path}: graph JSON is invalid ({exc})") from None
     graph = graph_from_json(doc, tensors, where=str(path))
-    return graph.validate()
+    return graph.validate() if validate else graph
 
 
 def _map_tensors(path: Path, header: dict, data_start: int, size: int) -> dict[str, np.ndarray]:

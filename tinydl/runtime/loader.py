@@ -128,7 +128,7 @@ def _load_tdl(path: Path) -> Graph:
     from tinydl.ops import validate
     from tinydl.ops.fused import upgrade_legacy_activations
 
-    graph = tdl.load(path)
+    graph = tdl.load(path, validate=False)  # (the structure is checked with the ops below)
     upgrade_legacy_activations(graph)  # FusedConv activations written in snake_case before
     return validate(graph)
 

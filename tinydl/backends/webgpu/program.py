@@ -128,9 +128,10 @@ class Dispatch:
     node: str = ""
     roots: list | None = None  # the buffers its value names resolve to (made at first use)
     source: str = ""  # the WGSL the pipeline is compiled from (a snapshot keeps this instead)
+    layout: tuple | None = None  # (pipeline, its bind group layout), got at first use
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "pipeline": None, "bind_groups": {}, "roots": None}
+        return {**self.__dict__, "pipeline": None, "bind_groups": {}, "roots": None, "layout": None}
 
 
 @dataclass
@@ -143,6 +144,7 @@ class Pass:
     a: int
     bind_groups: dict = field(default_factory=dict)
     roots: list | None = None
+    layout: tuple | None = None  # (pipeline, its bind group layout), got at first use
 
 
 @dataclass
@@ -809,30 +811,25 @@ class Plan(planned.Plan):
         key = tuple([env[r].serial for r in roots])
         bind_group = item.bind_groups.get(key)
         if bind_group is None:
-            resources = []
+            entries = []  # (buffer, offset, size), or (None, sampler or texture view)
             for b in item.args:
                 offset = 0
                 if isinstance(b, str):
                     b, offset = env[self.root(b)], self.offset(b)
-                if isinstance(b, Storage):
-                    resource = {"buffer": b.buffer}  # (a constant may share its buffer)
-                    if offset or b.offset:
-                        resource["offset"] = offset + b.offset
-                    if b.size is not None:
-                        resource["size"] = b.size
-                    resources.append(resource)
+                if isinstance(b, Storage):  # (a constant may share its buffer)
+                    entries.append((b.buffer, offset + b.offset, b.size))
                 elif isinstance(b, TexRef):
-                    resources.append(self.textures[b.name].view)
+                    entries.append((None, self.textures[b.name].view))
                 elif isinstance(b, WeightTexture):
-                    resources.append(b.view)
+                    entries.append((None, b.view))
                 else:
-                    resources.append(b)  # a sampler
+                    entries.append((None, b))  # a sampler
             if len(item.bind_groups) > 16:
                 item.bind_groups.clear()
-            bind_group = self.ctx.device.create_bind_group(
-                layout=item.pipeline.get_bind_group_layout(0),
-                entries=[{"binding": i, "resource": r} for i, r in enumerate(resources)],
-            )
+            layout = item.layout
+            if layout is None or layout[0] is not item.pipeline:
+                layout = item.layout = (item.pipeline, item.pipeline.get_bind_group_layout(0))
+            bind_group = _native_bind_group()(self.ctx.device, layout[1], entries)
             item.bind_groups[key] = bind_group
         return bind_group
 
@@ -977,6 +974,39 @@ def _native_pass():
         lib.wgpuComputePassEncoderDispatchWorkgroups,
         ffi.NULL,
     )
+
+
+@functools.cache
+def _native_bind_group():
+    """A function (device, layout, entries) -> bind group made through wgpu-native's entry
+    point with its entries as one cffi array, as wgpu-py 0.32 (the version pinned) exposes it:
+    wgpu-py's create_bind_group builds and checks a struct per entry, 30-80 us a bind group on
+    the 2-core VM and on an H100 host against 5 for the call itself, and a first run makes one
+    per dispatch. The call goes through wgpu-py's error-checking wrapper, so a bad binding raises
+    as before. An entry is (buffer, offset, size or None for the rest) or (None, a sampler or a
+    texture view)."""
+    from wgpu.backends.wgpu_native._api import GPUBindGroup, GPUSampler, ffi, lib, libf
+
+    create, whole = libf.wgpuDeviceCreateBindGroup, lib.WGPU_WHOLE_SIZE
+
+    def make(device, layout, entries):
+        array = ffi.new("WGPUBindGroupEntry[]", len(entries))
+        for i, entry in enumerate(entries):
+            e = array[i]
+            e.binding = i
+            if entry[0] is not None:
+                e.buffer = entry[0]._internal
+                e.offset = entry[1]
+                e.size = whole if entry[2] is None else entry[2]
+            elif isinstance(entry[1], GPUSampler):
+                e.sampler = entry[1]._internal
+            else:
+                e.textureView = entry[1]._internal
+        desc = ffi.new("WGPUBindGroupDescriptor *")  # (label: the empty string)
+        desc.layout, desc.entryCount, desc.entries = layout._internal, len(entries), array
+        return GPUBindGroup("", create(device._internal, desc), device)
+
+    return make
 
 
 def _writes(queries, begin: int | None, end: int | None) -> dict | None:
