@@ -519,6 +519,37 @@ def test_a_webgpu_plan_is_read_back_and_runs_alike(caches, webgpu, tmp_path, rng
     assert compared > 1
 
 
+def test_a_webgpu_plan_read_back_binds_its_intermediates_while_it_waits(
+    caches, webgpu, tmp_path, rng, monkeypatch
+):
+    """While a read-back plan waits for its pipelines, each step that binds none of a run's
+    inputs and outputs gets its bind group; the first run makes only the others'."""
+    from tinydl.backends.webgpu import program
+
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first, second, _, plan = read_back_plans(path, backends=("webgpu",))
+    ends = set(plan.input_names) | set(plan.output_roots)
+    touching = [
+        s for s in plan.steps if {plan.root(a) for a in s.args if isinstance(a, str)} & ends
+    ]
+    inner = [s for s in plan.steps if s not in touching]
+    assert inner and touching
+    assert all(len(s.bind_groups) == 1 for s in inner)
+    assert not any(s.bind_groups for s in touching)
+    made = []
+    real = program._native_bind_group()
+
+    def counting(*args):
+        made.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(program, "_native_bind_group", lambda: counting)
+    x = feeds(rng)
+    got = second.run(x)["y"]
+    assert len(made) == len(touching)
+    np.testing.assert_array_equal(got, first.run(x)["y"])
+
+
 def test_a_webgpu_session_read_back_compiles_its_shaders_first(
     caches, webgpu, tmp_path, rng, monkeypatch
 ):

@@ -12,7 +12,6 @@ import collections
 import concurrent.futures
 import contextlib
 import ctypes
-import hashlib
 import os
 import threading
 import time
@@ -301,7 +300,7 @@ class Context:
 
         return self._cached(source, label or "a shader", make, "|" + ",".join(formats))
 
-    def _cached_locked(self, key: str):
+    def _cached_locked(self, key: tuple[str, str]):
         """The pipeline cached under `key` (marked recently used), or None; hold the lock."""
         cached = self._pipelines.get(key)
         if cached is not None:
@@ -309,8 +308,8 @@ class Context:
         return cached
 
     def _cached(self, source: str, what: str, make, extra: str = ""):
-        """The pipeline `make(module)` builds from `source`, compiled once per hash of the
-        source (and `extra`), the least recently used dropped past MAX_PIPELINES."""
+        """The pipeline `make(module)` builds from `source`, compiled once per source (and
+        `extra`), the least recently used dropped past MAX_PIPELINES."""
         key = _pipeline_key(source, extra)
         with self._pipelines_lock:
             cached = self._cached_locked(key)
@@ -446,9 +445,13 @@ class Context:
         with self.guard("uploading constants"):
             buffer = self.device.create_buffer(size=total, usage=usage, mapped_at_creation=True)
             self.stats["buffers"] += 1
+            # One view of the whole mapped range, each constant copied into it: one call into
+            # wgpu-native for the buffer, not one a constant (each let go of the GIL and waited
+            # to take it back from the compile threads making the same session's pipelines).
+            mapped = _mapped_bytes(buffer, total)
             for _, host, offset in chunk:
-                if host.nbytes:
-                    buffer.write_mapped(_padded_bytes(host), offset)
+                mapped[offset : offset + host.nbytes] = host.reshape(-1).view(np.uint8)
+            del mapped  # (the view must not outlive the mapping)
             buffer.unmap()
         for storage, host, offset in chunk:
             storage.place(buffer, offset, max(4, _round4(host.nbytes)))
@@ -589,9 +592,21 @@ class _Guard:
         return False
 
 
-def _pipeline_key(source: str, extra: str = "") -> str:
-    """The pipeline cache's key: a hash of the WGSL source (and of `extra`: render targets)."""
-    return hashlib.sha256((source + extra).encode()).hexdigest()
+def _mapped_bytes(buffer, size: int) -> np.ndarray:
+    """The first `size` bytes of a buffer mapped for writing, as a writable uint8 array (through
+    wgpu-native's entry point, as wgpu-py 0.32, the version pinned, exposes it)."""
+    from wgpu.backends.wgpu_native._api import ffi, libf
+
+    pointer = libf.wgpuBufferGetMappedRange(buffer._internal, 0, size)
+    return np.frombuffer(ffi.buffer(pointer, size), np.uint8)
+
+
+def _pipeline_key(source: str, extra: str = "") -> tuple[str, str]:
+    """The pipeline cache's key: the WGSL source itself (and `extra`: render targets). Python
+    hashes a string once and keeps the hash; a SHA-256 of each source let go of the GIL and
+    waited to take it back from the compile threads at every call (tens of calls as a session
+    read back queues its pipelines: milliseconds of a warm start on a 16-core host)."""
+    return (source, extra)
 
 
 _POLL_LOCK = threading.Lock()

@@ -314,9 +314,31 @@ class Plan(planned.Plan):
     def finish(self) -> None:
         for name in self.output_names:
             self.as_buffer(name)
-        for step in self.steps:  # the pipelines compiled on threads while the plan was built
+        self._take_pipelines()
+
+    def _take_pipelines(self, bind: bool = False) -> None:
+        """Give each step the pipeline compiled for it on a thread (while the plan was built,
+        or read back), in the order they are made; with `bind` (the buffers allocated), each
+        step that binds none of a run's inputs and outputs gets its bind group meanwhile, so a
+        read-back plan's first run does not make them (74 for MobileNetV3-small; the calling
+        thread only waits here)."""
+        waiting: dict[Any, list[Dispatch]] = {}
+        for step in self.steps:
             if isinstance(step, Dispatch) and isinstance(step.pipeline, concurrent.futures.Future):
-                step.pipeline = step.pipeline.result()
+                waiting.setdefault(step.pipeline, []).append(step)
+            elif bind and isinstance(step, Dispatch):
+                self._bind_ahead(step)
+        for future in concurrent.futures.as_completed(waiting):
+            for step in waiting[future]:
+                step.pipeline = future.result()
+                if bind:
+                    self._bind_ahead(step)
+
+    def _bind_ahead(self, step: Dispatch) -> None:
+        if step.roots is None:
+            step.roots = [self.root(b) for b in step.args if isinstance(b, str)]
+        if all(r in self.buffers for r in step.roots):
+            self._bind_group(step, self.buffers)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -331,7 +353,9 @@ class Plan(planned.Plan):
         self._allocate_textures()
         for step in self.steps:
             step.pipeline = self.ctx.pipeline_soon(step.source, step.label)
-        self.finish()
+        for name in self.output_names:
+            self.as_buffer(name)
+        self._take_pipelines(bind=True)
 
     @property
     def keepable(self) -> bool:
