@@ -281,6 +281,7 @@ def test_the_cache_stays_within_its_size(caches, tmp_path, rng, monkeypatch):
 def test_an_imported_model_is_read_back_without_its_importer(caches, tmp_path, rng, monkeypatch):
     from tinydl.importers import onnx as importer
     from tinydl.ir.tdl import graph_json_text
+    from tinydl.ops import base
 
     path = small_cnn(tmp_path / "m.onnx", rng, static=False)
     first = td.load(path)
@@ -291,14 +292,40 @@ def test_an_imported_model_is_read_back_without_its_importer(caches, tmp_path, r
         raise AssertionError("imported again")
 
     monkeypatch.setattr(importer, "load", refuse)
+    monkeypatch.setattr(base, "infer_graph", refuse)  # kept validated, its types inferred
     second = td.load(path)
     assert graph_json_text(second) == graph_json_text(first)
+    assert {n: (v.dtype, v.shape) for n, v in second.values.items()} == {
+        n: (v.dtype, v.shape) for n, v in first.values.items()
+    }
     for name, a in first.initializers.items():
         np.testing.assert_array_equal(second.initializers[name], a)
+        assert not second.initializers[name].flags.writeable
     assert second.origin[0] == first.origin[0]
     os.utime(path, ns=(1, 1))
     with pytest.raises(AssertionError, match="imported again"):
         td.load(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not a graph", "others may write it"])
+def test_a_kept_import_that_cannot_be_trusted_is_imported_again(caches, tmp_path, rng, damage):
+    path = small_cnn(tmp_path / "m.onnx", rng)
+    first = td.load(path)
+    snapshot.wait_for_writes()
+    (kept,) = (caches / "models").iterdir()
+    if damage == "truncated":
+        kept.write_bytes(kept.read_bytes()[:100])
+    elif damage == "not a graph":
+        snapshot.dump({"nodes": []}, kept)
+    else:
+        kept.chmod(0o666)
+    second = td.load(path)
+    assert [n.op for n in second.nodes] == [n.op for n in first.nodes]
+    x = feeds(rng)
+    want = td.compile(first, backends=("numpy",)).run(x)["y"]
+    np.testing.assert_array_equal(td.compile(second, backends=("numpy",)).run(x)["y"], want)
+    snapshot.wait_for_writes()
+    assert snapshot.load(next((caches / "models").iterdir())).nodes  # kept again, readable
 
 
 def test_external_weights_are_part_of_the_identity(caches, tmp_path, rng):

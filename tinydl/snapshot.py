@@ -3,9 +3,9 @@
 Two caches under $TINYDL_CACHE_DIR, each on by default and bounded in size:
 
 - models/ (TINYDL_MODEL_CACHE=off to turn it off): `tinydl.load` of an ONNX, TFLite or Keras
-  file keeps the imported graph as a .tdl file, keyed by the file's path, size, modification
-  time and inode (and tinydl's code); the next load maps that file instead of parsing the
-  original.
+  file keeps the imported graph, validated and its types inferred, as a snapshot, keyed by the
+  file's path, size, modification time and inode (and tinydl's code); the next load reads it
+  back (weights mapped) instead of parsing, checking and inferring the original again.
 - sessions/ (TINYDL_SESSION_CACHE=off): `tinydl.compile` of a model loaded from a file keeps the
   compiled session — optimized graph, partitions, each kernel's plans with their packed weights
   and the keys of their compiled GPU code — keyed by the model file, every compile argument, the
@@ -15,7 +15,8 @@ Two caches under $TINYDL_CACHE_DIR, each on by default and bounded in size:
 
 Reading a snapshot runs code, as reading Python's own bytecode cache does: only files this user
 owns and no one else can write are read (others are compiled again and replaced); the cache
-folder is trusted like ~/.cache/tinydl's compiled kernels. Model files are never read this way.
+folder is trusted like ~/.cache/tinydl's compiled kernels. The files a user gives (.onnx, .tflite,
+.h5, .tdl) are never read this way.
 
 A session whose plans are made at its first run (inputs of symbolic shape) is kept again by
 that run, the plan with it (once per session).
@@ -374,7 +375,7 @@ def touch(path: Path) -> None:
 def model_cache_path(identity: str) -> Path:
     """Where the import of the file `identity` (`file_identity`) is kept."""
     key = hashlib.sha256(f"{code_fingerprint()}\0{identity}".encode()).hexdigest()
-    return cache_dir("models", f"{key[:32]}.tdl")
+    return cache_dir("models", f"{key[:32]}.snap")
 
 
 # -- compiled sessions ---------------------------------------------------------------------------

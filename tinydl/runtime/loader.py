@@ -73,9 +73,10 @@ def load(path: str | os.PathLike) -> Graph:
     """Load a model file (.onnx, .tflite, Keras .h5 or .tdl) into a validated ir.Graph;
     "tinydl:NAME" names a model shipped with tinydl (tinydl:espcn_x2, tinydl:espcn_x3).
 
-    An ONNX, TFLite or Keras file imported once is kept as .tdl in the cache folder and mapped
-    by later loads of the same unchanged file (tinydl.snapshot; `TINYDL_MODEL_CACHE=off` turns
-    it off). The graph's weights are read-only: copy one to change it.
+    An ONNX, TFLite or Keras file imported once is kept in the cache folder (the validated
+    graph as a snapshot, its weights beside the pickle) and read back by later loads of the same
+    unchanged file, weights mapped (tinydl.snapshot; `TINYDL_MODEL_CACHE=off` turns it off).
+    The graph's weights are read-only: copy one to change it.
 
     Raises InvalidModelError (or its subclass UnsupportedOpError) when the file cannot be used.
     """
@@ -134,13 +135,18 @@ def _load_tdl(path: Path) -> Graph:
 
 
 def _cached_import(cached: Path) -> Graph | None:
-    """The graph an earlier import of the same file kept, or None (a damaged copy is dropped)."""
+    """The graph an earlier import of the same file kept, or None (a damaged copy is dropped).
+    It is read back as it was kept, validated and its types inferred: no check runs again (the
+    key holds tinydl's code fingerprint, and only files this user alone could write are read:
+    snapshot.load)."""
     if not cached.exists():
         return None
     from tinydl import snapshot
 
     try:
-        graph = _load_tdl(cached)
+        graph = snapshot.load(cached)
+        if not isinstance(graph, Graph):
+            raise TypeError(f"holds a {type(graph).__name__}")
     except Exception:  # noqa: BLE001 - a damaged cache entry costs one import, nothing more
         cached.unlink(missing_ok=True)
         return None
@@ -149,26 +155,18 @@ def _cached_import(cached: Path) -> Graph | None:
 
 
 def _keep_import(graph: Graph, cached: Path) -> None:
-    """Keep the imported graph for the next load of the same file, written on a thread (its
-    weights are read-only from here on: `snapshot.mark_origin`); nothing when it cannot be
-    written: the cache only saves time."""
+    """Keep the imported graph for the next load of the same file: pickled now (the structure
+    before the caller can change it; its weights are read-only from here on:
+    `snapshot.mark_origin`), written on a thread; nothing when it cannot be: the cache only
+    saves time."""
     from tinydl import snapshot
-    from tinydl.ir import tdl
 
     try:
-        save = tdl.saver(graph)  # (the structure now, before the caller can change it)
-    except Exception:  # noqa: BLE001 - a graph .tdl cannot hold: no cache
+        snapshot.dump(
+            graph, cached, background=True, then=lambda: snapshot.prune(cached.parent, keep=cached)
+        )
+    except Exception:  # noqa: BLE001 - a graph that cannot be pickled: no cache
         return
-
-    def write():
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            save(cached, 0o644)
-        except Exception:  # noqa: BLE001 - a full disk: no cache
-            return
-        snapshot.prune(cached.parent, keep=cached)
-
-    snapshot.in_background(write)
 
 
 def save(graph: Graph, path: str | os.PathLike) -> None:
