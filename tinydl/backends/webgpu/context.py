@@ -445,12 +445,13 @@ class Context:
         with self.guard("uploading constants"):
             buffer = self.device.create_buffer(size=total, usage=usage, mapped_at_creation=True)
             self.stats["buffers"] += 1
-            # One view of the whole mapped range, each constant copied into it: one call into
-            # wgpu-native for the buffer, not one a constant (each let go of the GIL and waited
-            # to take it back from the compile threads making the same session's pipelines).
+            # One view of the whole mapped range, each constant copied into it by memoryview
+            # (which keeps the GIL): one call into wgpu-native for the buffer, not one a
+            # constant, and no copy that lets go of the GIL (each such call waited to take it
+            # back from the compile threads making the same session's pipelines).
             mapped = _mapped_bytes(buffer, total)
             for _, host, offset in chunk:
-                mapped[offset : offset + host.nbytes] = host.reshape(-1).view(np.uint8)
+                mapped[offset : offset + host.nbytes] = memoryview(host.reshape(-1)).cast("B")
             del mapped  # (the view must not outlive the mapping)
             buffer.unmap()
         for storage, host, offset in chunk:
@@ -592,13 +593,13 @@ class _Guard:
         return False
 
 
-def _mapped_bytes(buffer, size: int) -> np.ndarray:
-    """The first `size` bytes of a buffer mapped for writing, as a writable uint8 array (through
+def _mapped_bytes(buffer, size: int) -> memoryview:
+    """The first `size` bytes of a buffer mapped for writing, as a writable memoryview (through
     wgpu-native's entry point, as wgpu-py 0.32, the version pinned, exposes it)."""
     from wgpu.backends.wgpu_native._api import ffi, libf
 
     pointer = libf.wgpuBufferGetMappedRange(buffer._internal, 0, size)
-    return np.frombuffer(ffi.buffer(pointer, size), np.uint8)
+    return memoryview(ffi.buffer(pointer, size))
 
 
 def _pipeline_key(source: str, extra: str = "") -> tuple[str, str]:
