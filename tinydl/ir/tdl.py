@@ -82,19 +82,13 @@ def graph_json_text(graph: Graph) -> str:
 
 def save(graph: Graph, path: str | os.PathLike) -> None:
     """Write `graph` to a .tdl file (atomically: a partial file is never left behind)."""
-    saver(graph)(path)
-
-
-def saver(graph: Graph):
-    """`graph` as it is now, to be written later: a function of the path that writes it (the
-    graph's structure is taken now; its arrays are written as they are then)."""
     doc, tensors = graph_to_json(graph)
     meta = {"format": FORMAT, "version": VERSION, "graph": json.dumps(doc, separators=(",", ":"))}
-    return lambda path, mode=None: _write(meta, tensors, Path(path), mode)
+    _write(meta, tensors, Path(path))
 
 
-def _write(meta: dict, tensors: dict, path: Path, mode: int | None) -> None:
-    """`mode`: the file's permissions (default: as the umask gives new files)."""
+def _write(meta: dict, tensors: dict, path: Path) -> None:
+    """The file gets the permissions the umask gives new files."""
     from safetensors.numpy import save_file
 
     # A name of this writer's own: two processes writing one path never share a partial file.
@@ -109,12 +103,10 @@ def _write(meta: dict, tensors: dict, path: Path, mode: int | None) -> None:
                 raise
             # SafetensorError ("I/O error: ... os error 13"): say it as the OSError it is.
             raise OSError(f"cannot write {path}: {exc}") from None
-        if mode is None:
-            # The container writer creates private (0600) files; give the file the usual mode.
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
+        # The container writer creates private (0600) files; give the file the usual mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -311,17 +311,14 @@ class Plan(planned.Plan):
         else:
             FRAGMENT[node.op].build(self.build_class(self, node))
 
-    def finish(self) -> None:
+    def finish(self, bind: bool = False) -> None:
+        """Give each step the pipeline compiled for it on a thread (while the plan was built,
+        or read back), in the order they are made; with `bind` (a plan read back: its buffers
+        allocated), each step that binds none of a run's inputs and outputs gets its bind group
+        meanwhile, so the first run does not make them (72 of MobileNetV3-small's 74; the
+        calling thread only waits here)."""
         for name in self.output_names:
             self.as_buffer(name)
-        self._take_pipelines()
-
-    def _take_pipelines(self, bind: bool = False) -> None:
-        """Give each step the pipeline compiled for it on a thread (while the plan was built,
-        or read back), in the order they are made; with `bind` (the buffers allocated), each
-        step that binds none of a run's inputs and outputs gets its bind group meanwhile, so a
-        read-back plan's first run does not make them (74 for MobileNetV3-small; the calling
-        thread only waits here)."""
         waiting: dict[Any, list[Dispatch]] = {}
         for step in self.steps:
             if isinstance(step, Dispatch) and isinstance(step.pipeline, concurrent.futures.Future):
@@ -353,9 +350,7 @@ class Plan(planned.Plan):
         self._allocate_textures()
         for step in self.steps:
             step.pipeline = self.ctx.pipeline_soon(step.source, step.label)
-        for name in self.output_names:
-            self.as_buffer(name)
-        self._take_pipelines(bind=True)
+        self.finish(bind=True)
 
     @property
     def keepable(self) -> bool:
@@ -1004,9 +999,9 @@ def _native_pass():
 def _native_bind_group():
     """A function (device, layout, entries) -> bind group made through wgpu-native's entry
     point with its entries as one cffi array, as wgpu-py 0.32 (the version pinned) exposes it:
-    wgpu-py's create_bind_group builds and checks a struct per entry, 30-80 us a bind group on
-    the 2-core VM and on an H100 host against 5 for the call itself, and a first run makes one
-    per dispatch. The call goes through wgpu-py's error-checking wrapper, so a bad binding raises
+    wgpu-py's create_bind_group builds and checks a struct per entry: 30-80 us a bind group
+    (2-core VM, H100 host), of which the call itself takes 5 (VM); a first run makes one per
+    dispatch. The call goes through wgpu-py's error-checking wrapper, so a bad binding raises
     as before. An entry is (buffer, offset, size or None for the rest) or (None, a sampler or a
     texture view)."""
     from wgpu.backends.wgpu_native._api import GPUBindGroup, GPUSampler, ffi, lib, libf
