@@ -756,6 +756,19 @@ def test_loaders_have_no_code_execution_paths():
                 if banned.search(line):
                     hits.append(f"{path.relative_to(root.parent)}:{lineno}: {line.strip()}")
     assert not hits, "code-execution paths in the loaders:\n" + "\n".join(hits)
+    # The one reader that runs code is tinydl.snapshot's, for the cache folder's own files (the
+    # kept import of a model, a kept session): only files this user alone could have written,
+    # never a file the caller names (test_snapshot.py: a snapshot others could write is not read).
+    readers = sorted(
+        str(path.relative_to(root))
+        for folder in ("ir", "importers", "runtime")
+        for path in (root / folder).rglob("*.py")
+        if "snapshot.load(" in path.read_text()
+    )
+    assert readers == ["runtime/loader.py", "runtime/session.py"], readers
+    loader = (root / "runtime" / "loader.py").read_text()
+    assert loader.count("snapshot.load(") == 1
+    assert "snapshot.load(cached)" in loader  # (the model cache's path, never the caller's)
 
 
 @pytest.mark.parametrize(

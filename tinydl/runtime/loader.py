@@ -74,8 +74,9 @@ def load(path: str | os.PathLike) -> Graph:
     "tinydl:NAME" names a model shipped with tinydl (tinydl:espcn_x2, tinydl:espcn_x3).
 
     An ONNX, TFLite or Keras file imported once is kept in the cache folder (the validated
-    graph as a snapshot, its weights beside the pickle) and read back by later loads of the same
-    unchanged file, weights mapped (tinydl.snapshot; `TINYDL_MODEL_CACHE=off` turns it off).
+    graph as a snapshot: tinydl.snapshot, which reads only files this user alone could have
+    written) and read back by later loads of the same unchanged file, weights mapped
+    (`TINYDL_MODEL_CACHE=off` turns it off).
     The graph's weights are read-only: copy one to change it.
 
     Raises InvalidModelError (or its subclass UnsupportedOpError) when the file cannot be used.
