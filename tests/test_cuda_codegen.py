@@ -493,7 +493,7 @@ def _cpu_context(monkeypatch, tmp_path):
     ctx._pending, ctx._queued, ctx._where, ctx._weights = {}, {}, {}, {}
     ctx._later, ctx._later_keys, ctx._later_pool = {}, set(), None
     ctx.stats = {"compile_s": 0.0, "load_s": 0.0, "compiled": 0, "cache_hits": 0}
-    ctx._modules = collections.OrderedDict()
+    ctx._modules, ctx._functions = collections.OrderedDict(), {}
     return ctx, loaded
 
 
@@ -523,6 +523,24 @@ def _kernels(n, entry="k"):
         f"{{ x[threadIdx.x] = twice({i}.0f); }}\n"
         for i in range(n)
     ]
+
+
+def test_a_function_is_taken_from_its_module_once(monkeypatch, tmp_path):
+    """Steps that share a kernel share its Function (CuPy makes a new one per get_function
+    call); a module dropped past MAX_MODULES takes its functions with it."""
+    from tinydl.backends.cuda import context
+
+    monkeypatch.setattr(context, "MAX_MODULES", 1)
+    ctx, loaded = _cpu_context(monkeypatch, tmp_path)
+    first, second = _kernels(2)
+    fns = [ctx.function(first, "k") for _ in range(3)]
+    assert fns[0] == fns[1] == fns[2] and len(loaded) == 1
+    (module,) = ctx._modules.values()
+    assert len(module.asked) == 1  # taken once
+    ctx.function(second, "k")  # another module: the first is dropped, with its functions
+    assert list(ctx._functions) == list(ctx._modules)
+    again = ctx.function(first, "k")
+    assert again == fns[0] and len(loaded) == 3  # loaded again, its function taken again
 
 
 def test_a_plans_kernels_compile_as_few_programs_on_threads(monkeypatch, tmp_path):
