@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
-import contextlib
 import functools
 import hashlib
 import os
@@ -174,8 +173,7 @@ class Context:
         self._kept_lock = threading.Lock()
         # Host ranges page-locked with cudaHostRegister (`lock_host`): sorted starts, ends.
         self._locked: tuple[list[int], list[int]] = ([], [])
-        # The two page-locked buffers `upload` copies through, made on a thread of their own
-        # now (cudaHostAlloc of 4 MB: 2-4 ms a start on an H100 host), else on first use.
+        # The two page-locked buffers `upload` copies through, made on first use.
         self._stages: list | None = None
         self._stage, self._stage_at = 0, 0  # the buffer being filled, and how far
         self._stage_lock = threading.Lock()
@@ -185,32 +183,8 @@ class Context:
 
         t = cupy.ndarray
         register_device_array(f"{t.__module__}.{t.__qualname__}", _array_name)
-        threading.Thread(target=self._stages_ahead, name="tinydl-stages", daemon=True).start()
         if ahead is not None:
             ahead.join()
-
-    def _stages_ahead(self) -> None:
-        with contextlib.suppress(Exception):  # (the first upload tries again, and says why)
-            self._make_stages()
-
-    def _make_stages(self) -> None:
-        """The two page-locked buffers `upload` copies through (once; an upload that comes
-        first makes them, or waits for the thread making them)."""
-        with self._stage_lock:
-            if self._stages is not None:
-                return
-            import numpy as np
-
-            with self.device:
-                block = empty_pinned(self.cp, (2 * STAGE_CHUNK,), np.uint8)  # one allocation
-                self._stages = [
-                    (
-                        block[i * STAGE_CHUNK : (i + 1) * STAGE_CHUNK],
-                        block.ctypes.data + i * STAGE_CHUNK,
-                        self.cp.cuda.Event(block=False, disable_timing=True),
-                    )
-                    for i in range(2)
-                ]
 
     def _snapshot_id(self) -> tuple:
         """How a pickled session names this context (tinydl/snapshot.py)."""
@@ -556,21 +530,29 @@ class Context:
                 return out
             flat = host.reshape(-1).view(np.uint8)
             runtime = cp.cuda.runtime
-            self._make_stages()
             with self._stage_lock:
+                if self._stages is None:
+                    block = empty_pinned(cp, (2 * STAGE_CHUNK,), np.uint8)  # one allocation
+                    self._stages = [
+                        (
+                            block[i * STAGE_CHUNK : (i + 1) * STAGE_CHUNK],
+                            cp.cuda.Event(block=False, disable_timing=True),
+                        )
+                        for i in range(2)
+                    ]
                 stream = cp.cuda.get_current_stream()
                 at = 0
                 while at < n:
                     if self._stage_at >= STAGE_CHUNK:  # full: the other buffer, once read
                         self._stage, self._stage_at = 1 - self._stage, 0
-                        self._stages[self._stage][2].synchronize()
-                    buf, base, done = self._stages[self._stage]
+                        self._stages[self._stage][1].synchronize()
+                    buf, done = self._stages[self._stage]
                     pos = self._stage_at
                     m = min(STAGE_CHUNK - pos, n - at)
                     np.copyto(buf[pos : pos + m], flat[at : at + m])
                     runtime.memcpyAsync(
                         out.data.ptr + at,
-                        base + pos,
+                        buf.ctypes.data + pos,
                         m,
                         runtime.memcpyHostToDevice,
                         stream.ptr,
@@ -592,7 +574,7 @@ class Context:
         """Wait until every copy `upload` queued has arrived (and the weights to split are
         split)."""
         with self._stage_lock:
-            for _, _, done in self._stages or ():
+            for _, done in self._stages or ():
                 done.synchronize()
             splits, self._splits = self._splits, []
         if splits:
