@@ -323,11 +323,15 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         wp[:oc, :c] = w
         wp = wp.reshape(nocb, cfg.ocv, 4, nchunk, cfg.cc4, 4, kh, kw)
         wp = wp.transpose(0, 3, 4, 6, 7, 1, 5, 2)
-    wchunk = wp.size // (nocb * nchunk * 4)
+    # One gather into the packed order (a reshape of the transposed view, then a cast, copied
+    # twice: 9.1 against 4.0 ms for a 512->512 3x3 layer on the 2-core VM).
+    packed = np.empty(wp.shape, np.float32)
+    np.copyto(packed, wp)
+    wchunk = packed.size // (nocb * nchunk * 4)
     wt = cfg.ct
     # The packing depends on the blocking, so the blocking is part of the upload's key.
     key = ("weights", cfg.ocv, cfg.cc4)
-    wbuf = b.upload(key, wp.reshape(-1, 4).astype(np.float32), wt)
+    wbuf = b.upload(key, packed.reshape(-1, 4), wt)
     cbuf, store = _store_params(b, bias, slope, acts, oc)
     residual = b.node.meta.get("residual")
     bindings = [b.inputs[0], wbuf, cbuf, b.outputs[0]]
