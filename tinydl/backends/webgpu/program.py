@@ -101,17 +101,34 @@ def kernel_source(template: str, f16: bool, **params) -> str:
     source = render(template, header=_HEADER_HERE, **params)
     if _HEADER_HERE not in source:
         return source
-    blocks = _helpers()
+    needs = _helper_needs()
     used: set[str] = set()
-    text = source
-    while True:
-        new = {n for n, _ in blocks if n not in used and re.search(rf"\b{n}\(", text)}
-        if not new:
-            break
-        used |= new
-        text = "".join(t for n, t in blocks if n in new)
-    kept = ("enable f16;\n" if f16 else "") + "".join(t for n, t in blocks if n in used)
+    for name in set(_CALL.findall(source)) & needs.keys():  # (one pass over the source)
+        used |= needs[name]
+    kept = ("enable f16;\n" if f16 else "") + "".join(t for n, t in _helpers() if n in used)
     return source.replace(_HEADER_HERE, kept, 1)
+
+
+# An identifier called: `name(`.
+_CALL = re.compile(r"\b(\w+)\(")
+
+
+@functools.cache
+def _helper_needs() -> dict[str, frozenset[str]]:
+    """Each common.wgsl helper with the helpers it needs: itself and those it calls, directly
+    or through another (one pass over each source then finds what it keeps; a search per
+    helper per source took 0.11 s of MobileNetV3-small's compile on the 2-core VM)."""
+    blocks = dict(_helpers())
+    calls = {n: set(_CALL.findall(t)) & blocks.keys() for n, t in blocks.items()}
+    needs = {}
+    for name in blocks:
+        seen, todo = {name}, [name]
+        while todo:
+            for callee in calls[todo.pop()] - seen:
+                seen.add(callee)
+                todo.append(callee)
+        needs[name] = frozenset(seen)
+    return needs
 
 
 # Where a template's header goes, for kernel_source to fill in.
