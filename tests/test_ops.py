@@ -142,6 +142,35 @@ def test_check_covers_names_what_is_missing_unknown_or_both():
         check_covers("x", ACTIVATIONS, ops_only=True)
 
 
+def test_conv_weights_fold_batchnorm_in_float64_and_come_as_given_without_one(rng):
+    """`weights_and_bias` folds a BatchNormalization into float64 weights; with `as_given`, a
+    convolution with none to fold gets its weights as they are (no float64 copy to pack from),
+    one with one still folded in float64."""
+    import types
+
+    from tinydl.backends.fusion import weights_and_bias
+
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    k, shift = rng.uniform(0.5, 2, 4), rng.standard_normal(4)
+
+    def builder(meta):
+        consts = {1: w, 2: bias}
+        node = types.SimpleNamespace(meta=meta)
+        return types.SimpleNamespace(node=node, const=consts.get, has=lambda i: i in consts)
+
+    plain, b0 = weights_and_bias(builder({}), 0)
+    assert plain.dtype == np.float64 and b0.dtype == np.float64
+    np.testing.assert_array_equal(plain, w)
+    given, _ = weights_and_bias(builder({}), 0, as_given=True)
+    assert given is w
+    for as_given in (False, True):
+        folded, fb = weights_and_bias(builder({"bn": (k, shift)}), 0, as_given=as_given)
+        assert folded.dtype == np.float64
+        np.testing.assert_array_equal(folded, w.astype(np.float64) * k.reshape(-1, 1, 1, 1))
+        np.testing.assert_array_equal(fb, bias.astype(np.float64) * k + shift)
+
+
 def test_render_activation_skips_the_parts_of_an_absent_parameter():
     from tinydl.backends.fusion import render_activation
 

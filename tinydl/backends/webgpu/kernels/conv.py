@@ -104,7 +104,7 @@ def conv_window(b, spatial: tuple | None = None) -> tuple:
     """A conv node's weights (BatchNormalization folded in), bias, and 2-D window: kernel shape,
     strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W.
     `spatial`: the input's spatial size, when input 0 is not the NCHW value the conv reads."""
-    w, bias = _weights_and_bias(b, 0)
+    w, bias = _weights_and_bias(b, 0, as_given=True)  # (packed into float32 below)
     kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
     strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
     geo = window_geometry(
