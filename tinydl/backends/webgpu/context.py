@@ -184,9 +184,9 @@ class Context:
         self.name = f"{info['device']} ({info['backend_type']}, {info['adapter_type']})"
         self.lost = False
         # Compiled pipelines by source hash, least recently used first (plans hold their own).
-        self._pipelines: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._pipelines: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self._pipelines_lock = threading.Lock()
-        self._compiling: dict[str, concurrent.futures.Future] = {}
+        self._compiling: dict[tuple[str, str], concurrent.futures.Future] = {}
         self._pool: dict[tuple[int, int], list[Any]] = {}
         self._unplaced: list = []  # (storage, host) of `constant_later`
         self._placing = threading.Lock()
@@ -274,7 +274,7 @@ class Context:
                 )
             return future
 
-    def _compile_soon(self, source: str, label: str, key: str):
+    def _compile_soon(self, source: str, label: str, key: tuple[str, str]):
         try:
             return self.pipeline(source, label)
         finally:

@@ -349,10 +349,14 @@ class Plan(planned.Plan):
                     self._bind_ahead(step)
 
     def _bind_ahead(self, step: Dispatch) -> None:
-        if step.roots is None:
-            step.roots = [self.root(b) for b in step.args if isinstance(b, str)]
-        if all(r in self.buffers for r in step.roots):
+        if all(r in self.buffers for r in self._roots(step)):
             self._bind_group(step, self.buffers)
+
+    def _roots(self, item) -> list[str]:
+        """The buffers a dispatch's or render pass's value names resolve to (found once)."""
+        if item.roots is None:
+            item.roots = [self.root(b) for b in item.args if isinstance(b, str)]
+        return item.roots
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -841,10 +845,7 @@ class Plan(planned.Plan):
     def _bind_group(self, item, env: dict[str, Storage]):
         """The bind group of a dispatch or a render pass, made once per set of buffers: the key
         is the serials of the value buffers it binds (constants and textures never change)."""
-        roots = item.roots
-        if roots is None:
-            roots = item.roots = [self.root(b) for b in item.args if isinstance(b, str)]
-        key = tuple([env[r].serial for r in roots])
+        key = tuple([env[r].serial for r in self._roots(item)])
         bind_group = item.bind_groups.get(key)
         if bind_group is None:
             entries = []  # (buffer, offset, size), or (None, sampler or texture view)
