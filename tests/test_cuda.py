@@ -54,6 +54,40 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
     assert rel_err(got, want) <= 1e-2
 
 
+@pytest.mark.parametrize(
+    ("options", "hopper_wgmma"),
+    [
+        ({}, True),  # Hopper: warpgroup MMAs (20 x 30 tiles); elsewhere mma.sync
+        ({"chain_tile": "18,34,512"}, True),
+        ({"chain_tile": "12,20,384"}, True),  # three warpgroups
+        ({"chain_tile": "16,32,256"}, False),  # layer 2's wgmma tiles would not fit a pass
+        ({"chain_wgmma": False}, False),
+    ],
+)
+@pytest.mark.parametrize("shape", [(2, 1, 37, 53), (1, 1, 97, 131)])
+def test_espcn_fp16_chain_kernels_match_the_reference(tmp_path, rng, options, hopper_wgmma, shape):
+    """Each variant of the fused chain (tile shapes, warpgroup or warp MMAs) at tile edges,
+    odd sizes and batches, against the NumPy reference."""
+    from tinydl.backends.cuda.context import get_context
+
+    graph = espcn(tmp_path, rng)
+    y = rng.random(shape, dtype=np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
+    sess = td.compile(
+        graph,
+        backends=("cuda",),
+        precision="fp16",
+        strict=True,
+        backend_options={"cuda": options},
+    )
+    got = sess.run({"y": y})["out"]
+    (step,) = only_plan(kernel_of(sess, "cuda")).steps
+    wgmma = hopper_wgmma and tuple(get_context().cc) == (9, 0)
+    assert ("wgmma.mma_async" in step.deferred.source) == wgmma
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-2
+
+
 def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     graph = espcn(tmp_path, rng)
     y = rng.random((1, 1, 45, 70), dtype=np.float32)

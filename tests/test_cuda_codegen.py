@@ -276,23 +276,38 @@ def test_a_generic_kernel_that_fails_to_compile_leaves_its_steps_on_their_own(
     assert plan.generic_steps == sum(1 for s in plan.steps if s.upgrade) > 0  # (the others)
 
 
-def test_fast_compiled_sources_make_programs_of_their_own(monkeypatch, tmp_path):
-    """Sources marked FAST_COMPILE are compiled with other options: never in a program with
-    unmarked ones."""
+@pytest.mark.parametrize("marker", ["FAST_COMPILE", "ARCH_SPECIFIC"])
+def test_marked_sources_make_programs_of_their_own(monkeypatch, tmp_path, marker):
+    """Sources marked FAST_COMPILE or ARCH_SPECIFIC are compiled with other options: never in
+    a program with unmarked ones."""
     from tinydl.backends.cuda import context
 
+    line = getattr(context, marker)
     monkeypatch.setattr(context, "COMPILE_THREADS", 4)
     monkeypatch.setattr(context, "MIN_PER_PROGRAM", 1)
     ctx, _ = _cpu_context(monkeypatch, tmp_path)
     programs = _record_programs(monkeypatch)
     sources = _kernels(6)
-    sources[:3] = [context.FAST_COMPILE + "\n" + s for s in sources[:3]]
+    sources[:3] = [line + "\n" + s for s in sources[:3]]
     for s in sources:
         ctx.prefetch(s)
     ctx.flush()
     assert len({ctx.function(s, "k") for s in sources}) == 6
     assert len(programs) >= 2
-    assert all(p.count(context.FAST_COMPILE) in (0, p.count("__global__")) for p in programs)
+    assert all(p.count(line) in (0, p.count("__global__")) for p in programs)
+
+
+def test_architecture_specific_sources_compile_for_the_a_target():
+    """Hopper's wgmma assembles only for sm_90a: a source marked ARCH_SPECIFIC gets it, an
+    unmarked one stays on sm_90 (where the same instruction is refused)."""
+    from tinydl.backends.cuda.context import ARCH_SPECIFIC, CompileError, compile_cubin
+
+    source = (
+        'extern "C" __global__ void k() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }'
+    )
+    assert compile_cubin(ARCH_SPECIFIC + "\n" + source, "sm_90")
+    with pytest.raises(CompileError, match="wgmma"):
+        compile_cubin(source, "sm_90")
 
 
 def test_fast_division_magic_numbers():
@@ -389,17 +404,41 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
                    backend_options={"cuda": {"conv_k_step": 48}})  # fmt: skip
 
 
-def test_espcn_fp16_is_one_chain_kernel(fake_device):
+@pytest.mark.parametrize(
+    ("cc", "options", "wgmma"),
+    [
+        ((9, 0), {}, True),  # Hopper: warpgroup MMAs, compiled for sm_90a
+        ((9, 0), {"chain_tile": "18,34,512"}, True),
+        ((9, 0), {"chain_tile": "12,20,384"}, True),  # three warpgroups
+        ((9, 0), {"chain_tile": "16,32,256"}, False),  # layer 2's tiles would not fit a pass
+        ((9, 0), {"chain_tile": "20,30,320"}, False),  # not whole warpgroups
+        ((9, 0), {"chain_wgmma": False}, False),
+        ((8, 0), {}, False),  # mma.sync elsewhere
+    ],
+)
+def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, wgmma):
     import importlib.resources
 
     import tinydl as td
+    import tinydl.backends.cuda.context as context
     from tinydl.backends.cuda.kernels.chain import OP
 
+    monkeypatch.setattr(context._contexts[0], "cc", cc)
+    monkeypatch.setattr(context._contexts[0], "arch", f"sm_{cc[0]}{cc[1]}")
     path = importlib.resources.files("tinydl") / "models" / "espcn_x3.tdl"
     graph = _fixed(td.load(path), (2, 1, 37, 53))
-    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    sess = td.compile(
+        graph,
+        backends=("cuda",),
+        precision="fp16",
+        strict=True,
+        backend_options={"cuda": options},
+    )
     plan = only_plan(kernel_of(sess, "cuda"))
     assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
+    source = plan.steps[0].fn.source
+    assert ("wgmma.mma_async" in source) == wgmma
+    assert (context.ARCH_SPECIFIC in source) == wgmma
 
 
 def test_batch_norm_then_relu_is_one_launch(fake_device):
@@ -821,3 +860,32 @@ def test_minimal_is_asked_of_an_nvrtc_that_has_it(monkeypatch, version, minimal)
         context.nvrtc_options.cache_clear()
     assert options[: len(context.OPTIONS)] == context.OPTIONS
     assert ("-minimal" in options) == minimal
+
+
+@pytest.mark.parametrize(("cout", "cin", "k"), [(32, 64, 3), (9, 32, 3), (64, 1, 5)])
+def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, rng):
+    """chain.cu's wgmma B operand: for K chunk kc, n8 block j and k half hh, 8 rows (n) of 8
+    contiguous k at byte offset kc * N * 32 + j * 256 + hh * 128 (the descriptor's leading
+    offset 128, stride offset 256), B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c,
+    zero past the real K and N."""
+    import numpy as np
+
+    from tinydl.backends.cuda.kernels.chain import _wgmma_b
+
+    w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    flat = _wgmma_b(w).reshape(-1)
+    n = 16 * -(-cout // 16)
+    kt = k * k * cin
+    chunks = -(-kt // 16)
+    assert flat.size == chunks * 16 * n and flat.dtype == np.float16
+    for kk in range(chunks * 16):
+        for nn in range(n):
+            kc, hh, e = kk // 16, (kk % 16) // 8, kk % 8
+            j, r = nn // 8, nn % 8
+            got = flat[(kc * n * 32 + j * 256 + hh * 128) // 2 + r * 8 + e]
+            if kk < kt and nn < cout:
+                tap, c = divmod(kk, cin)
+                want = np.float16(w[nn, c, tap // k, tap % k])
+            else:
+                want = 0
+            assert got == want, (kk, nn)

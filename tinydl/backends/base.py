@@ -96,7 +96,9 @@ class CompileOptions:
       the fma blocks conv_direct unrolls before it loops over a chunk's input vec4, then over
       the kernel rows; 0 unrolls everything).
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
-      "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "conv_tensor_cores" (bool, default True),
+      "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "chain_wgmma" (bool, default True: on
+      compute capability 9.0 the chain's layers 2 and 3 run on warpgroup MMAs; False keeps
+      mma.sync, as on other GPUs), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
       float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
       "conv_k_step" (32 or 64: the K columns an fp16 tensor-core convolution multiplies a
@@ -173,6 +175,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
         lambda v: {"chain_fusion": False} if v == "off" else {"chain_tile": v},
     ),
     "TINYDL_CUDA_GENERIC": ("cuda", lambda v: {"generic_kernels": v}),
+    "TINYDL_CUDA_WGMMA": ("cuda", lambda v: {"chain_wgmma": v != "off"}),
 }
 
 

@@ -40,6 +40,10 @@ MINIMAL_SINCE = (12, 4)
 # (conv_tc.cu; 3xTF32 ResNet-18's generic GEMMs 0.15-0.2 -> 0.08-0.09 s each on one x86 core).
 FAST_COMPILE = "// tinydl: compiled fast, to run for a while"
 FAST_COMPILE_SINCE = (12, 8)
+# A source holding this line uses instructions of its architecture only (Hopper's wgmma): it is
+# compiled for the architecture-specific target, sm_90 as sm_90a, whose cubin runs on that
+# compute capability alone (the kernels that ask for it check the device's).
+ARCH_SPECIFIC = "// tinydl: architecture-specific instructions"
 # Loaded modules a device keeps (shapes are baked into kernels; see webgpu MAX_PIPELINES).
 MAX_MODULES = 2048
 # Threads compiling kernels at once (NVRTC is CPU-bound and holds no lock of ours).
@@ -343,7 +347,7 @@ class Context:
         with self._lock:
             pool = self._thread_pool(later)
             groups = [todo] if one_program else _programs(todo, weight)
-            if one_program and len({FAST_COMPILE in item[1] for item in todo}) > 1:
+            if one_program and len({_option_kind(item[1]) for item in todo}) > 1:
                 groups = _programs(todo, weight)  # (one set of options a program)
             for group in groups:
                 future = pool.submit(self._compile, group)
@@ -656,11 +660,12 @@ def _programs(todo: list, weight: dict[str, int]) -> list[list]:
     """The NVRTC programs to compile `todo` (key, source, label, entry) items in: as many as
     the compile threads, at least MIN_PER_PROGRAM weight units each; heaviest kernels first,
     each to the lightest program, so that the programs finish together."""
-    fast = [i for i in todo if FAST_COMPILE in i[1]]
-    kinds = [fast, [i for i in todo if FAST_COMPILE not in i[1]]]
+    kinds: dict[tuple, list] = {}
+    for item in todo:
+        kinds.setdefault(_option_kind(item[1]), []).append(item)
     total = sum(weight[i[0]] for i in todo)
     programs = []
-    for kind in filter(None, kinds):  # (a program is compiled with one set of options)
+    for kind in kinds.values():  # (a program is compiled with one set of options)
         share = sum(weight[i[0]] for i in kind)
         chunks = max(1, min(round(COMPILE_THREADS * share / total), share // MIN_PER_PROGRAM))
         groups: list[list] = [[] for _ in range(chunks)]
@@ -716,11 +721,19 @@ def nvrtc_options() -> tuple[str, ...]:
     return (*OPTIONS, "-minimal") if version >= MINIMAL_SINCE else OPTIONS
 
 
+def _option_kind(source: str) -> tuple[bool, bool]:
+    """What sets a source's compile options apart (FAST_COMPILE, ARCH_SPECIFIC)."""
+    return FAST_COMPILE in source, ARCH_SPECIFIC in source
+
+
 def compile_cubin(source: str, arch: str, label: str = "kernel") -> bytes:
     """NVRTC: CUDA C source -> cubin for `arch` (sm_XX). Needs no GPU. A source marked
-    FAST_COMPILE is compiled with less optimization, where this NVRTC can."""
+    FAST_COMPILE is compiled with less optimization, where this NVRTC can; one marked
+    ARCH_SPECIFIC for the architecture-specific target (sm_90 -> sm_90a)."""
     from cupy_backends.cuda.libs import nvrtc
 
+    if ARCH_SPECIFIC in source and not arch.endswith("a"):
+        arch += "a"
     options = [f"--gpu-architecture={arch}", *nvrtc_options()]
     if FAST_COMPILE in source and tuple(nvrtc.getVersion()) >= FAST_COMPILE_SINCE:
         options.append("--Ofast-compile=mid")

@@ -16,6 +16,11 @@
 #define MB3 {{ MB3 }}
 
 {% include "mma.cuh" %}
+{% if WGMMA %}
+{{ ARCH_SPECIFIC }}
+{% include "wgmma.cuh" %}
+#define GROUPS {{ THREADS // 128 }}
+{% endif %}
 {% raw %}
 
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
@@ -28,6 +33,24 @@ __device__ __forceinline__ float tanh_fast_(float x) {
     return y;
 }
 {% endraw %}
+
+{# Layer 3's output value r of channel ch at pixel (gy, gx): activations, then the store
+   (through DepthToSpace when there is one). #}
+{% macro store3() %}
+{% for e in act3 %}
+    r = {{ e }};
+{% endfor %}
+{% if BS > 1 %}
+{% if dcr %}
+    const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
+{% else %}
+    const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
+{% endif %}
+    yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
+{% else %}
+    yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
+{% endif %}
+{% endmacro %}
 
 // Epilogues of layers 1 and 2: activation of two adjacent channels, packed as fp16x2.
 {% for name, acts, tanh2 in epilogues %}
@@ -73,9 +96,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 
     for (int i = threadIdx.x; i < {{ WBYTES // 16 }}; i += THREADS)
         ((uint4*)smem)[i] = wpack[i];
+{% if WGMMA %}
+    fence_proxy_async();  // layers 2 and 3 read their weights through wgmma
+{% endif %}
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
+{% if WGMMA %}
+    // Warpgroup `wg` (warps 4 wg to 4 wg + 3), warp q of it. (`wg` through a shuffle: the
+    // compiler then knows it is one value across each warp, so branches on it do not diverge,
+    // and does not serialize the wgmmas around them.)
+    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), q = warp & 3;
+{% endif %}
 
     // Layer 1's A operand is gathered from the input tile: this lane's K indices per K chunk
     // are 2t, 2t+1, 2t+8, 2t+9 (+16 per chunk); their offsets into the input region.
@@ -121,6 +153,59 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // Each layer as a function of the tile's origin. Layer 1 hands out its m16 tiles from the
     // last warp down, so the warps with the most layer-3 work get the least layer-1 work when
     // the two share a phase (below).
+{% if WGMMA %}
+    // Layer 1 on warpgroups too: m64 tiles handed out from the last warpgroup down (it has the
+    // fewest layer-3 tiles, with which layer 1 shares a phase), A gathered into registers
+    // (warp q's 16 rows of the tile, mma.sync's A layout), B from shared memory.
+    auto layer1 = [&](int y0, int x0) {
+        const unsigned long long bd = wgmma_desc(smem_addr(B1), 128, 256);
+        for (int mt = GROUPS - 1 - wg; mt < {{ MT1 }}; mt += GROUPS) {
+            int base[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int p = (mt * 4 + q) * 16 + g + 8 * h;
+                p = p < {{ M1 }} ? p : {{ M1 - 1 }};
+                base[h] = ((p / {{ W1 }}) * {{ WI }} + p % {{ W1 }}) * {{ C0 }};
+            }
+            unsigned a[{{ NK1 }}][4];
+#pragma unroll
+            for (int kc = 0; kc < {{ NK1 }}; ++kc) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int h = r & 1, j0 = (r >> 1) * 2;
+                    const unsigned lo = off1[kc][j0] >= 0 ? sin[base[h] + off1[kc][j0]] : 0u;
+                    const unsigned hi = off1[kc][j0 + 1] >= 0 ? sin[base[h] + off1[kc][j0 + 1]] : 0u;
+                    a[kc][r] = lo | (hi << 16);
+                }
+            }
+            float acc[{{ NT1 * 4 }}];
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < {{ NK1 }}; ++kc) {
+                if (kc == 0)
+                    Wgmma<{{ C1 }}>::mma0_rs(acc, a[kc], bd);
+                else
+                    Wgmma<{{ C1 }}>::mma_rs(acc, a[kc], bd + ((kc * {{ C1 * 32 }}) >> 4));
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int p = (mt * 4 + q) * 16 + g + 8 * h;
+                if (p >= {{ M1 }}) continue;
+                const int py = p / {{ W1 }}, px = p % {{ W1 }};
+                const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
+                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                for (int n = 0; n < {{ NT1 }}; ++n) {
+                    const int ch = n * 8 + 2 * t;
+                    const float r0 = acc[4 * n + 2 * h] + bias1[ch], r1 = acc[4 * n + 2 * h + 1] + bias1[ch + 1];
+                    *(unsigned*)(s1 + n * {{ P1 * 8 }} + p * 8 + 2 * t) = in ? epilogue1(r0, r1) : 0u;
+                }
+            }
+        }
+    };
+{% else %}
     auto layer1 = [&](int y0, int x0) {
             // -- layer 1: input -> s1 ----------------------------------------------------------------
             for (int mt0 = (WARPS - 1 - warp) * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
@@ -180,6 +265,80 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 }
             }
     };
+{% endif %}
+{% if WGMMA %}
+    // Layers 2 and 3 on warpgroups (wgmma, both operands in shared memory): warpgroup `wg`
+    // takes m64 tiles wg * MB to wg * MB + MB - 1, warp q of it rows 16 q to 16 q + 15 of each,
+    // as a lane's accumulators say (mma.sync's layout). Their M rows run over the previous
+    // layer's region row by row, full width (W1, W2 pixels a row), so that a tap is one offset.
+    auto layer2 = [&](int y0, int x0) {
+        for (int mt0 = wg * MB2; mt0 < {{ MT2 }}; mt0 += GROUPS * MB2) {
+            float acc[MB2][{{ NT2 * 4 }}];
+            int row0[MB2];
+#pragma unroll
+            for (int m = 0; m < MB2; ++m) row0[m] = (mt0 + m) * 64;
+            wg_conv<{{ NT2 * 8 }}, MB2, {{ K2 * K2 * C1 // 16 }}, {{ C1 // 16 }}, {{ K2 }}, {{ W1 }}, {{ P1 * 16 }}>(
+                acc, row0, smem_addr(s1), smem_addr(B2){% if MB2 * THREADS // 128 > MT2 %}, min(MB2, {{ MT2 }} - mt0){% endif %});
+            wgmma_wait<0>();
+#pragma unroll
+            for (int m = 0; m < MB2; ++m) {
+                if (mt0 + m >= {{ MT2 }}) continue;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = (mt0 + m) * 64 + q * 16 + g + 8 * h;
+                    const int py = r / {{ W1 }}, px = r % {{ W1 }};
+                    if (py >= {{ H2 }} || px >= {{ W2 }}) continue;
+                    const int p = py * {{ W2 }} + px;
+                    const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+                    const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                    for (int n = 0; n < {{ NT2 }}; ++n) {
+                        const int ch = n * 8 + 2 * t;
+                        const float r0 = acc[m][4 * n + 2 * h] + bias2[ch], r1 = acc[m][4 * n + 2 * h + 1] + bias2[ch + 1];
+                        *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
+                    }
+                }
+            }
+        }
+        fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
+    };
+    // Layer 3 is issued, then layer 1 of the next tile runs on this warpgroup while the tensor
+    // cores work, then layer 3's results are stored.
+    float acc3[MB3][{{ NT3 * 4 }}];
+    auto layer3_issue = [&]() {
+        int row0[MB3];
+#pragma unroll
+        for (int m = 0; m < MB3; ++m) row0[m] = (wg * MB3 + m) * 64;
+        wg_conv<{{ NT3 * 8 }}, MB3, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
+            acc3, row0, smem_addr(s2), smem_addr(B3){% if MB3 * THREADS // 128 > MT3 %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
+    };
+    auto layer3_store = [&](int img, int y0, int x0) {
+        wgmma_wait<0>();
+        {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+#pragma unroll
+        for (int m = 0; m < MB3; ++m) {
+            if (wg * MB3 + m >= {{ MT3 }}) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = (wg * MB3 + m) * 64 + q * 16 + g + 8 * h;
+                const int py = r / {{ W2 }}, px = r % {{ W2 }};
+                if (py >= {{ TH }} || px >= {{ TW }}) continue;
+                const int gy = y0 + py, gx = x0 + px;
+                if (gy >= {{ H }} || gx >= {{ W }}) continue;
+#pragma unroll
+                for (int n = 0; n < {{ NT3 }}; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int ch = n * 8 + 2 * t + e;
+                        if (ch >= {{ C3 }}) continue;
+                        float r = acc3[m][4 * n + 2 * h + e] + bias3[ch];
+{{ store3() }}
+                    }
+                }
+            }
+        }
+    };
+{% else %}
     auto layer2 = [&](int y0, int x0) {
             // -- layer 2: s1 -> s2 (while the next tile's input is on its way) -----------------------
             {
@@ -301,19 +460,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                                     const int ch = n * 8 + 2 * t + e;
                                     if (ch >= {{ C3 }}) continue;
                                     float r = acc[m][n][2 * h + e] + bz[n][e];
-    {% for e in act3 %}
-                                    r = {{ e }};
-    {% endfor %}
-    {% if BS > 1 %}
-    {% if dcr %}
-                                    const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
-    {% else %}
-                                    const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
-    {% endif %}
-                                    yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
-    {% else %}
-                                    yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
-    {% endif %}
+{{ store3() }}
                                 }
                             }
                         }
@@ -322,6 +469,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             }
     };
 
+{% endif %}
     // Software pipeline over this block's tiles, two barriers per tile:
     //   [layer 2 of t, input of t+1 -> shared] | [layer 3 of t and layer 1 of t+1]
     // Layer 3 reads s2 and layer 1 reads the input and writes s1, so they share a phase.
@@ -329,6 +477,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     if (tile < {{ TILES }}) {
         __syncthreads();  // the weights and the first input tile are in shared memory
         layer1(((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, (tile % {{ TX }}) * {{ TW }});
+{% if WGMMA %}
+        fence_proxy_async();
+{% endif %}
     }
     for (; tile < {{ TILES }}; tile += gridDim.x) {
         const int img = tile / {{ TY * TX }};
@@ -340,7 +491,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         layer2(y0, x0);
         if (more) commit();  // layer 1 of this tile, the input's only reader, is done
         __syncthreads();  // s2 holds layer 2; the next input is in shared memory; s1 is free
+{% if WGMMA %}
+        layer3_issue();
+        if (more) {
+            layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
+            fence_proxy_async();  // s1, read by layer 2's wgmmas after the barrier
+        }
+        layer3_store(img, y0, x0);
+{% else %}
         layer3(img, y0, x0);
         if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
+{% endif %}
     }
 }

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from tinydl.backends.cuda.context import ARCH_SPECIFIC
 from tinydl.backends.cuda.kernels import activation_code, kernel, load, store
 from tinydl.backends.cuda.kernels.conv import FUSED, geometry
 from tinydl.backends.fusion import epilogue, fuse_runs, weights_and_bias
@@ -27,6 +28,8 @@ from tinydl.ops.activation import ACTIVATIONS
 
 OP = "tinydl.cuda.ConvChain"
 DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
+# On warpgroup MMAs (Hopper): layer 2's 22 x 34 region in 12 m64 tiles, 3 per warpgroup.
+DEFAULT_TILE_WGMMA = (20, 30, 512, 9)
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
 
@@ -120,6 +123,68 @@ def _fragments(w: np.ndarray) -> tuple[np.ndarray, int, int]:
     return np.ascontiguousarray(pairs).astype(np.float16), nk, nt
 
 
+def _wgmma_b(w: np.ndarray) -> np.ndarray:
+    """Weights [Cout][Cin][K][K] as wgmma's B in shared memory (wgmma.cuh): per K chunk of 16,
+    per n8 block of output channels, two 8x8 core matrices (k 0-7, 8-15) of 8 rows (n) of 8
+    contiguous k, fp16; B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c, N padded to
+    a multiple of 16 with zeros."""
+    cout, cin, kh, kw = w.shape
+    b = w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout)
+    nk, n = math.ceil(b.shape[0] / 16), 16 * math.ceil(cout / 16)
+    full = np.zeros((nk * 16, n))
+    full[: b.shape[0], :cout] = b
+    blocks = full.reshape(nk, 2, 8, n // 8, 8)  # [chunk][k half][k][n block][n]
+    return np.ascontiguousarray(blocks.transpose(0, 3, 1, 4, 2)).astype(np.float16)
+
+
+def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
+    """Regions, shared-memory sizes (without the weights) and MMA tiling of a th x tw output
+    tile; None where warpgroup MMAs cannot take it (their accumulators would not fit)."""
+    (k1, k2, k3), (c0, c1, c2, n3) = ks, cs
+    r2 = k3 // 2
+    r1 = r2 + k2 // 2
+    r0 = r1 + k1 // 2
+    hi, wi = th + 2 * r0, tw + 2 * r0
+    h1, w1 = th + 2 * r1, tw + 2 * r1
+    h2, w2 = th + 2 * r2, tw + 2 * r2
+    s1, s2 = c1 + 8, c2 + 8
+    m1, m2, m3 = h1 * w1, h2 * w2, th * tw
+    warps = threads // 32
+    nts = (c1 // 8, c2 // 8, n3 // 8)
+    if wgmma:
+        # Layers 2 and 3 run their M rows over the previous region at its full width
+        # (wgmma.cuh), in m64 tiles; the planes hold every pixel their last tile's taps read.
+        # Each warpgroup takes its tiles of a layer in one pass (layer 3's accumulators stay
+        # in registers while its warpgroup computes layer 1 of the next tile).
+        m2, m3 = (h2 - 1) * w1 + w2, (th - 1) * w2 + tw
+        mts = [math.ceil(m1 / 64), math.ceil(m2 / 64), math.ceil(m3 / 64)]
+        groups = warps // 4
+        mbs = [1, math.ceil(mts[1] / groups), math.ceil(mts[2] / groups)]
+        if any(mb * nt * 4 > ACC_REGS for mb, nt in zip(mbs, nts, strict=True)):
+            return None
+        p1 = max(h1 * w1, mts[1] * 64 + (k2 - 1) * (w1 + 1))
+        p2 = max(h2 * w2, mts[2] * 64 + (k3 - 1) * (w2 + 1))
+        l1_bytes, l2_bytes = c1 * p1 * 2, c2 * p2 * 2
+    else:
+        mts = [math.ceil(m / 16) for m in (m1, m2, m3)]
+        # m16 tiles a warp computes at once per layer: enough for one pass over the region,
+        # as registers allow (B fragments are then read once per MB tiles).
+        mbs = [
+            max(1, min(ACC_REGS // (4 * nt), math.ceil(mt / warps)))
+            for mt, nt in zip(mts, nts, strict=True)
+        ]
+        p1 = p2 = 0
+        l1_bytes, l2_bytes = h1 * w1 * s1 * 2, h2 * w2 * s2 * 2
+    in_bytes = hi * wi * c0 * 2
+    return dict(
+        WGMMA=wgmma, R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2,
+        S1=s1, S2=s2, P1=p1, P2=p2, M1=m1, M2=m2, M3=m3,
+        MT1=mts[0], MT2=mts[1], MT3=mts[2], MB1=mbs[0], MB2=mbs[1], MB3=mbs[2],
+        in_bytes=in_bytes, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
+        smem=_pad16(in_bytes) + _pad16(l1_bytes) + _pad16(l2_bytes),
+    )  # fmt: skip
+
+
 def _pad16(n: int) -> int:
     return (n + 15) // 16 * 16
 
@@ -133,57 +198,59 @@ def conv_chain(b):
     c1, c2, c3 = g1["OC"], g2["OC"], g3["OC"]
     d2s = b3.node.meta.get("d2s")
     bs, dcr = (d2s[0], d2s[1] == "DCR") if d2s else (1, False)
-    parts, offs = [], {}
-    nk = {}
-    pos = 0
-    for key, link in (("1", b1), ("2", b2), ("3", b3)):
-        wts, _ = weights_and_bias(link, 0)
-        frag, nk[key], _ = _fragments(wts)
-        offs[f"OFF_B{key}"] = pos
-        raw = frag.tobytes()
-        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-        pos += _pad16(len(raw))
     nt3 = 2 * math.ceil(c3 / 16)
-    for key, link, count in (("1", b1, c1), ("2", b2, c2), ("3", b3, nt3 * 8)):
-        _, bias = weights_and_bias(link, 0)
-        vec = np.zeros(count, np.float32)
-        vec[: bias.size] = bias
-        offs[f"OFF_BIAS{key}"] = pos
-        raw = vec.tobytes()
-        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-        pos += _pad16(len(raw))
-    wbytes = pos
-    pack = np.frombuffer(b"".join(parts), np.uint8)
+    # Hopper: every layer on warpgroup MMAs (sm_90a), unless the option says no.
+    wgmma = tuple(b.ctx.cc) == (9, 0) and bool(b.option("chain_wgmma", True))
     override = b.option("chain_tile")
     given = [int(v) for v in str(override).split(",")] if override else []
-    th, tw, threads, unroll = (given + list(DEFAULT_TILE)[len(given) :])[:4]
-    r2 = k3 // 2
-    r1 = r2 + k2 // 2
-    r0 = r1 + k1 // 2
-    s1, s2 = c1 + 8, c2 + 8
+    default = DEFAULT_TILE_WGMMA if wgmma else DEFAULT_TILE
+    th, tw, threads, unroll = (given + list(default)[len(given) :])[:4]
+    wgmma = wgmma and threads % 128 == 0  # (whole warpgroups)
+    ks, cs = (k1, k2, k3), (c0, c1, c2, nt3 * 8)
+
+    def packed(wgmma: bool):
+        """The weights (as mma.sync fragments or wgmma's B, the same size) and biases: bytes,
+        offsets, K chunks per layer."""
+        parts, offs, nk = [], {}, {}
+        pos = 0
+        for key, link in (("2", b2), ("3", b3), ("1", b1)):
+            wts, _ = weights_and_bias(link, 0)
+            frag, nk[key], _ = _fragments(wts)
+            if wgmma:
+                frag = _wgmma_b(wts)
+            offs[f"OFF_B{key}"] = pos
+            raw = frag.tobytes()
+            parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+            pos += _pad16(len(raw))
+        for key, link, count in (("1", b1, c1), ("2", b2, c2), ("3", b3, nt3 * 8)):
+            _, bias = weights_and_bias(link, 0)
+            vec = np.zeros(count, np.float32)
+            vec[: bias.size] = bias
+            offs[f"OFF_BIAS{key}"] = pos
+            raw = vec.tobytes()
+            parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+            pos += _pad16(len(raw))
+        return np.frombuffer(b"".join(parts), np.uint8), offs, nk
+
+    pack, offs, nk = packed(False)
+    wbytes = pack.size
     while True:
-        hi, wi = th + 2 * r0, tw + 2 * r0
-        h1, w1 = th + 2 * r1, tw + 2 * r1
-        h2, w2 = th + 2 * r2, tw + 2 * r2
-        off_in = wbytes
-        off_l1 = off_in + _pad16(hi * wi * c0 * 2)
-        off_l2 = off_l1 + _pad16(h1 * w1 * s1 * 2)
-        smem = off_l2 + _pad16(h2 * w2 * s2 * 2)
-        if smem <= b.ctx.smem_optin or th <= 4:
+        lay = (wgmma and _layout(th, tw, threads, ks, cs, True)) or _layout(
+            th, tw, threads, ks, cs, False
+        )
+        wgmma = lay["WGMMA"]
+        if wbytes + lay["smem"] <= b.ctx.smem_optin or th <= 4:
             break
         th //= 2
+    if wgmma:
+        pack, offs, nk = packed(True)
+    off_in = wbytes
+    off_l1 = off_in + _pad16(lay["in_bytes"])
+    off_l2 = off_l1 + _pad16(lay["l1_bytes"])
+    smem = off_l2 + _pad16(lay["l2_bytes"])
     ty, tx = math.ceil(h / th), math.ceil(w / tw)
     tiles = n * ty * tx
-    m1, m2, m3 = h1 * w1, h2 * w2, th * tw
-    warps = threads // 32
-    mts = [math.ceil(m / 16) for m in (m1, m2, m3)]
-    nts = (c1 // 8, c2 // 8, nt3)
-    # m16 tiles a warp computes at once per layer: enough for one pass over the region, as
-    # registers allow (B fragments are then read once per MB tiles).
-    mbs = [
-        max(1, min(ACC_REGS // (4 * nt), math.ceil(mt / warps)))
-        for mt, nt in zip(mts, nts, strict=True)
-    ]
+    hi, wi = lay["HI"], lay["WI"]
     b.launch(
         "chain.cu",
         [b.inputs[0], b.upload("weights", pack), b.outputs[0]],
@@ -193,11 +260,10 @@ def conv_chain(b):
         N=n, C0=c0, H=h, W=w, K1=k1, K2=k2, K3=k3, C1=c1, C2=c2, C3=c3,
         KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
-        MB1=mbs[0], MB2=mbs[1], MB3=mbs[2], TAP_UNROLL=unroll,
+        TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
         NPRE=math.ceil(hi * wi * c0 / threads),
-        R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2, S1=s1, S2=s2,
-        M1=m1, M2=m2, M3=m3, MT1=math.ceil(m1 / 16), MT2=math.ceil(m2 / 16),
-        MT3=math.ceil(m3 / 16), WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
+        **{k: v for k, v in lay.items() if k.isupper()},
+        WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
         **offs,
         BS=bs, dcr=dcr, OCF=c3 // (bs * bs),
         epilogues=[
