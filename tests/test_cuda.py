@@ -62,12 +62,15 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
         ({"chain_tile": "12,20,384"}, True),  # three warpgroups
         ({"chain_tile": "16,32,256"}, False),  # layer 2's wgmma tiles would not fit a pass
         ({"chain_wgmma": False}, False),
+        ({"chain_reuse": False}, True),  # layer 2's A from shared memory too
+        ({"chain_tile": "22,30,512"}, True),  # layer 2: 24 rows, 3 a warp
     ],
 )
 @pytest.mark.parametrize("shape", [(2, 1, 37, 53), (1, 1, 97, 131)])
 def test_espcn_fp16_chain_kernels_match_the_reference(tmp_path, rng, options, hopper_wgmma, shape):
-    """Each variant of the fused chain (tile shapes, warpgroup or warp MMAs) at tile edges,
-    odd sizes and batches, against the NumPy reference."""
+    """Each variant of the fused chain (tile shapes, warpgroup or warp MMAs, layer 2's A
+    reused from registers or read from shared memory) at tile edges, odd sizes and batches,
+    against the NumPy reference."""
     from tinydl.backends.cuda.context import get_context
 
     graph = espcn(tmp_path, rng)

@@ -405,18 +405,19 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
 
 
 @pytest.mark.parametrize(
-    ("cc", "options", "wgmma"),
+    ("cc", "options", "wgmma", "reuse"),
     [
-        ((9, 0), {}, True),  # Hopper: warpgroup MMAs, compiled for sm_90a
-        ((9, 0), {"chain_tile": "18,34,512"}, True),
-        ((9, 0), {"chain_tile": "12,20,384"}, True),  # three warpgroups
-        ((9, 0), {"chain_tile": "16,32,256"}, False),  # layer 2's tiles would not fit a pass
-        ((9, 0), {"chain_tile": "20,30,320"}, False),  # not whole warpgroups
-        ((9, 0), {"chain_wgmma": False}, False),
-        ((8, 0), {}, False),  # mma.sync elsewhere
+        ((9, 0), {}, True, True),  # Hopper: warpgroup MMAs, compiled for sm_90a
+        ((9, 0), {"chain_reuse": False}, True, False),  # layer 2's A from shared memory
+        ((9, 0), {"chain_tile": "18,34,512"}, True, False),  # (34 + 2 columns: not 16s)
+        ((9, 0), {"chain_tile": "12,20,384"}, True, False),  # three warpgroups
+        ((9, 0), {"chain_tile": "16,32,256"}, False, False),  # layer 2's tiles: not one pass
+        ((9, 0), {"chain_tile": "20,30,320"}, False, False),  # not whole warpgroups
+        ((9, 0), {"chain_wgmma": False}, False, False),
+        ((8, 0), {}, False, False),  # mma.sync elsewhere
     ],
 )
-def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, wgmma):
+def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, wgmma, reuse):
     import importlib.resources
 
     import tinydl as td
@@ -439,6 +440,7 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, w
     source = plan.steps[0].fn.source
     assert ("wgmma.mma_async" in source) == wgmma
     assert (context.ARCH_SPECIFIC in source) == wgmma
+    assert ("ldmatrix_x4(f[j]" in source) == reuse  # (layer 2 loads its A rows itself)
 
 
 def test_batch_norm_then_relu_is_one_launch(fake_device):

@@ -253,8 +253,8 @@ def bench_det(torch, args, results):
 def chain_sweep(torch, args) -> None:
     """Pipelined time of ESPCN x3 at 360p fp16 per chain configuration (the cuda backend's
     "chain_tile" option; "off" turns the chain fusion off; a tile followed by "@mma" keeps
-    mma.sync where Hopper's wgmma would run: chain_wgmma False), the configurations alternated
-    over --rounds rounds in one process."""
+    mma.sync where Hopper's wgmma would run: chain_wgmma False; by "@KEY=VALUE", that cuda
+    backend option too), the configurations alternated over --rounds rounds in one process."""
     import tinydl as td
 
     graph = td.load(ROOT / "tinydl/models/espcn_x3.tdl")
@@ -264,10 +264,14 @@ def chain_sweep(torch, args) -> None:
         ref = espcn_torch(torch, graph)(x)
     sessions = {}
     for cfg in args.chain_sweep.split(";"):
-        tile, _, kind = cfg.partition("@")
+        tile, *kinds = cfg.split("@")
         opts = {"chain_fusion": False} if tile == "off" else {"chain_tile": tile}
-        if kind == "mma":
-            opts["chain_wgmma"] = False
+        for kind in kinds:
+            key, _, value = kind.partition("=")
+            if key == "mma":
+                opts["chain_wgmma"] = False
+            else:  # another cuda backend option, KEY=VALUE
+                opts[key] = {"true": True, "false": False}.get(value.lower(), value)
         sess = td.compile(
             graph,
             backends=("cuda",),
@@ -355,7 +359,8 @@ def main(argv=None) -> int:
         const="16,32,384,1;16,32,384,9;18,34,384,9;18,34,512,9",
         metavar="TH,TW,THREADS,UNROLL;...",
         help="only check and time the fused ESPCN kernel at 360p fp16 for each tile "
-        "configuration (chain_tile values, TILE@mma for mma.sync instead of wgmma, or off)",
+        "configuration (chain_tile values, TILE@mma for mma.sync instead of wgmma, "
+        "TILE@KEY=VALUE for another backend option, or off)",
     )
     args = ap.parse_args(argv)
     args.sizes = args.sizes.split(",")

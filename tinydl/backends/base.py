@@ -97,8 +97,11 @@ class CompileOptions:
       the kernel rows; 0 unrolls everything).
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "chain_wgmma" (bool, default True: on
-      compute capability 9.0 the chain's layers 2 and 3 run on warpgroup MMAs; False keeps
-      mma.sync, as on other GPUs), "conv_tensor_cores" (bool, default True),
+      compute capability 9.0 the chain's three layers run on warpgroup MMAs; False keeps
+      mma.sync, as on other GPUs), "chain_reuse" (bool, default True: on warpgroups, layer 2
+      loads each row of layer 1 into registers once for all three row offsets of its taps,
+      where its region is a whole number of 16-pixel segments wide; False reads A from shared
+      memory), "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
       float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
       "conv_k_step" (32 or 64: the K columns an fp16 tensor-core convolution multiplies a

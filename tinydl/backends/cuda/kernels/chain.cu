@@ -271,6 +271,71 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // takes m64 tiles wg * MB to wg * MB + MB - 1, warp q of it rows 16 q to 16 q + 15 of each,
     // as a lane's accumulators say (mma.sync's layout). Their M rows run over the previous
     // layer's region row by row, full width (W1, W2 pixels a row), so that a tap is one offset.
+{% if REUSE2 %}
+    // Layer 2 with A from registers, reused across taps: warp w takes column segment w % SEG2
+    // (16 pixels) of rows R2 * (w / SEG2) to R2 * (w / SEG2) + R2 - 1 of its region (R2: R2ROWS),
+    // one row for each of its warpgroup's MMAs. For a column offset dx and a 16-channel chunk,
+    // the R2 + 2 rows of layer 1 those rows read are loaded once (ldmatrix) and serve all three
+    // row offsets dy: row j is tap dy's A for output row j - dy. (One register set: with two,
+    // loading the next rows while the MMAs run, ptxas ran out of registers and serialized the
+    // wgmmas.)
+    auto layer2 = [&](int y0, int x0) {
+        const int cs = warp % {{ SEG2 }}, rb = warp / {{ SEG2 }};
+        const unsigned a0 = smem_addr(s1) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P1 * 16 }}u;
+        const unsigned long long bd = wgmma_desc(smem_addr(B2), 128, 256);
+        unsigned f[{{ R2ROWS + 2 }}][4];
+        float acc[{{ R2ROWS }}][{{ NT2 * 4 }}];
+        auto load = [&](int dx, int cc) {
+#pragma unroll
+            for (int j = 0; j < {{ R2ROWS + 2 }}; ++j) {
+                const int yy = min(rb * {{ R2ROWS }} + j, {{ H1 - 1 }});  // (rows past the region: outputs nobody keeps)
+                ldmatrix_x4(f[j], a0 + 16u * (yy * {{ W1 }} + dx) + cc * {{ 2 * P1 * 16 }}u);
+            }
+        };
+        load(0, 0);
+#pragma unroll
+        for (int st = 0; st < {{ K2 * C1 // 16 }}; ++st) {
+            const int dx = st / {{ C1 // 16 }}, cc = st % {{ C1 // 16 }};
+            wgmma_fence();
+#pragma unroll
+            for (int dy = 0; dy < {{ K2 }}; ++dy) {
+                const unsigned long long b = bd + ((((dy * {{ K2 }} + dx) * {{ C1 // 16 }} + cc) * {{ NT2 * 8 * 32 }}) >> 4);
+#pragma unroll
+                for (int m = 0; m < {{ R2ROWS }}; ++m) {
+                    if (st == 0 && dy == 0)
+                        Wgmma<{{ NT2 * 8 }}>::mma0_rs(acc[m], f[m + dy], b);
+                    else
+                        Wgmma<{{ NT2 * 8 }}>::mma_rs(acc[m], f[m + dy], b);
+                }
+            }
+            wgmma_commit();
+            if (st + 1 < {{ K2 * C1 // 16 }}) {
+                wgmma_wait<0>();  // this step's registers are loaded next
+                load((st + 1) / {{ C1 // 16 }}, (st + 1) % {{ C1 // 16 }});
+            }
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int m = 0; m < {{ R2ROWS }}; ++m) {
+            const int py = rb * {{ R2ROWS }} + m;
+            if (py >= {{ H2 }}) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int px = cs * 16 + g + 8 * h;
+                const int p = py * {{ W2 }} + px;
+                const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                for (int n = 0; n < {{ NT2 }}; ++n) {
+                    const int ch = n * 8 + 2 * t;
+                    const float r0 = acc[m][4 * n + 2 * h] + bias2[ch], r1 = acc[m][4 * n + 2 * h + 1] + bias2[ch + 1];
+                    *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
+                }
+            }
+        }
+        fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
+    };
+{% else %}
     auto layer2 = [&](int y0, int x0) {
         for (int mt0 = wg * MB2; mt0 < {{ MT2 }}; mt0 += GROUPS * MB2) {
             float acc[MB2][{{ NT2 * 4 }}];
@@ -302,6 +367,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         }
         fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
     };
+{% endif %}
     // Layer 3 is issued, then layer 1 of the next tile runs on this warpgroup while the tensor
     // cores work, then layer 3's results are stored.
     float acc3[MB3][{{ NT3 * 4 }}];

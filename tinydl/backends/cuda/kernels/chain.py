@@ -30,7 +30,9 @@ from tinydl.ops.activation import ACTIVATIONS
 
 OP = "tinydl.cuda.ConvChain"
 DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
-# On warpgroup MMAs (Hopper): layer 2's 22 x 34 region in 12 m64 tiles, 3 per warpgroup.
+# On warpgroup MMAs (Hopper): layer 2's 22 x 32 region is 2 segments of 16 pixels a row, 3 rows
+# a warp (its A reused across taps from registers; 12 m64 tiles of the flattened region where
+# it is read from shared memory), layer 3's 638 flattened rows 10 m64 tiles.
 DEFAULT_TILE_WGMMA = (20, 30, 512, 9)
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
@@ -187,6 +189,18 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
     )  # fmt: skip
 
 
+def _reuse2(lay: dict, threads: int, c2: int, enabled: bool) -> dict:
+    """Whether layer 2 on warpgroups reuses its A rows across taps from registers (chain.cu,
+    REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps
+    and their accumulators within ACC_REGS. SEG2: 16-pixel segments a row; R2ROWS: rows a warp."""
+    warps = threads // 32
+    seg = lay["W2"] // 16
+    if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and warps % seg == 0):
+        return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0}
+    rows = math.ceil(lay["H2"] / (warps // seg))
+    return {"REUSE2": rows * c2 // 2 <= ACC_REGS, "SEG2": seg, "R2ROWS": rows}
+
+
 def _pad16(n: int) -> int:
     return (n + 15) // 16 * 16
 
@@ -263,6 +277,7 @@ def conv_chain(b):
         KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
         TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
+        **_reuse2(lay, threads, c2, bool(b.option("chain_reuse", True))),
         NPRE=math.ceil(hi * wi * c0 / threads),
         **{k: v for k, v in lay.items() if k.isupper()},
         WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
