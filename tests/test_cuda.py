@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.models import (
+    CONV_CHAINS,
     bn_activation_graph,
     check_elementwise_run,
+    conv_chain_graph,
     espcn,
     kernel_of,
     only_plan,
@@ -60,7 +62,7 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
         ({}, True),  # Hopper: warpgroup MMAs (20 x 30 tiles); elsewhere mma.sync
         ({"chain_tile": "18,34,512"}, True),
         ({"chain_tile": "12,20,384"}, True),  # three warpgroups
-        ({"chain_tile": "16,32,256"}, False),  # layer 2's wgmma tiles would not fit a pass
+        ({"chain_tile": "16,32,256"}, False),  # layer 3's wgmma accumulators would not fit
         ({"chain_wgmma": False}, False),
         ({"chain_reuse": False}, True),  # layer 2's A from shared memory too
         ({"chain_tile": "22,30,512"}, True),  # layer 2: 24 rows, 3 a warp
@@ -87,6 +89,24 @@ def test_espcn_fp16_chain_kernels_match_the_reference(tmp_path, rng, options, ho
     (step,) = only_plan(kernel_of(sess, "cuda")).steps
     wgmma = hopper_wgmma and tuple(get_context().cc) == (9, 0)
     assert ("wgmma.mma_async" in step.deferred.source) == wgmma
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-2
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CHAINS))
+@pytest.mark.parametrize("options", [{}, {"chain_wgmma": False}])
+def test_other_conv_chains_match_the_reference(rng, name, options):
+    """Chains other than ESPCN x3 (other kernel sizes, channel counts, activations, with and
+    without DepthToSpace) as one fp16 kernel, on warpgroup MMAs (on Hopper) and mma.sync,
+    at odd sizes and two images, against the NumPy reference."""
+    graph = conv_chain_graph(rng, name)
+    x = rng.random((2, CONV_CHAINS[name][0], 41, 67), dtype=np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(
+        graph, backends=("cuda",), precision="fp16", strict=True, backend_options={"cuda": options}
+    )
+    got = sess.run({"x": x})["y"]
+    assert [n.op for n in only_plan(kernel_of(sess, "cuda")).nodes] == [CHAIN]
     assert got.shape == want.shape
     assert rel_err(got, want) <= 1e-2
 

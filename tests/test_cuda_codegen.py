@@ -11,7 +11,14 @@ import re
 
 import pytest
 from helpers.cases import CASES, REFERENCE_CASES
-from helpers.models import ATTENTION_VARIANTS, attention_graph, kernel_of, only_plan
+from helpers.models import (
+    ATTENTION_VARIANTS,
+    CONV_CHAINS,
+    attention_graph,
+    conv_chain_graph,
+    kernel_of,
+    only_plan,
+)
 from helpers.opcheck import backend_case, wrap_fp16
 
 from tinydl.backends.base import CompileOptions
@@ -411,7 +418,7 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
         ((9, 0), {"chain_reuse": False}, True, False),  # layer 2's A from shared memory
         ((9, 0), {"chain_tile": "18,34,512"}, True, False),  # (34 + 2 columns: not 16s)
         ((9, 0), {"chain_tile": "12,20,384"}, True, False),  # three warpgroups
-        ((9, 0), {"chain_tile": "16,32,256"}, False, False),  # layer 2's tiles: not one pass
+        ((9, 0), {"chain_tile": "16,32,256"}, False, False),  # layer 3's accumulators: too many
         ((9, 0), {"chain_tile": "20,30,320"}, False, False),  # not whole warpgroups
         ((9, 0), {"chain_wgmma": False}, False, False),
         ((8, 0), {}, False, False),  # mma.sync elsewhere
@@ -891,3 +898,25 @@ def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, rng):
             else:
                 want = 0
             assert got == want, (kk, nn)
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CHAINS))
+@pytest.mark.parametrize("cc", [(9, 0), (8, 0)])
+def test_other_conv_chains_compile_as_one_kernel(fake_device, monkeypatch, rng, name, cc):
+    """Chains other than ESPCN x3 (other kernel sizes, channel counts, activations, with and
+    without DepthToSpace) render and compile as one chain kernel, on warpgroup MMAs on Hopper
+    (layer 2 reusing its A rows, or in two passes where its 48 channels' accumulators would not
+    fit one) and mma.sync elsewhere."""
+    import tinydl as td
+    import tinydl.backends.cuda.context as context
+    from tinydl.backends.cuda.kernels.chain import OP
+
+    monkeypatch.setattr(context._contexts[0], "cc", cc)
+    monkeypatch.setattr(context._contexts[0], "arch", f"sm_{cc[0]}{cc[1]}")
+    graph = _fixed(conv_chain_graph(rng, name), (2, CONV_CHAINS[name][0], 37, 53))
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    assert [n.op for n in plan.nodes] == [OP] and len(plan.steps) == 1
+    source = plan.steps[0].fn.source
+    # (32 outputs in layer 3: its accumulators would not fit beside layer 1's, mma.sync)
+    assert ("wgmma.mma_async" in source) == (cc == (9, 0) and name != "relu_3_5_3")

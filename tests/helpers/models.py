@@ -62,6 +62,44 @@ def espcn(tmp_path, rng, scale=3):
     return td.load(path)
 
 
+# Three-convolution chains the cuda backend fuses into one kernel, other than ESPCN x3:
+# (input channels, [(out channels, kernel size, activation or None)] * 3, DepthToSpace).
+CONV_CHAINS = {
+    "relu_3_5_3": (3, [(16, 3, "Relu"), (48, 5, "Relu"), (32, 3, None)], None),
+    "tanh_sigmoid_x2_dcr": (1, [(32, 3, "Tanh"), (48, 3, "Sigmoid"), (4, 3, None)], (2, "DCR")),
+    "espcn_x2": (1, [(64, 5, "Tanh"), (32, 3, "Tanh"), (4, 3, None)], (2, "CRD")),
+}
+
+
+def conv_chain_graph(rng, name: str):
+    """A chain of CONV_CHAINS with random weights, input (N, C, H, W) of symbolic N, H, W."""
+    from tinydl.ops import validate
+
+    c, layers, d2s = CONV_CHAINS[name]
+    nodes, inits, x = [], {}, "x"
+    for i, (oc, k, act) in enumerate(layers):
+        w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+        inits[f"w{i}"], inits[f"b{i}"] = w, (rng.standard_normal(oc) * 0.1).astype(np.float32)
+        attrs = {"pads": [k // 2] * 4, "kernel_shape": [k, k]}
+        nodes.append(Node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], attrs, name=f"conv{i}"))
+        x = f"c{i}"
+        if act:
+            nodes.append(Node(act, [x], [f"a{i}"], name=f"act{i}"))
+            x = f"a{i}"
+        c = oc
+    if d2s:
+        nodes.append(
+            Node("DepthToSpace", [x], ["y"], {"blocksize": d2s[0], "mode": d2s[1]}, name="d2s")
+        )
+    else:
+        nodes[-1].outputs[0] = "y"
+    first = CONV_CHAINS[name][0]
+    return validate(
+        Graph([Value("x", "float32", ("N", first, "H", "W"))], [Value("y", "float32", None)],
+              nodes, inits)
+    )  # fmt: skip
+
+
 # -- graphs for the GPU backends ------------------------------------------------------------------
 
 

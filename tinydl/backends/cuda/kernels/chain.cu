@@ -275,19 +275,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // Layer 2 with A from registers, reused across taps: warp w takes column segment w % SEG2
     // (16 pixels) of rows R2 * (w / SEG2) to R2 * (w / SEG2) + R2 - 1 of its region (R2: R2ROWS),
     // one row for each of its warpgroup's MMAs. For a column offset dx and a 16-channel chunk,
-    // the R2 + 2 rows of layer 1 those rows read are loaded once (ldmatrix) and serve all three
-    // row offsets dy: row j is tap dy's A for output row j - dy. (One register set: with two,
+    // the R2 + K2 - 1 rows of layer 1 those rows read are loaded once (ldmatrix) and serve
+    // every row offset dy: row j is tap dy's A for output row j - dy. (One register set: with two,
     // loading the next rows while the MMAs run, ptxas ran out of registers and serialized the
     // wgmmas.)
     auto layer2 = [&](int y0, int x0) {
         const int cs = warp % {{ SEG2 }}, rb = warp / {{ SEG2 }};
         const unsigned a0 = smem_addr(s1) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P1 * 16 }}u;
         const unsigned long long bd = wgmma_desc(smem_addr(B2), 128, 256);
-        unsigned f[{{ R2ROWS + 2 }}][4];
+        unsigned f[{{ R2ROWS + K2 - 1 }}][4];
         float acc[{{ R2ROWS }}][{{ NT2 * 4 }}];
         auto load = [&](int dx, int cc) {
 #pragma unroll
-            for (int j = 0; j < {{ R2ROWS + 2 }}; ++j) {
+            for (int j = 0; j < {{ R2ROWS + K2 - 1 }}; ++j) {
                 const int yy = min(rb * {{ R2ROWS }} + j, {{ H1 - 1 }});  // (rows past the region: outputs nobody keeps)
                 ldmatrix_x4(f[j], a0 + 16u * (yy * {{ W1 }} + dx) + cc * {{ 2 * P1 * 16 }}u);
             }
@@ -343,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
             for (int m = 0; m < MB2; ++m) row0[m] = (mt0 + m) * 64;
             wg_conv<{{ NT2 * 8 }}, MB2, {{ K2 * K2 * C1 // 16 }}, {{ C1 // 16 }}, {{ K2 }}, {{ W1 }}, {{ P1 * 16 }}>(
-                acc, row0, smem_addr(s1), smem_addr(B2){% if MB2 * THREADS // 128 > MT2 %}, min(MB2, {{ MT2 }} - mt0){% endif %});
+                acc, row0, smem_addr(s1), smem_addr(B2){% if MT2 % (MB2 * THREADS // 128) %}, min(MB2, {{ MT2 }} - mt0){% endif %});
             wgmma_wait<0>();
 #pragma unroll
             for (int m = 0; m < MB2; ++m) {
@@ -376,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
         for (int m = 0; m < MB3; ++m) row0[m] = (wg * MB3 + m) * 64;
         wg_conv<{{ NT3 * 8 }}, MB3, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
-            acc3, row0, smem_addr(s2), smem_addr(B3){% if MB3 * THREADS // 128 > MT3 %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
+            acc3, row0, smem_addr(s2), smem_addr(B3){% if MT3 % (MB3 * THREADS // 128) %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
     };
     auto layer3_store = [&](int img, int y0, int x0) {
         wgmma_wait<0>();

@@ -36,6 +36,13 @@ DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
 DEFAULT_TILE_WGMMA = (20, 30, 512, 9)
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
+# Layer 3's accumulators on warpgroups stay in registers while layer 1 runs: beyond this many
+# a thread, ptxas ran out of registers and serialized the wgmmas (a chain with 32 outputs in
+# layer 3: 74-76 us on mma.sync, 88 on wgmma, H100), so mma.sync takes such chains.
+ACC3_REGS = 24
+# Registers per thread layer 2's A rows may take where it reuses them across taps (ESPCN's
+# 20 x 30 tile: 5 rows of 4).
+A_REGS = 24
 
 
 def _act_code(acts) -> list[str] | None:
@@ -158,13 +165,17 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
     if wgmma:
         # Layers 2 and 3 run their M rows over the previous region at its full width
         # (wgmma.cuh), in m64 tiles; the planes hold every pixel their last tile's taps read.
-        # Each warpgroup takes its tiles of a layer in one pass (layer 3's accumulators stay
-        # in registers while its warpgroup computes layer 1 of the next tile).
+        # Each warpgroup takes its tiles of a layer in one pass where its accumulators fit.
         m2, m3 = (h2 - 1) * w1 + w2, (th - 1) * w2 + tw
         mts = [math.ceil(m1 / 64), math.ceil(m2 / 64), math.ceil(m3 / 64)]
         groups = warps // 4
-        mbs = [1, math.ceil(mts[1] / groups), math.ceil(mts[2] / groups)]
+        # (layer 2 may take more passes where its accumulators would not fit one; layer 3's
+        # stay in registers under layer 1, so it takes one)
+        mb2 = min(math.ceil(mts[1] / groups), ACC_REGS // (4 * nts[1]))
+        mbs = [1, max(1, mb2), math.ceil(mts[2] / groups)]
         if any(mb * nt * 4 > ACC_REGS for mb, nt in zip(mbs, nts, strict=True)):
+            return None
+        if mbs[2] * nts[2] * 4 > ACC3_REGS:
             return None
         p1 = max(h1 * w1, mts[1] * 64 + (k2 - 1) * (w1 + 1))
         p2 = max(h2 * w2, mts[2] * 64 + (k3 - 1) * (w2 + 1))
@@ -189,16 +200,18 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
     )  # fmt: skip
 
 
-def _reuse2(lay: dict, threads: int, c2: int, enabled: bool) -> dict:
+def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     """Whether layer 2 on warpgroups reuses its A rows across taps from registers (chain.cu,
-    REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps
-    and their accumulators within ACC_REGS. SEG2: 16-pixel segments a row; R2ROWS: rows a warp."""
+    REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps,
+    their accumulators within ACC_REGS and the rows they read (R2ROWS + K2 - 1 fragments of 4
+    registers) within A_REGS. SEG2: 16-pixel segments a row; R2ROWS: rows a warp."""
     warps = threads // 32
     seg = lay["W2"] // 16
     if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and warps % seg == 0):
         return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0}
     rows = math.ceil(lay["H2"] / (warps // seg))
-    return {"REUSE2": rows * c2 // 2 <= ACC_REGS, "SEG2": seg, "R2ROWS": rows}
+    fits = rows * c2 // 2 <= ACC_REGS and 4 * (rows + k2 - 1) <= A_REGS
+    return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows}
 
 
 def _pad16(n: int) -> int:
@@ -277,7 +290,7 @@ def conv_chain(b):
         KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
         TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
-        **_reuse2(lay, threads, c2, bool(b.option("chain_reuse", True))),
+        **_reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True))),
         NPRE=math.ceil(hi * wi * c0 / threads),
         **{k: v for k, v in lay.items() if k.isupper()},
         WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
