@@ -214,6 +214,13 @@ def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows}
 
 
+def _b_bytes(shape) -> int:
+    """Bytes of a layer's B operand (_fragments or _wgmma_b) for weights of `shape`: K chunks of
+    16 x N padded to 16, fp16."""
+    cout, cin, kh, kw = shape
+    return math.ceil(cin * kh * kw / 16) * 16 * 16 * math.ceil(cout / 16) * 2
+
+
 def _pad16(n: int) -> int:
     return (n + 15) // 16 * 16
 
@@ -237,32 +244,10 @@ def conv_chain(b):
     wgmma = wgmma and threads % 128 == 0  # (whole warpgroups)
     ks, cs = (k1, k2, k3), (c0, c1, c2, nt3 * 8)
 
-    def packed(wgmma: bool):
-        """The weights (as mma.sync fragments or wgmma's B, the same size) and biases: bytes,
-        offsets, K chunks per layer."""
-        parts, offs, nk = [], {}, {}
-        pos = 0
-        for key, link in (("2", b2), ("3", b3), ("1", b1)):
-            wts, _ = weights_and_bias(link, 0)
-            frag, nk[key], _ = _fragments(wts)
-            if wgmma:
-                frag = _wgmma_b(wts)
-            offs[f"OFF_B{key}"] = pos
-            raw = frag.tobytes()
-            parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-            pos += _pad16(len(raw))
-        for key, link, count in (("1", b1, c1), ("2", b2, c2), ("3", b3, nt3 * 8)):
-            _, bias = weights_and_bias(link, 0)
-            vec = np.zeros(count, np.float32)
-            vec[: bias.size] = bias
-            offs[f"OFF_BIAS{key}"] = pos
-            raw = vec.tobytes()
-            parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-            pos += _pad16(len(raw))
-        return np.frombuffer(b"".join(parts), np.uint8), offs, nk
-
-    pack, offs, nk = packed(False)
-    wbytes = pack.size
+    links = [(key, *weights_and_bias(link, 0)) for key, link in (("1", b1), ("2", b2), ("3", b3))]
+    # Each layer's B (mma.sync fragments or wgmma's core matrices: the same size) and bias.
+    wbytes = sum(_pad16(_b_bytes(wts.shape)) for _, wts, _ in links)
+    wbytes += sum(_pad16(4 * count) for count in (c1, c2, nt3 * 8))
     while True:
         lay = (wgmma and _layout(th, tw, threads, ks, cs, True)) or _layout(
             th, tw, threads, ks, cs, False
@@ -271,8 +256,22 @@ def conv_chain(b):
         if wbytes + lay["smem"] <= b.ctx.smem_optin or th <= 4:
             break
         th //= 2
-    if wgmma:
-        pack, offs, nk = packed(True)
+    parts, offs, nk = [], {}, {}
+    pos = 0
+    for key, wts, _ in links:
+        nk[key] = math.ceil(wts.shape[1] * wts.shape[2] ** 2 / 16)
+        raw = (_wgmma_b(wts) if wgmma else _fragments(wts)[0]).tobytes()
+        offs[f"OFF_B{key}"] = pos
+        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+        pos += _pad16(len(raw))
+    for (key, _, bias), count in zip(links, (c1, c2, nt3 * 8), strict=True):
+        vec = np.zeros(count, np.float32)
+        vec[: bias.size] = bias
+        offs[f"OFF_BIAS{key}"] = pos
+        raw = vec.tobytes()
+        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
+        pos += _pad16(len(raw))
+    pack = np.frombuffer(b"".join(parts), np.uint8)
     off_in = wbytes
     off_l1 = off_in + _pad16(lay["in_bytes"])
     off_l2 = off_l1 + _pad16(lay["l1_bytes"])
