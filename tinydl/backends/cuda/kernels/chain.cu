@@ -271,6 +271,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // takes m64 tiles wg * MB to wg * MB + MB - 1, warp q of it rows 16 q to 16 q + 15 of each,
     // as a lane's accumulators say (mma.sync's layout). Their M rows run over the previous
     // layer's region row by row, full width (W1, W2 pixels a row), so that a tap is one offset.
+    // Layer 2's epilogue for one pixel (py, px) of its region, row g + 8 h of a lane's
+    // accumulators `a`: bias, activation, fp16 into s2's planes (zero outside the image).
+    auto store2 = [&](const float* a, int h, int y0, int x0, int py, int px) {
+        const int p = py * {{ W2 }} + px;
+        const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
+        const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+        for (int n = 0; n < {{ NT2 }}; ++n) {
+            const int ch = n * 8 + 2 * t;
+            const float r0 = a[4 * n + 2 * h] + bias2[ch], r1 = a[4 * n + 2 * h + 1] + bias2[ch + 1];
+            *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
+        }
+    };
 {% if REUSE2 %}
     // Layer 2 with A from registers, reused across taps: warp w takes column segment w % SEG2
     // (16 pixels) of rows R2 * (w / SEG2) to R2 * (w / SEG2) + R2 - 1 of its region (R2: R2ROWS),
@@ -320,18 +333,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             const int py = rb * {{ R2ROWS }} + m;
             if (py >= {{ H2 }}) continue;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int px = cs * 16 + g + 8 * h;
-                const int p = py * {{ W2 }} + px;
-                const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
-                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                for (int n = 0; n < {{ NT2 }}; ++n) {
-                    const int ch = n * 8 + 2 * t;
-                    const float r0 = acc[m][4 * n + 2 * h] + bias2[ch], r1 = acc[m][4 * n + 2 * h + 1] + bias2[ch + 1];
-                    *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
-                }
-            }
+            for (int h = 0; h < 2; ++h) store2(acc[m], h, y0, x0, py, cs * 16 + g + 8 * h);
         }
         fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
     };
@@ -352,16 +354,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 for (int h = 0; h < 2; ++h) {
                     const int r = (mt0 + m) * 64 + q * 16 + g + 8 * h;
                     const int py = r / {{ W1 }}, px = r % {{ W1 }};
-                    if (py >= {{ H2 }} || px >= {{ W2 }}) continue;
-                    const int p = py * {{ W2 }} + px;
-                    const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
-                    const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                    for (int n = 0; n < {{ NT2 }}; ++n) {
-                        const int ch = n * 8 + 2 * t;
-                        const float r0 = acc[m][4 * n + 2 * h] + bias2[ch], r1 = acc[m][4 * n + 2 * h + 1] + bias2[ch + 1];
-                        *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
-                    }
+                    if (py < {{ H2 }} && px < {{ W2 }}) store2(acc[m], h, y0, x0, py, px);
                 }
             }
         }
