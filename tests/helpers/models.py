@@ -75,8 +75,8 @@ def conv_chain_graph(rng, name: str):
     """A chain of CONV_CHAINS with random weights, input (N, C, H, W) of symbolic N, H, W."""
     from tinydl.ops import validate
 
-    c, layers, d2s = CONV_CHAINS[name]
-    nodes, inits, x = [], {}, "x"
+    c0, layers, d2s = CONV_CHAINS[name]
+    c, nodes, inits, x = c0, [], {}, "x"
     for i, (oc, k, act) in enumerate(layers):
         w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
         inits[f"w{i}"], inits[f"b{i}"] = w, (rng.standard_normal(oc) * 0.1).astype(np.float32)
@@ -93,9 +93,8 @@ def conv_chain_graph(rng, name: str):
         )
     else:
         nodes[-1].outputs[0] = "y"
-    first = CONV_CHAINS[name][0]
     return validate(
-        Graph([Value("x", "float32", ("N", first, "H", "W"))], [Value("y", "float32", None)],
+        Graph([Value("x", "float32", ("N", c0, "H", "W"))], [Value("y", "float32", None)],
               nodes, inits)
     )  # fmt: skip
 

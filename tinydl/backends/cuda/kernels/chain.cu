@@ -34,22 +34,32 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 }
 {% endraw %}
 
-{# Layer 3's output value r of channel ch at pixel (gy, gx): activations, then the store
+{# Layer 3's outputs at pixel (gy, gx), row g + 8 h of a lane's accumulators: for each of the
+   lane's channels ch, `value` (the accumulator plus the bias), the activations, then the store
    (through DepthToSpace when there is one). #}
-{% macro store3() %}
+{% macro store3(value) %}
+#pragma unroll
+    for (int n = 0; n < {{ NT3 }}; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int ch = n * 8 + 2 * t + e;
+            if (ch >= {{ C3 }}) continue;
+            float r = {{ value }};
 {% for e in act3 %}
-    r = {{ e }};
+            r = {{ e }};
 {% endfor %}
 {% if BS > 1 %}
 {% if dcr %}
-    const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
+            const int c_ = ch % {{ OCF }}, ij = ch / {{ OCF }};
 {% else %}
-    const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
+            const int c_ = ch / {{ BS * BS }}, ij = ch % {{ BS * BS }};
 {% endif %}
-    yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
+            yo[((size_t)c_ * {{ H * BS }} + gy * {{ BS }} + ij / {{ BS }}) * {{ W * BS }} + gx * {{ BS }} + ij % {{ BS }}] = {{ ystore }};
 {% else %}
-    yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
+            yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
 {% endif %}
+        }
+    }
 {% endmacro %}
 
 // Epilogues of layers 1 and 2: activation of two adjacent channels, packed as fp16x2.
@@ -384,16 +394,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 if (py >= {{ TH }} || px >= {{ TW }}) continue;
                 const int gy = y0 + py, gx = x0 + px;
                 if (gy >= {{ H }} || gx >= {{ W }}) continue;
-#pragma unroll
-                for (int n = 0; n < {{ NT3 }}; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int ch = n * 8 + 2 * t + e;
-                        if (ch >= {{ C3 }}) continue;
-                        float r = acc3[m][4 * n + 2 * h + e] + bias3[ch];
-{{ store3() }}
-                    }
-                }
+{{ store3("acc3[m][4 * n + 2 * h + e] + bias3[ch]") }}
             }
         }
     };
@@ -512,16 +513,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                             if (mt0 + m >= {{ MT3 }} || p >= {{ M3 }}) continue;
                             const int gy = y0 + p / {{ TW }}, gx = x0 + p % {{ TW }};
                             if (gy >= {{ H }} || gx >= {{ W }}) continue;
-    #pragma unroll
-                            for (int n = 0; n < {{ NT3 }}; ++n) {
-    #pragma unroll
-                                for (int e = 0; e < 2; ++e) {
-                                    const int ch = n * 8 + 2 * t + e;
-                                    if (ch >= {{ C3 }}) continue;
-                                    float r = acc[m][n][2 * h + e] + bz[n][e];
-{{ store3() }}
-                                }
-                            }
+{{ store3("acc[m][n][2 * h + e] + bz[n][e]") }}
                         }
                     }
                 }
