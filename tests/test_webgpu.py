@@ -699,6 +699,69 @@ def test_small_deep_convs_get_enough_workgroups():
         )
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (input C x H x W, output C, kernel, blocking "TX,TY,PY,OCV,CC4,KS" or None: default)
+        ((40, 9, 13), 12, 3, "8,4,1,2,2,4"),  # 5 chunks over 4 slices: the last round half empty
+        ((64, 10, 7), 16, 3, "8,4,2,2,1,8"),  # 16 chunks, 2 rows x 2 vec4 a thread
+        ((256, 6, 6), 256, 1, None),  # a mobile net's deep end: the default splits it
+        ((256, 12, 12), 128, 1, "16,4,1,1,4,4"),
+        ((30, 16, 16), 8, 3, "16,4,1,2,1,8"),  # 8 chunks, channels not a multiple of 4
+    ],
+)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_conv_split_over_input_channels(rng, case, precision):
+    """conv_direct with its input-channel chunks split between slices of threads (DirectConfig
+    .ks), summed in workgroup memory: a conv with a residual Add and a PRelu after it, against
+    NumPy, with the split the blocking asks for (or the default's), and the same without."""
+    from tinydl.backends.webgpu.kernels.conv import DirectConfig
+
+    (c, h, w_), oc, k, blocking = case
+    w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    b = (rng.standard_normal(oc) * 0.1).astype(np.float32)
+    s = rng.uniform(0.05, 0.4, (oc, 1, 1)).astype(np.float32)
+    r = rng.standard_normal((1, oc, h, w_)).astype(np.float32)
+    graph = validate(
+        Graph(
+            [Value("x", "float32", (1, c, h, w_))],
+            [Value("y", "float32", None)],
+            [
+                Node("Conv", ["x", "w", "b"], ["c"], {"pads": [k // 2] * 4}, name="conv"),
+                Node("Add", ["c", "r"], ["sum"], name="add"),
+                Node("PRelu", ["sum", "s"], ["y"], name="prelu"),
+            ],
+            {"w": w, "b": b, "s": s, "r": r},
+        )
+    )
+    x = rng.standard_normal((1, c, h, w_)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    tol = 1e-5 if precision == "fp32" else 1e-2
+
+    def run(options):
+        sess = td.compile(
+            graph, backends=("webgpu",), strict=True, precision=precision,
+            backend_options={"webgpu": options},
+        )  # fmt: skip
+        ((*_, kernel),) = sess.partitions
+        (plan,) = kernel.plans.values()
+        (step,) = [s for s in plan.steps if "direct convolution" in (s.source or "")]
+        got = np.asarray(sess.run({"x": x})["y"], np.float32)
+        assert rel_err(got, want) < tol
+        return step.source
+
+    source = run({"conv_configs": {"*": blocking}} if blocking else {})
+    assert "var<workgroup> red" in source
+    if blocking:  # the slices asked for, or fewer where workgroup memory is short
+        cfg = DirectConfig.parse(blocking)
+        z = int(source.split(f"@workgroup_size({cfg.tx}, {cfg.ty}, ")[1].split(")")[0])
+        assert 1 < z <= cfg.ks
+    plain = run(
+        {"conv_configs": {"*": blocking.rsplit(",", 1)[0]}} if blocking else {"conv_split": 1}
+    )
+    assert "var<workgroup> red" not in plain
+
+
 def test_host_outputs_share_one_read_back(rng):
     """Outputs bound for the host come back through one mapped staging buffer: each is right,
     one kept after the others are dropped stays right, and a later run writes elsewhere."""
@@ -1173,10 +1236,11 @@ def test_early_submit_points_and_bad_settings():
 def test_conv_direct_loops_compute_the_same(rng, shape, oc, k, stride, unroll, loops, precision):
     """conv_direct past the "conv_unroll" option's blocks loops over the chunk's input vec4,
     then over the kernel rows, instead of unrolling them: the same convolutions as NumPy's
-    (odd sizes, strides, one input channel, a batch), and the loops are there."""
+    (odd sizes, strides, one input channel, a batch), and the loops are there (no split over
+    the input channels, which could take the chunk's vec4 down to one)."""
     graph = conv_graph(rng, shape, oc, k, stride)
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
-    got, want, plan, labels = _against_numpy(graph, x, precision, conv_unroll=unroll)
+    got, want, plan, labels = _against_numpy(graph, x, precision, conv_unroll=unroll, conv_split=1)
     (conv,) = [s for s in plan.steps if s.label.startswith("Conv")]
     assert ("for (var cl" in conv.source) == ("cl" in loops), labels
     assert ("for (var ky" in conv.source) == ("ky" in loops), labels

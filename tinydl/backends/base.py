@@ -86,7 +86,7 @@ class CompileOptions:
       a convolution's loads and stores), "concat_in_place" (bool, default True: a Concat's
       inputs written straight into their slices of its output where they can be),
       "conv_configs" ({node name or "*":
-      "TX,TY,OCV,CC4,PY" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
+      "TX,TY,PY,OCV,CC4[,f16][,KS]" blocking}), "accumulate" ("f16" for fp16 accumulation at fp16),
       "winograd" ("1", "0" or a blocking; or {node name or "*": ...}), "shaders" ("compute",
       the default; "fragment": every node the render path takes drawn into textures; "auto":
       per node by measurement, webgpu/shaders.py), "weights" (the render path's conv weights:
@@ -94,7 +94,9 @@ class CompileOptions:
       default "8,1.5": a run submits its first 8 steps while it records the rest, then 12
       more, 18 more, and so on; 0 for one submission a run), "conv_unroll" (int, default 64:
       the fma blocks conv_direct unrolls before it loops over a chunk's input vec4, then over
-      the kernel rows; 0 unrolls everything).
+      the kernel rows; 0 unrolls everything), "conv_split" (int, default 16: the most slices
+      of threads a conv_direct workgroup splits its input channels between when the
+      dispatch has fewer than "conv_split_threads" threads, default 65536; 1: no split).
     - cuda: "cuda_graphs" (bool, default True), "chain_fusion" (bool, default True),
       "chain_tile" ("TH,TW,THREADS[,UNROLL]"), "chain_wgmma" (bool, default True: on
       compute capability 9.0 the chain's three layers run on warpgroup MMAs; False keeps
@@ -172,6 +174,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_WEIGHTS": ("webgpu", lambda v: {"weights": v}),
     "TINYDL_WEBGPU_SUBMIT": ("webgpu", lambda v: {"early_submit": v}),
     "TINYDL_WEBGPU_UNROLL": ("webgpu", lambda v: {"conv_unroll": v}),
+    "TINYDL_WEBGPU_SPLIT": ("webgpu", lambda v: {"conv_split": v}),
     "TINYDL_CUDA_ELEMENTWISE": ("cuda", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_CUDA_CHAIN": (
         "cuda",

@@ -235,6 +235,11 @@ class Context:
     def max_workgroup_storage(self) -> int:
         return int(self.limits["max-compute-workgroup-storage-size"])
 
+    @property
+    def max_workgroup_threads(self) -> int:
+        """Invocations a workgroup may have (the three sizes multiplied)."""
+        return int(self.limits.get("max-compute-invocations-per-workgroup", 256))
+
     def check_size(self, nbytes: int, what: str) -> None:
         if nbytes > self.max_binding:
             raise BufferSizeError(

@@ -392,13 +392,19 @@ class Plan(planned.Plan):
                 ok=direct, slopes=True, hoist=True, pads=shortcuts, pools=shortcuts,
             )  # fmt: skip
         # A depthwise convolution into the 1x1 convolution after it (extra["fuse_depthwise"] =
-        # False keeps them apart, for comparisons).
-        if self.owner.extra.get("fuse_depthwise", True):
+        # False keeps them apart, "all" fuses every pair: for comparisons).
+        rule = self.owner.extra.get("fuse_depthwise", True)
+        if rule not in (True, False, "all"):
+            raise ValueError(f'fuse_depthwise must be True, False or "all", got {rule!r}')
+        if rule:
             nodes = fuse_depthwise(
                 nodes, keep, shape_of, body,
                 ok=lambda pw, dw: direct(pw)
-                and body.initializers[pw.inputs[1]].shape[0] <= DW_MAX_OC
-                and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS,
+                and (
+                    rule == "all"
+                    or body.initializers[pw.inputs[1]].shape[0] <= DW_MAX_OC
+                    and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS
+                ),
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
         # The Transposes between NHWC and NCHW around convolutions (TensorFlow models' input

@@ -45,7 +45,8 @@ UNIFORM_WEIGHT_BYTES = 16 << 10
 @dataclass
 class DirectConfig:
     """Blocking of conv_direct: threads TX x TY, PY rows per thread, OCV output vec4 per
-    thread, CC4 input vec4 per chunk, ct the accumulation type."""
+    thread, CC4 input vec4 per chunk, ct the accumulation type, KS slices of TX x TY threads
+    that split the chunks between them (summed in workgroup memory at the end)."""
 
     tx: int = 16
     ty: int = 8
@@ -53,11 +54,19 @@ class DirectConfig:
     ocv: int = 4
     cc4: int = 1
     ct: str = "f32"
+    ks: int = 1
 
     @classmethod
     def parse(cls, text: str) -> DirectConfig:
-        tx, ty, py, ocv, cc4, *ct = text.split(",")
-        return cls(int(tx), int(ty), int(py), int(ocv), int(cc4), *(ct or ["f32"]))
+        """ "TX,TY,PY,OCV,CC4[,f16|f32][,KS]"."""
+        tx, ty, py, ocv, cc4, *rest = text.split(",")
+        cfg = cls(int(tx), int(ty), int(py), int(ocv), int(cc4))
+        for item in rest:
+            if item.isdigit():
+                cfg.ks = int(item)
+            else:
+                cfg.ct = item
+        return cfg
 
 
 # The largest dilated window (rows x columns of input pixels one output pixel reads) the direct
@@ -208,9 +217,18 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
     cfg.ocv = min(cfg.ocv, oc4)
     if scalar_in:
         cfg.cc4 = 1
+    if not override:
+        cfg.ks = _split(b, cfg, geom, oc4, scalar_in)
+    chunks = 1 if scalar_in else math.ceil(math.ceil(geom["C"] / 4) / cfg.cc4)
+    z = int(b.ctx.limits.get("max-compute-workgroup-size-z", 64))
+    cfg.ks = max(1, min(cfg.ks, chunks, z, b.ctx.max_workgroup_threads // (cfg.tx * cfg.ty)))
     limit = b.ctx.max_workgroup_storage
     while _shared_bytes(cfg, geom, scalar_in) > limit:
-        if cfg.cc4 > 1:
+        if cfg.ks > 1 and cfg.cc4 > 1:  # smaller chunks, as many slices
+            cfg.cc4 //= 2
+        elif cfg.ks > 1:
+            cfg.ks //= 2
+        elif cfg.cc4 > 1:
             cfg.cc4 //= 2
         elif cfg.py > 1:
             cfg.py //= 2
@@ -261,6 +279,35 @@ def _default_config(g, scalar_in: bool, oc4: int, dw: bool = False) -> DirectCon
     return cfg
 
 
+def _split(b, cfg: DirectConfig, g, oc4: int, scalar_in: bool) -> int:
+    """Slices of threads that split a conv's input-channel chunks (KS): doubled while the
+    dispatch has fewer than SPLIT_THREADS threads, up to the option "conv_split" (default
+    CONV_SPLIT; 1: none) and the chunks there are."""
+    base = b.option("conv_split", CONV_SPLIT)
+    if isinstance(base, bool) or not str(base).isdigit() or int(base) < 1:
+        raise ValueError(f"conv_split must be a whole number of slices >= 1, got {base!r}")
+    target = b.option("conv_split_threads", SPLIT_THREADS)
+    if isinstance(target, bool) or not str(target).isdigit():
+        raise ValueError(f"conv_split_threads must be a whole number, got {target!r}")
+    target = int(target)
+    chunks = 1 if scalar_in else math.ceil(math.ceil(g["C"] / 4) / cfg.cc4)
+    threads = _workgroups(cfg, g, oc4) * cfg.tx * cfg.ty
+    ks = 1
+    most = min(int(base), chunks, SPLIT_WORKGROUP // (cfg.tx * cfg.ty))
+    while 2 * ks <= most and threads * ks < target:
+        ks *= 2
+    return ks
+
+
+# A dispatch of conv_direct with fewer threads than SPLIT_THREADS splits its input channels
+# between up to CONV_SPLIT slices of threads (DirectConfig.ks): the small images of a mobile
+# net's deep end (12x12 or 6x6, 256 channels) otherwise leave a warp or two per multiprocessor,
+# each waiting on its chunks' loads one after another.
+CONV_SPLIT = 16
+SPLIT_THREADS = 65536
+SPLIT_WORKGROUP = 512  # threads a split workgroup has at most
+
+
 # Images of at most SMALL_PIXELS output pixels stage SMALL_CC4 vec4 of input channels a chunk.
 # On an H100, GPU ms of face detection / palm detection / pose landmark / pose detection /
 # ResNet-18 at (pixels, vec4): (any, 1) 0.414 / 1.131 / 2.993 / 2.292 / 1.665; (1024, 2) 0.362 /
@@ -297,7 +344,8 @@ def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool) -> int:
     size = 2 if cfg.ct == "f16" else 4
     tin = tih * tiw * cfg.cc4 * (1 if scalar_in else 4)
     tw = cfg.cc4 * g["KH"] * g["KW"] * cfg.ocv * (1 if scalar_in else 4) * 4
-    return (tin + tw) * size
+    red = (cfg.ks - 1) * cfg.tx * cfg.ty * cfg.py * cfg.ocv * 4
+    return ((tin + tw) * cfg.ks + red) * size
 
 
 def _direct(b, w, bias, slope, acts, g) -> None:
@@ -359,6 +407,8 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         OC4=oc4,
         NOCB=nocb,
         NCHUNK=nchunk,
+        KS=cfg.ks,
+        NITER=math.ceil(nchunk / cfg.ks),
         TX=cfg.tx,
         TY=cfg.ty,
         PY=cfg.py,

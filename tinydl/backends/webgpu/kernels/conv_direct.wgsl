@@ -6,6 +6,10 @@
 // A workgroup of {{ TX }}x{{ TY }} threads makes a {{ TW }}x{{ TH }} output tile for {{ 4 * OCV }} output
 // channels; each thread makes {{ PY }} pixels of one column x {{ OCV }} vec4 of channels. Input
 // channels go through workgroup memory {{ 4 * CC4 }} at a time, with the weights of the chunk.
+{% if KS > 1 %}
+// Split over the input channels: {{ KS }} slices of threads (lid.z) take every {{ KS }}th chunk,
+// each with its own tiles; slice 0 adds the others' sums and stores.
+{% endif %}
 {% set cvec = "vec4<" ~ ct ~ ">" %}
 {% if scalar_in %}{% set tin_t = ct %}{% else %}{% set tin_t = cvec %}{% endif %}
 @group(0) @binding(0) var<storage, read> x: array<{{ "vec4<" ~ st ~ ">" if in_layout == "nc4hw4" else st }}>;
@@ -97,8 +101,13 @@ const TIH: u32 = {{ TIH }}u;
 const TIW: u32 = {{ TIW }}u;
 const TILE_IN: u32 = {{ TIH * TIW * CC4 }}u;
 const TILE_W: u32 = {{ WCHUNK }}u;
-var<workgroup> tin: array<{{ tin_t }}, {{ TIH * TIW * CC4 }}>;
-var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
+var<workgroup> tin: array<{{ tin_t }}, {{ TIH * TIW * CC4 * KS }}>;
+var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK * KS }}>;
+{% if KS > 1 %}
+var<workgroup> red: array<{{ cvec }}, {{ (KS - 1) * TX * TY * PY * OCV }}>;
+{% endif %}
+{% set TB = "tb + " if KS > 1 else "" %}
+{% set WB = "wb + " if KS > 1 else "" %}
 
 {#- The taps of input vec4 `cl` of the chunk (a number, or none in the loop over them): every kx,
     ky, output vec4 and row. Unrolled, the input values of a column are loaded once for every
@@ -110,7 +119,7 @@ var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
 {% if loop_ky %}
         for (var ky = 0u; ky < {{ KH }}u; ky++) {
 {% for p in range(PY) %}
-            let xr{{ p }} = tin[({{ cle }} * TIH + rbase + {{ p * SH }}u + ky * {{ DH }}u) * TIW + cbase + {{ kx * DW }}u];
+            let xr{{ p }} = tin[{{ TB }}({{ cle }} * TIH + rbase + {{ p * SH }}u + ky * {{ DH }}u) * TIW + cbase + {{ kx * DW }}u];
 {% endfor %}
 {% for v in range(OCV) %}
 {{ block(cl, none, kx, v, "xr") -}}
@@ -118,7 +127,7 @@ var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
         }
 {% else %}
 {% for r in rows %}
-        let x{{ sfx }}{{ kx }}_{{ r }} = tin[({{ cle }} * TIH + rbase + {{ r }}u) * TIW + cbase + {{ kx * DW }}u];
+        let x{{ sfx }}{{ kx }}_{{ r }} = tin[{{ TB }}({{ cle }} * TIH + rbase + {{ r }}u) * TIW + cbase + {{ kx * DW }}u];
 {% endfor %}
 {% for ky in range(KH) %}
 {% for v in range(OCV) %}
@@ -147,10 +156,10 @@ var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
 {% else %}
             let wi = {{ (((cl * KH + ky) * KW + kx) * OCV + v) * 4 }}u;
 {% endif %}
-            let w0 = tw[wi];
-            let w1 = tw[wi + 1u];
-            let w2 = tw[wi + 2u];
-            let w3 = tw[wi + 3u];
+            let w0 = tw[{{ WB }}wi];
+            let w1 = tw[{{ WB }}wi + 1u];
+            let w2 = tw[{{ WB }}wi + 2u];
+            let w3 = tw[{{ WB }}wi + 3u];
 {% for p in range(PY) %}
 {% set xv = xs ~ (p if ky is none else p * SH + ky * DH) %}
             a{{ p }}_{{ v }} = fma(w3, {{ cvec }}({{ xv }}.w), fma(w2, {{ cvec }}({{ xv }}.z), fma(w1, {{ cvec }}({{ xv }}.y), fma(w0, {{ cvec }}({{ xv }}.x), a{{ p }}_{{ v }}))));
@@ -159,7 +168,7 @@ var<workgroup> tw: array<{{ cvec }}, {{ WCHUNK }}>;
         }
 {% endmacro %}
 
-@compute @workgroup_size({{ TX }}, {{ TY }}, 1)
+@compute @workgroup_size({{ TX }}, {{ TY }}, {{ KS }})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let n = wid.z / {{ NOCB }}u;
@@ -173,9 +182,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% for p in range(PY) %}{% for v in range(OCV) %}
     var a{{ p }}_{{ v }} = {{ cvec }}(0.0);
 {% endfor %}{% endfor %}
-    for (var ch = 0u; ch < {{ NCHUNK }}u; ch++) {
+{% if KS > 1 %}
+    let kz = lid.z;
+    let lt = lid.y * {{ TX }}u + lid.x;  // the thread's place in its slice
+    let tb = kz * TILE_IN;  // the slice's input tile ...
+    let wb = kz * TILE_W;  // ... and weights
+{% set LT = "lt" %}
+{% else %}
+{% set LT = "li" %}
+{% endif %}
+    for (var it = 0u; it < {{ NITER }}u; it++) {
+        let ch = it{{ (" * " ~ KS ~ "u + kz") if KS > 1 }};
         workgroupBarrier();
-        for (var e = li; e < TILE_IN; e += {{ TX * TY }}u) {
+        for (var e = {{ LT }}; e < TILE_IN; e += {{ TX * TY }}u) {
             let col = e % TIW;
             let row = (e / TIW) % TIH;
             let cl = e / {{ TIW * TIH }}u;
@@ -202,11 +221,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% endfor %}
 {% endif %}
             }
-            tin[(cl * TIH + row) * TIW + col] = v;
+            tin[{{ TB }}(cl * TIH + row) * TIW + col] = v;
         }
         let wbase = (ocb * {{ NCHUNK }}u + ch) * TILE_W;
-        for (var e = li; e < TILE_W; e += {{ TX * TY }}u) {
-            tw[e] = {{ cvec }}(w[wbase + e]);
+        for (var e = {{ LT }}; e < TILE_W; e += {{ TX * TY }}u) {
+{% if KS > 1 and NITER * KS > NCHUNK %}
+            tw[wb + e] = select({{ cvec }}(0.0), {{ cvec }}(w[wbase + e]), ch < {{ NCHUNK }}u);
+{% else %}
+            tw[{{ "wb + " if KS > 1 }}e] = {{ cvec }}(w[wbase + e]);
+{% endif %}
         }
         workgroupBarrier();
         let rbase = ty * {{ PY * SH }}u;
@@ -222,6 +245,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% endfor %}
 {% endif %}
     }
+{% if KS > 1 %}
+    if (kz > 0u) {
+{% for p in range(PY) %}{% for v in range(OCV) %}
+        red[((kz - 1u) * {{ PY * OCV }}u + {{ p * OCV + v }}u) * {{ TX * TY }}u + lt] = a{{ p }}_{{ v }};
+{% endfor %}{% endfor %}
+    }
+    workgroupBarrier();
+    if (kz > 0u) {
+        return;
+    }
+    for (var k = 0u; k < {{ KS - 1 }}u; k++) {
+{% for p in range(PY) %}{% for v in range(OCV) %}
+        a{{ p }}_{{ v }} += red[(k * {{ PY * OCV }}u + {{ p * OCV + v }}u) * {{ TX * TY }}u + lt];
+{% endfor %}{% endfor %}
+    }
+{% endif %}
     let ox = ox0 + tx;
 {% for v in range(OCV) %}
     {
