@@ -300,12 +300,18 @@ def _split(b, cfg: DirectConfig, g, oc4: int, scalar_in: bool) -> int:
 
 
 # A dispatch of conv_direct with fewer threads than SPLIT_THREADS splits its input channels
-# between up to CONV_SPLIT slices of threads (DirectConfig.ks): the small images of a mobile
-# net's deep end (12x12 or 6x6, 256 channels) otherwise leave a warp or two per multiprocessor,
-# each waiting on its chunks' loads one after another.
+# between up to CONV_SPLIT slices of threads (DirectConfig.ks), a workgroup having at most
+# SPLIT_WORKGROUP threads: the small images of a mobile net's deep end (12x12 or 6x6, 256
+# channels) otherwise leave a warp or two per multiprocessor, each waiting on its chunks' loads
+# one after another. On an H100 (docs/webgpu.md, "Splitting the input channels"), GPU ms of
+# palm detection / pose landmark / pose detection / ResNet-18 with no split 0.655 / 1.695 /
+# 1.483 / 1.354; (8 slices, 32768 threads, 256 a workgroup) 0.526 / 1.001 / 0.982 / 0.995;
+# (16, 131072, 512) 0.451 / 0.924 / 0.851 / 0.750; (16, 65536, 512) 0.443 / 0.904 / 0.852 /
+# 0.788. ESPCN's 360p layers (115,000 threads and more) stay whole: split in two at 131072,
+# its host in/out time rose 10 %.
 CONV_SPLIT = 16
 SPLIT_THREADS = 65536
-SPLIT_WORKGROUP = 512  # threads a split workgroup has at most
+SPLIT_WORKGROUP = 512
 
 
 # Images of at most SMALL_PIXELS output pixels stage SMALL_CC4 vec4 of input channels a chunk.

@@ -228,7 +228,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% if KS > 1 and NITER * KS > NCHUNK %}
             tw[wb + e] = select({{ cvec }}(0.0), {{ cvec }}(w[wbase + e]), ch < {{ NCHUNK }}u);
 {% else %}
-            tw[{{ "wb + " if KS > 1 }}e] = {{ cvec }}(w[wbase + e]);
+            tw[{{ WB }}e] = {{ cvec }}(w[wbase + e]);
 {% endif %}
         }
         workgroupBarrier();
