@@ -762,6 +762,26 @@ def test_conv_split_over_input_channels(rng, case, precision):
     assert "var<workgroup> red" not in plain
 
 
+def test_dispatch_handles_follow_the_buffers_a_run_binds(rng):
+    """A plan of dispatches records a run from native handles kept per set of buffers it binds
+    (Plan._sequence): inputs in more device buffers than it keeps sets for, fed in turn and
+    twice over, each give their own result (no bind group of another buffer reused), host
+    inputs too, and the sets kept stay at SEQUENCES."""
+    from tinydl.backends.webgpu.program import SEQUENCES
+
+    graph = conv_graph(rng, (1, 8, 9, 11), 8, 3)
+    sess = td.compile(graph, backends=("webgpu",), strict=True)
+    ref = td.compile(graph, backends=("numpy",))
+    xs = [rng.standard_normal((1, 8, 9, 11)).astype(np.float32) for _ in range(SEQUENCES + 2)]
+    fed = [BACKEND.to_device(x) for x in xs]  # all alive: each its own buffer
+    for _ in range(2):
+        for x, f in zip(xs, fed, strict=True):
+            assert rel_err(sess.run({"x": f})["y"], ref.run({"x": x})["y"]) < 1e-5
+            assert rel_err(sess.run({"x": x})["y"], ref.run({"x": x})["y"]) < 1e-5
+    plan = only_plan(kernel_of(sess, "webgpu"))
+    assert 1 <= len(plan._sequences) <= SEQUENCES
+
+
 def test_host_outputs_share_one_read_back(rng):
     """Outputs bound for the host come back through one mapped staging buffer: each is right,
     one kept after the others are dropped stays right, and a later run writes elsewhere."""

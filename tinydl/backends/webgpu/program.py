@@ -360,7 +360,7 @@ class Plan(planned.Plan):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        for name in ("textures", "units", "_submit_points"):
+        for name in ("textures", "units", "_submit_points", "_sequences", "_step_roots"):
             state.pop(name, None)
         return state
 
@@ -371,6 +371,7 @@ class Plan(planned.Plan):
         self._allocate_textures()
         for step in self.steps:
             step.pipeline = self.ctx.pipeline_soon(step.source, step.label)
+        self.__dict__.pop("_sequences", None)
         self.finish(bind=True)
 
     @property
@@ -789,6 +790,8 @@ class Plan(planned.Plan):
         render passes; timestamps around each step ("ops") or around all of them. Without
         timestamps, the steps recorded so far are submitted at each of `submit_points()` (the
         GPU starts on them while the rest is recorded). Returns the encoder recording last."""
+        if queries is None and len(self.units) == 1 and isinstance(self.steps[0], Dispatch):
+            return self._encode_dispatches(encoder, env)
         units = [[s] for s in self.steps] if timing == "ops" else self.units
         points = self.submit_points() if queries is None else ()
         at = 0  # steps recorded so far
@@ -824,6 +827,48 @@ class Plan(planned.Plan):
                 at += 1
             cp.end()
         return encoder
+
+    def _encode_dispatches(self, encoder, env: dict[str, Storage]):
+        """`_encode` for a plan of dispatches only, untimed: the run's dispatches as native
+        handles (pipeline, bind group, grid), made once per set of buffers the run binds, then
+        wgpu-native's three calls each, submitted at `submit_points()` — without looking up
+        each step's bind group, pipeline and grid again in every run."""
+        sequence = self._sequence(env)
+        set_pipeline, set_bind_group, dispatch, null = _native_pass()
+        start = 0
+        for end in [*sorted(self.submit_points()), len(sequence)]:
+            if start:
+                encoder = self._submit_early(encoder)
+            cp = encoder.begin_compute_pass()
+            handle = cp._internal
+            for pipeline, bind_group, x, y, z, _ in sequence[start:end]:
+                set_pipeline(handle, pipeline)
+                set_bind_group(handle, 0, bind_group, 0, null)
+                dispatch(handle, x, y, z)
+            cp.end()
+            start = end
+        return encoder
+
+    def _sequence(self, env: dict[str, Storage]) -> list[tuple]:
+        """(pipeline, bind group, x, y, z, the bind group object) of every step, as wgpu-native
+        handles, for the buffers `env` holds (keyed by their serials, as `_bind_group` is; the
+        last SEQUENCES sets are kept)."""
+        roots = self.__dict__.get("_step_roots")
+        if roots is None:
+            roots = self._step_roots = sorted({r for s in self.steps for r in self._roots(s)})
+        key = tuple([env[r].serial for r in roots])
+        sequences = self.__dict__.setdefault("_sequences", {})
+        sequence = sequences.pop(key, None)
+        if sequence is None:
+            sequence = []
+            for step in self.steps:
+                bind_group = self._bind_group(step, env)
+                handles = (step.pipeline._internal, bind_group._internal, *step.grid)
+                sequence.append((*handles, bind_group))
+            while len(sequences) >= SEQUENCES:
+                sequences.pop(next(iter(sequences)))
+        sequences[key] = sequence  # the most recent last
+        return sequence
 
     def _submit_early(self, encoder):
         """Submit what `encoder` recorded; a new encoder for the rest of the run. Queue order
@@ -980,6 +1025,10 @@ class Plan(planned.Plan):
                 rp.end()
                 k += 1
 
+
+# Sets of buffers a plan keeps its dispatches' native handles for (Plan._sequence): a run's
+# inputs and outputs come from pools, so a few sets recur.
+SEQUENCES = 4
 
 # Early submissions (Plan.submit_points): the first after this many steps, each later one
 # GROWTH times as many steps on.
