@@ -762,6 +762,27 @@ def test_conv_split_over_input_channels(rng, case, precision):
     assert "var<workgroup> red" not in plain
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("blocking", [None, "16,4,1,2,1,4"])
+def test_conv_split_with_a_depthwise_conv_inside(rng, monkeypatch, precision, blocking):
+    """A depthwise conv computed inside the 1x1 after it (a BlazeFace block with its residual)
+    with the 1x1's input channels split between slices of threads, each slice computing the
+    depthwise output of its own chunks: by the default's choice (40 channels, 2 chunks) and by
+    a blocking asking for 4 slices. Against NumPy."""
+    from tinydl.backends.webgpu import program
+
+    monkeypatch.setattr(program, "DW_MIN_PIXELS", 1)
+    monkeypatch.setattr(program, "DW_MAX_OC", 64)
+    shape = (2, 40, 15, 19)
+    graph = depthwise_block_graph(rng, shape, 5, oc=40, act="Relu", residual=True)
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    options = {"conv_configs": {"*": blocking}} if blocking else {}
+    got, want, plan, labels = _against_numpy(graph, x, precision, **options)
+    (fused,) = [s for s in plan.steps if s.label.startswith("DepthwiseConv")]
+    assert "var<workgroup> red" in fused.source, labels
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
 def test_dispatch_handles_follow_the_buffers_a_run_binds(rng):
     """A plan of dispatches records a run from native handles kept per set of buffers it binds
     (Plan._sequence): inputs in more device buffers than it keeps sets for, fed in turn and
