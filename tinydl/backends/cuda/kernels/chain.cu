@@ -34,6 +34,21 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 }
 {% endraw %}
 
+{# Layer 1's outputs at pixel p of its region, row g + 8 h of a lane's accumulators (zero outside
+   the image): for each of the lane's channel pairs, `acc0` and `acc1` plus the bias through the
+   activations, packed to half2 at `dst` (each path's own layout of the intermediate). #}
+{% macro store1(acc0, acc1, dst) %}
+                const int py = p / {{ W1 }}, px = p % {{ W1 }};
+                const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
+                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                for (int n = 0; n < {{ NT1 }}; ++n) {
+                    const int ch = n * 8 + 2 * t;
+                    const float r0 = {{ acc0 }} + bias1[ch], r1 = {{ acc1 }} + bias1[ch + 1];
+                    *(unsigned*)({{ dst }}) = in ? epilogue1(r0, r1) : 0u;
+                }
+{% endmacro %}
+
 {# Layer 3's outputs at pixel (gy, gx), row g + 8 h of a lane's accumulators: for each of the
    lane's channels ch, `value` (the accumulator plus the bias), the activations, then the store
    (through DepthToSpace when there is one). #}
@@ -203,15 +218,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             for (int h = 0; h < 2; ++h) {
                 const int p = (mt * 4 + q) * 16 + g + 8 * h;
                 if (p >= {{ M1 }}) continue;
-                const int py = p / {{ W1 }}, px = p % {{ W1 }};
-                const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
-                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                for (int n = 0; n < {{ NT1 }}; ++n) {
-                    const int ch = n * 8 + 2 * t;
-                    const float r0 = acc[4 * n + 2 * h] + bias1[ch], r1 = acc[4 * n + 2 * h + 1] + bias1[ch + 1];
-                    *(unsigned*)(s1 + n * {{ P1 * 8 }} + p * 8 + 2 * t) = in ? epilogue1(r0, r1) : 0u;
-                }
+{{ store1("acc[4 * n + 2 * h]", "acc[4 * n + 2 * h + 1]", "s1 + n * " ~ P1 * 8 ~ " + p * 8 + 2 * t") -}}
             }
         }
     };
@@ -262,15 +269,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     for (int h = 0; h < 2; ++h) {
                         const int p = (mt0 + m) * 16 + g + 8 * h;
                         if (mt0 + m >= {{ MT1 }} || p >= {{ M1 }}) continue;
-                        const int py = p / {{ W1 }}, px = p % {{ W1 }};
-                        const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
-                        const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-    #pragma unroll
-                        for (int n = 0; n < {{ NT1 }}; ++n) {
-                            const int ch = n * 8 + 2 * t;
-                            const float r0 = acc[m][n][2 * h] + bias1[ch], r1 = acc[m][n][2 * h + 1] + bias1[ch + 1];
-                            *(unsigned*)(s1 + p * {{ S1 }} + ch) = in ? epilogue1(r0, r1) : 0u;
-                        }
+{{ store1("acc[m][n][2 * h]", "acc[m][n][2 * h + 1]", "s1 + p * " ~ S1 ~ " + ch") -}}
                     }
                 }
             }

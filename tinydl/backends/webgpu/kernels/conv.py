@@ -217,9 +217,9 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
     cfg.ocv = min(cfg.ocv, oc4)
     if scalar_in:
         cfg.cc4 = 1
-    if not override:
-        cfg.ks = _split(b, cfg, geom, oc4, scalar_in)
     chunks = 1 if scalar_in else math.ceil(math.ceil(geom["C"] / 4) / cfg.cc4)
+    if not override:
+        cfg.ks = _split(b, cfg, geom, oc4, chunks)
     z = int(b.ctx.limits.get("max-compute-workgroup-size-z", 64))
     cfg.ks = max(1, min(cfg.ks, chunks, z, b.ctx.max_workgroup_threads // (cfg.tx * cfg.ty)))
     limit = b.ctx.max_workgroup_storage
@@ -279,7 +279,7 @@ def _default_config(g, scalar_in: bool, oc4: int, dw: bool = False) -> DirectCon
     return cfg
 
 
-def _split(b, cfg: DirectConfig, g, oc4: int, scalar_in: bool) -> int:
+def _split(b, cfg: DirectConfig, g, oc4: int, chunks: int) -> int:
     """Slices of threads that split a conv's input-channel chunks (KS): doubled while the
     dispatch has fewer than SPLIT_THREADS threads, up to the option "conv_split" (default
     CONV_SPLIT; 1: none) and the chunks there are."""
@@ -290,7 +290,6 @@ def _split(b, cfg: DirectConfig, g, oc4: int, scalar_in: bool) -> int:
     if isinstance(target, bool) or not str(target).isdigit():
         raise ValueError(f"conv_split_threads must be a whole number, got {target!r}")
     target = int(target)
-    chunks = 1 if scalar_in else math.ceil(math.ceil(g["C"] / 4) / cfg.cc4)
     threads = _workgroups(cfg, g, oc4) * cfg.tx * cfg.ty
     ks = 1
     most = min(int(base), chunks, SPLIT_WORKGROUP // (cfg.tx * cfg.ty))
