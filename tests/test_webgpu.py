@@ -772,7 +772,6 @@ def test_conv_split_with_a_depthwise_conv_inside(rng, monkeypatch, precision, bl
     from tinydl.backends.webgpu import program
 
     monkeypatch.setattr(program, "DW_MIN_PIXELS", 1)
-    monkeypatch.setattr(program, "DW_MAX_OC", 64)
     shape = (2, 40, 15, 19)
     graph = depthwise_block_graph(rng, shape, 5, oc=40, act="Relu", residual=True)
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
@@ -1165,21 +1164,19 @@ def test_depthwise_conv_fused_into_the_pointwise_conv(
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
 
 
-@pytest.mark.parametrize("case", ["shared", "PRelu", "off", "small", "wide"])
+@pytest.mark.parametrize("case", ["shared", "PRelu", "off", "small"])
 def test_depthwise_conv_kept_apart(rng, monkeypatch, case):
     """The depthwise conv stays a kernel of its own when its output is read elsewhere too (a
     graph output here), when its epilogue has a PRelu (one slope buffer a kernel, the 1x1's),
-    when the backend option fuse_depthwise is False, when the image is small (fewer pixels
-    than DW_MIN_PIXELS), or when the 1x1 has more than DW_MAX_OC output channels (each
-    workgroup would compute the depthwise output again). Against NumPy."""
+    when the backend option fuse_depthwise is False, or when the image is small (fewer pixels
+    than DW_MIN_PIXELS). Against NumPy."""
     from tinydl.backends.webgpu import program
 
     if case != "small":
         monkeypatch.setattr(program, "DW_MIN_PIXELS", 1)
     graph = depthwise_block_graph(
-        rng, act="PRelu" if case == "PRelu" else "Clip", shared=case == "shared",
-        oc=program.DW_MAX_OC + 1 if case == "wide" else 10,
-    )  # fmt: skip
+        rng, act="PRelu" if case == "PRelu" else "Clip", shared=case == "shared", oc=10
+    )
     x = {"x": rng.standard_normal((2, 6, 15, 19)).astype(np.float32)}
     want = td.compile(graph, backends=("numpy",)).run(x)
     options = {"webgpu": {"fuse_depthwise": case != "off"}}
@@ -1189,6 +1186,53 @@ def test_depthwise_conv_kept_apart(rng, monkeypatch, case):
     assert len(labels) == 2 and not any(label.startswith("Depthwise") for label in labels), labels
     for name in want:
         assert rel_err(got[name], want[name]) <= 1e-5, name
+
+
+@pytest.mark.parametrize(
+    "shape,kernel,stride,dilation,act,residual,shared,precision",
+    [
+        ((2, 6, 11, 13), 3, 1, 1, "Clip", False, False, "fp32"),
+        ((1, 8, 12, 12), 5, 2, 1, "Relu", False, False, "fp32"),
+        ((1, 40, 12, 12), 5, 1, 1, "Relu", True, False, "fp32"),  # the conv's output stored too
+        ((1, 40, 12, 12), 5, 1, 1, "Relu", True, False, "fp16"),
+        ((2, 12, 9, 7), 3, 1, 2, None, False, True, "fp32"),  # the depthwise output an output
+        ((1, 20, 6, 6), 3, 2, 1, "Clip", False, False, "fp16"),
+        ((1, 5, 16, 16), 3, 1, 1, "Relu", False, False, "fp32"),
+    ],
+)
+def test_depthwise_conv_after_the_conv_before_it(
+    rng, shape, kernel, stride, dilation, act, residual, shared, precision
+):
+    """A depthwise conv on a small image joins the conv that makes its input
+    (fuse_depthwise_after): that conv's workgroup holds the whole image of its channels and
+    computes their depthwise output (strided, dilated, with its BatchNormalization and
+    activation), storing its own output only where something else reads it (the 1x1's
+    shortcut here). Two dispatches, against NumPy; with the option off, three."""
+    graph = depthwise_block_graph(
+        rng, shape, kernel, stride=stride, dilation=dilation, oc=shape[1], source="conv",
+        act=act, residual=residual, shared=shared,
+    )  # fmt: skip
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, want, plan, labels = _against_numpy(graph, x, precision)
+    assert len(labels) == 2 and "+DepthwiseConv" in labels[0], labels
+    assert ("x0" in plan.infos) == residual  # the conv's own output stored only when read
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    apart = _against_numpy(graph, x, precision, fuse_depthwise_after=False)
+    assert len(apart[3]) == 3 and rel_err(apart[0], want) <= (1e-5 if precision == "fp32" else 1e-2)
+    if shared:  # the depthwise output (NCHW, an output) right too
+        sess = td.compile(graph, backends=("webgpu",), strict=True, precision=precision)
+        ref = td.compile(graph, backends=("numpy",)).run(x)
+        got_all = sess.run(x)
+        assert all(rel_err(got_all[k], ref[k]) <= 1e-5 for k in ref), list(ref)
+
+
+def test_depthwise_conv_after_needs_the_whole_image_in_one_tile(rng):
+    """A blocking whose tile does not cover the image of a conv with a depthwise conv fused
+    after it is refused with the sizes, not run wrong."""
+    graph = depthwise_block_graph(rng, (1, 8, 12, 12), 3, oc=8, source="conv")
+    x = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    with pytest.raises(ValueError, match="whole 12x12 image in one tile"):
+        _against_numpy(graph, x, conv_configs={"*": "8,4,1,1,1"})
 
 
 @pytest.mark.parametrize("backend", ["webgpu", "cpu"])

@@ -167,6 +167,7 @@ def threads_option(options: CompileOptions) -> int:
 ENVIRONMENT: dict[str, tuple[str, Any]] = {
     "TINYDL_WEBGPU_ELEMENTWISE": ("webgpu", lambda v: {"fuse_elementwise": v != "off"}),
     "TINYDL_WEBGPU_DEPTHWISE": ("webgpu", lambda v: {"fuse_depthwise": v != "off"}),
+    "TINYDL_WEBGPU_DEPTHWISE_AFTER": ("webgpu", lambda v: {"fuse_depthwise_after": v != "off"}),
     "TINYDL_WEBGPU_CONV": ("webgpu", lambda v: {"conv_configs": {"*": v}}),
     "TINYDL_WEBGPU_ACCUMULATE": ("webgpu", lambda v: {"accumulate": v}),
     "TINYDL_WEBGPU_WINOGRAD": ("webgpu", lambda v: {"winograd": v}),

@@ -347,6 +347,50 @@ def fuse_depthwise(
     return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
 
 
+def fuse_depthwise_after(
+    nodes: list[Node], keep: set[str], shape_of, graph, ok: Callable[[Node, Node], bool]
+) -> list[Node]:
+    """Fold a depthwise convolution (its BatchNormalization and activations with it) into the
+    convolution that makes its input, where that convolution's kernel keeps a whole image of
+    its block of channels in one workgroup: the epilogue leaves the block's output in workgroup
+    memory and the workgroup computes the depthwise convolution of those channels from it, so
+    nothing is computed twice (the small images of a mobile net's deep end, where
+    fuse_depthwise's recompute costs more than it saves). The fused node reads the producer's
+    inputs and makes [its output, the depthwise output], or the depthwise output alone where
+    nothing else reads the producer's (an inverted residual's expansion); `meta["dw_after"]`
+    is the depthwise node, `meta["dw_y"]` the producer's output. `ok(producer, depthwise)`:
+    whether the backend's kernel takes the pair."""
+    users = _readers(nodes)
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    fused: dict[int, Node] = {}
+    dropped: set[int] = set()
+    for node in nodes:
+        if not depthwise(node, shape_of) or {"dw", "nhwc", "nhwc_in"} & set(node.meta):
+            continue
+        y = node.inputs[0]
+        p = producer.get(y)
+        if p is None or p.op not in ("Conv", FUSED_CONV) or id(p) in fused or id(p) in dropped:
+            continue
+        if len(p.outputs) != 1 or {"d2s", "nhwc", "dw_after"} & set(p.meta) or not ok(p, node):
+            continue
+        store_y = (
+            y in keep
+            or any(u is not node for u in users.get(y, []))
+            or any(n.meta.get("residual") == y for n in nodes)  # a later conv's shortcut
+        )
+        dropped.add(id(node))
+        label = f"{p.meta.get('label', p.op)}+Depthwise{conv_label(node)}"
+        fused[id(p)] = Node(
+            p.op, list(p.inputs), [y, node.outputs[0]] if store_y else [node.outputs[0]],
+            dict(p.attrs), name=p.name,
+            meta={
+                **p.meta, "dw_after": node, "dw_y": y, "dw_y_shape": tuple(shape_of(y)),
+                "label": label,
+            },
+        )  # fmt: skip
+    return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
 def fuse_channels_last(nodes: list[Node], keep: set[str], shape_of, ok) -> list[Node]:
     """Fold the Transposes between channels-last and NCHW into convolutions: one to
     channels-last (perm 0, 2, 3, 1) that alone reads a convolution's output, which the

@@ -31,6 +31,7 @@ from tinydl.backends.fusion import (
     fuse_channel_norms,
     fuse_channels_last,
     fuse_depthwise,
+    fuse_depthwise_after,
     fuse_elementwise,
     fuse_residuals,
 )
@@ -38,7 +39,7 @@ from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels import grid as kernel_grid
 from tinydl.backends.webgpu.kernels.attention import MAX_DIM
-from tinydl.backends.webgpu.kernels.conv import DW_MAX_OC, DW_MIN_PIXELS, direct_ok
+from tinydl.backends.webgpu.kernels.conv import DW_MIN_PIXELS, DWA_MAX_PIXELS, direct_ok
 from tinydl.backends.webgpu.kernels.fragment import (
     FRAGMENT,
     SHADER_MODES,
@@ -401,11 +402,19 @@ class Plan(planned.Plan):
             nodes = fuse_depthwise(
                 nodes, keep, shape_of, body,
                 ok=lambda pw, dw: direct(pw)
-                and (
-                    rule == "all"
-                    or body.initializers[pw.inputs[1]].shape[0] <= DW_MAX_OC
-                    and math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS
-                ),
+                and (rule == "all" or math.prod(shape_of(pw.outputs[0])[2:]) >= DW_MIN_PIXELS),
+            )  # fmt: skip
+        # A depthwise convolution into the convolution before it, where that one's kernel
+        # holds a whole image of its channels (extra["fuse_depthwise_after"] = False: apart).
+        after = self.owner.extra.get("fuse_depthwise_after", True)
+        if after not in (True, False):
+            raise ValueError(f"fuse_depthwise_after must be True or False, got {after!r}")
+        if after:
+            nodes = fuse_depthwise_after(
+                nodes, keep, shape_of, body,
+                ok=lambda p, dw: direct(p)
+                and math.prod(shape_of(p.outputs[0])[2:]) <= DWA_MAX_PIXELS
+                and len(shape_of(p.outputs[0])) == 4,
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
         # The Transposes between NHWC and NCHW around convolutions (TensorFlow models' input
@@ -682,15 +691,19 @@ class Plan(planned.Plan):
             kd = REGISTRY[node.op]
             if kd.packed4 is None or not kd.packed4(node, self) or {"d2s", "nhwc"} & set(node.meta):
                 continue
-            name = node.outputs[0]
-            readers = users.get(name, [])
-            if name in keep or not readers:
-                continue
-            if all(
-                i == 0 and REGISTRY[u.op].packed4 is not None and REGISTRY[u.op].packed4(u, self)
-                for u, i in readers
-            ):
-                self.infos[name].layout = "nc4hw4"
+            # A depthwise convolution fused after the conv (fuse_depthwise_after) is a second
+            # output of the same kernel, stored either way.
+            for name in node.outputs if "dw_after" in node.meta else node.outputs[:1]:
+                readers = users.get(name, [])
+                if name in keep or not readers:
+                    continue
+                if all(
+                    i == 0
+                    and REGISTRY[u.op].packed4 is not None
+                    and REGISTRY[u.op].packed4(u, self)
+                    for u, i in readers
+                ):
+                    self.infos[name].layout = "nc4hw4"
         # Values a fragment kernel reads or draws cross as NCHW (texture_in/texture_out.wgsl).
         for node in self.nodes:
             if node.meta.get("shader") == "fragment":

@@ -76,16 +76,22 @@ class DirectConfig:
 MAX_DIRECT_WINDOW = 8 << 10
 
 
-# A depthwise convolution joins the 1x1 convolution after it (fusion.fuse_depthwise) when the
-# 1x1 has at most this many output channels: one workgroup's 4 vec4 of them, so each depthwise
-# output is computed once. Recomputed for every block of 16 output channels instead (every
-# pair fused), GPU ms on an H100 went up on MediaPipe's models (docs/webgpu.md, "Fewer
-# dispatches"): palm detection 0.91 -> 1.46, pose landmark 2.36 -> 3.41, pose detection 1.77
-# -> 2.58.
-DW_MAX_OC = 16
-# ... and when its image has at least this many pixels: the fused kernel's workgroups split the
-# image alone, so a small one leaves few of them to loop over every tap of every channel.
-DW_MIN_PIXELS = 4096
+# A depthwise convolution joins the 1x1 convolution after it (fusion.fuse_depthwise) when its
+# image has at least this many pixels. A workgroup makes 4 * OCV output channels, so the
+# depthwise output is computed again for every block of them; large images leave enough
+# workgroups for that to cost less than the dispatch it saves, small ones do not (they take
+# the depthwise conv after the conv before it instead, below). Per-step GPU time on an H100
+# (docs/webgpu.md, "Fewer dispatches"): fused pairs at 96x96 and 48x48 (32-64 channels) and
+# 64x64 (up to 144) took less than the two dispatches, at 24x24 and 32x32 (128-144) a little
+# more, at 16x16 and smaller 1.5-6x more.
+DW_MIN_PIXELS = 2304
+# A depthwise convolution joins the convolution before it (fusion.fuse_depthwise_after) when
+# that convolution's output image has at most this many pixels: one workgroup's tile then
+# covers it, so the depthwise convolution of the workgroup's channels needs nothing computed
+# twice (see _after_config).
+DWA_MAX_PIXELS = 256
+# ... a slice of its threads (TX x TY) at most this many.
+AFTER_THREADS = 256
 
 
 def direct_ok(node, weights: np.ndarray | None = None) -> bool:
@@ -129,7 +135,9 @@ def conv_window(b, spatial: tuple | None = None) -> tuple:
 @kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
 def conv(b):
     b.label = conv_label(b.node)
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
+    # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
+    yo = _conv_output(b)
     n, c, ih, iw = as_2d(xi.shape)
     if "dw" in b.node.meta:  # the input tile is a fused depthwise convolution's output
         n, c, ih, iw = b.node.meta["dw_shape"]
@@ -146,9 +154,10 @@ def conv(b):
         _, _, oh, ow = as_2d(yo.shape)
     acts, slope = _epilogue(b, oc)
     geom = _window_constants((n, c, ih, iw), (oc, oh, ow), kernel_shape, strides, dilations, geo)
-    if "residual" in b.node.meta and not direct_ok(b.node, w):
-        raise ValueError(f"{b.label}: only the direct kernel has the residual epilogue")
-    if b.attrs["group"] == 1 and _winograd_config(b, geom) is not None:
+    for key in ("residual", "dw_after"):
+        if key in b.node.meta and not direct_ok(b.node, w):
+            raise ValueError(f"{b.label}: only the direct kernel has the {key} epilogue")
+    if b.attrs["group"] == 1 and "dw_after" not in b.node.meta and _winograd_config(b, geom):
         _winograd(b, w, bias, slope, acts, geom)
     elif direct_ok(b.node, w):
         _direct(b, w, bias, slope, acts, geom)
@@ -156,7 +165,18 @@ def conv(b):
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
 
 
-def _store_params(b, bias, slope, acts, oc: int):
+def _conv_output(b):
+    """The Info of the conv's own output: its first output, or with a depthwise conv fused after
+    it (`meta["dw_after"]`) the value "dw_y", which has none where the kernel does not store it."""
+    if "dw_after" not in b.node.meta:
+        return b.out()
+    y = b.node.meta["dw_y"]
+    if y in b.plan.infos:
+        return b.plan.infos[y]
+    return b.plan.value_info(b.node.meta["dw_y_shape"], b.out().dtype, False)
+
+
+def _store_params(b, bias, slope, acts, oc: int, yo=None):
     """The per-channel buffer (bias, then a PRelu slope) and the template parameters of the
     epilogue and of conv_store.wgsl's store (output layout or fused DepthToSpace) for
     conv_direct and conv_winograd."""
@@ -168,7 +188,7 @@ def _store_params(b, bias, slope, acts, oc: int):
     cbuf = b.upload("channels", chan.reshape(-1, 4).astype(np.float32), "f32")
     d2s = b.node.meta.get("d2s")
     bs = d2s[0] if d2s else 1
-    yo = b.out()
+    yo = yo or b.out()
     return cbuf, dict(
         out_mode="d2s" if d2s else "nhwc" if "nhwc" in b.node.meta else yo.layout,
         ot=yo.stype,
@@ -207,6 +227,8 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             if isinstance(override, str)
             else DirectConfig(**vars(override))
         )
+    elif "dw_after" in b.node.meta:
+        cfg = _after_config(geom, oc4)
     else:
         cfg = _default_config(geom, scalar_in, oc4, "dw" in b.node.meta)
         # fp16 accumulation is opt-in: about 1.5x faster on an H200, less accurate (see
@@ -222,18 +244,27 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
         cfg.ks = _split(b, cfg, geom, oc4, chunks)
     z = int(b.ctx.limits.get("max-compute-workgroup-size-z", 64))
     cfg.ks = max(1, min(cfg.ks, chunks, z, b.ctx.max_workgroup_threads // (cfg.tx * cfg.ty)))
+    after = "dw_after" in b.node.meta
+    if after and (cfg.tx < geom["OW"] or cfg.ty * cfg.py < geom["OH"]):
+        raise ValueError(
+            f"{b.label}: a depthwise conv fused after it needs the whole "
+            f"{geom['OH']}x{geom['OW']} image in one tile, got the blocking {override!r} "
+            f"({cfg.ty * cfg.py}x{cfg.tx})"
+        )
     limit = b.ctx.max_workgroup_storage
-    while _shared_bytes(cfg, geom, scalar_in) > limit:
+    while _shared_bytes(cfg, geom, scalar_in, after) > limit:
         if cfg.ks > 1 and cfg.cc4 > 1:  # smaller chunks, as many slices
             cfg.cc4 //= 2
         elif cfg.ks > 1:
             cfg.ks //= 2
         elif cfg.cc4 > 1:
             cfg.cc4 //= 2
-        elif cfg.py > 1:
+        elif cfg.py > 1 and not after:
             cfg.py //= 2
         elif cfg.ocv > 1:
             cfg.ocv //= 2
+        elif after:  # the tile must stay the whole image
+            raise ValueError(f"{b.label}: the image and the taps do not fit in workgroup memory")
         elif cfg.tx > 1:
             cfg.tx //= 2
         elif cfg.ty > 1:
@@ -276,6 +307,24 @@ def _default_config(g, scalar_in: bool, oc4: int, dw: bool = False) -> DirectCon
     # ... and there each barrier is paid for few pixels: more input channels per chunk.
     if not scalar_in and g["OH"] * g["OW"] <= SMALL_PIXELS:
         cfg.cc4 = max(1, min(SMALL_CC4, math.ceil(g["C"] / 4)))
+    return cfg
+
+
+def _after_config(g, oc4: int) -> DirectConfig:
+    """The blocking of a conv with a depthwise conv fused after it: one tile covers the
+    image (columns a power of two from 4; rows split between threads so that a slice has at
+    most AFTER_THREADS), fewer output vec4 a workgroup while there are few workgroups, and
+    SMALL_CC4 input vec4 a chunk as for the other small images."""
+    tx = 4
+    while tx < g["OW"]:
+        tx *= 2
+    ty = 1
+    while ty < g["OH"] and tx * ty * 2 <= AFTER_THREADS:
+        ty *= 2
+    cfg = DirectConfig(tx=tx, ty=ty, py=math.ceil(g["OH"] / ty), ocv=min(4, oc4), cc4=1)
+    while _workgroups(cfg, g, oc4) < MIN_WORKGROUPS and cfg.ocv > 1:
+        cfg.ocv //= 2
+    cfg.cc4 = max(1, min(SMALL_CC4, math.ceil(g["C"] / 4)))
     return cfg
 
 
@@ -344,13 +393,14 @@ def _tile(cfg: DirectConfig, g) -> tuple[int, int]:
     ] + 1
 
 
-def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool) -> int:
+def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool, after: bool = False) -> int:
     tih, tiw = _tile(cfg, g)
     size = 2 if cfg.ct == "f16" else 4
     tin = tih * tiw * cfg.cc4 * (1 if scalar_in else 4)
     tw = cfg.cc4 * g["KH"] * g["KW"] * cfg.ocv * (1 if scalar_in else 4) * 4
     red = (cfg.ks - 1) * cfg.tx * cfg.ty * cfg.py * cfg.ocv * 4
-    return ((tin + tw) * cfg.ks + red) * size
+    image = cfg.ocv * g["OH"] * g["OW"] * 16 if after else 0  # f32 vec4
+    return ((tin + tw) * cfg.ks + red) * size + image
 
 
 def _direct(b, w, bias, slope, acts, g) -> None:
@@ -384,8 +434,13 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     # The packing depends on the blocking, so the blocking is part of the upload's key.
     key = ("weights", cfg.ocv, cfg.cc4)
     wbuf = b.upload(key, packed.reshape(-1, 4), wt)
-    cbuf, store = _store_params(b, bias, slope, acts, oc)
+    after = b.node.meta.get("dw_after")
+    yo = _conv_output(b)
+    cbuf, store = _store_params(b, bias, slope, acts, oc, yo)
     residual = b.node.meta.get("residual")
+    # Binding 3: the output, or with a depthwise conv fused after it and the output not
+    # stored, the depthwise output.
+    store_y = after is None or len(b.outputs) == 2
     bindings = [b.inputs[0], wbuf, cbuf, b.outputs[0]]
     if residual is not None:  # + a same-shaped value, then the activation after the Add
         ri = b.info(residual)
@@ -398,6 +453,9 @@ def _direct(b, w, bias, slope, acts, g) -> None:
         )  # fmt: skip
     dw = b.node.meta.get("dw")
     store.update(_depthwise(b, dw, bindings) if dw is not None else {"dw": False})
+    store.update(store_y=store_y, dwa=False)
+    if after is not None:
+        store.update(_depthwise_after(b, after, bindings, store_y))
     th, tw = cfg.ty * cfg.py, cfg.tx
     tih, tiw = _tile(cfg, g)
     rows = sorted({p * g["SH"] + ky * g["DH"] for p in range(cfg.py) for ky in range(kh)})
@@ -487,6 +545,35 @@ def _depthwise(b, dw, bindings: list) -> dict:
         DKH=kernel_shape[0], DKW=kernel_shape[1], DSH=strides[0], DSW=strides[1],
         DDH=dilations[0], DDW=dilations[1], DPT=geo[0][0], DPL=geo[1][0],
         dw_epilogue=epilogue_code(acts, activation_expr),
+    )  # fmt: skip
+
+
+def _depthwise_after(b, dw, bindings: list, store_y: bool) -> dict:
+    """A depthwise convolution fused after the conv (fusion.fuse_depthwise_after): its packed
+    weights and bias (as `_depthwise` packs them) bound after the others, then its output
+    unless that is binding 3 already; its window, epilogue and output layout as template
+    parameters."""
+    bd = type(b)(b.plan, dw)
+    _, c, ah, aw = b.node.meta["dw_y_shape"]
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(bd, (ah, aw))
+    acts, _ = _epilogue(bd, w.shape[0])
+    c4, taps = math.ceil(c / 4), kernel_shape[0] * kernel_shape[1]
+    wp = np.zeros((c4 * 4, taps))
+    wp[:c] = w.reshape(c, taps)
+    bp = np.zeros(c4 * 4)
+    bp[:c] = bias
+    packed = np.concatenate([wp.reshape(c4, 4, taps).transpose(0, 2, 1).ravel(), bp])
+    bindings.append(b.upload("depthwise_after", packed.reshape(-1, 4).astype(np.float32), "f32"))
+    dwa_binding = len(bindings) - 1
+    zo = b.plan.infos[dw.outputs[0]]
+    if store_y:
+        bindings.append(dw.outputs[0])
+    return dict(
+        dwa=True, dwa_binding=dwa_binding, z_binding=len(bindings) - 1 if store_y else 3,
+        z_mode=zo.layout, zt=zo.stype, AH=ah, AW=aw, ZH=geo[0][2], ZW=geo[1][2],
+        AKH=kernel_shape[0], AKW=kernel_shape[1], ASH=strides[0], ASW=strides[1],
+        ADH=dilations[0], ADW=dilations[1], APT=geo[0][0], APL=geo[1][0],
+        dwa_epilogue=epilogue_code(acts, activation_expr),
     )  # fmt: skip
 
 
@@ -621,7 +708,9 @@ def _winograd(b, w, bias, slope, acts, g) -> None:
 
 
 def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
+    # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
+    yo = _conv_output(b)
     oc = g["OC"]
     flat = w.astype(np.float32).ravel()
     uniform = flat.size * 4 <= UNIFORM_WEIGHT_BYTES
@@ -652,7 +741,9 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
 
 @kernel("ConvTranspose", supports=conv_supports)
 def conv_transpose(b):
-    xi, yo = b.info(0), b.out()
+    xi = b.info(0)
+    # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
+    yo = _conv_output(b)
     w, bias, g = conv_transpose_geometry(b)
     group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
     mg4 = math.ceil(mg / 4)

@@ -15,7 +15,9 @@
 @group(0) @binding(0) var<storage, read> x: array<{{ "vec4<" ~ st ~ ">" if in_layout == "nc4hw4" else st }}>;
 @group(0) @binding(1) var<storage, read> w: array<vec4<{{ wt }}>>;
 @group(0) @binding(2) var<storage, read> chan: array<vec4<f32>>;
+{% if store_y %}
 @group(0) @binding(3) var<storage, read_write> y: array<{{ "vec4<" ~ ot ~ ">" if out_mode == "nc4hw4" else ot }}>;
+{% endif %}
 {% if residual %}
 // The residual: a value of the output's shape ({{ res_layout }}) added after the epilogue{% if RC < OC %};
 // it has {{ RC }} channels, the rest are zeros (a Pad that added channels, folded in){% endif %}{% if RK > 1 %};
@@ -95,6 +97,17 @@ fn depthwise(n: u32, c4: u32, oy: u32, ox: u32) -> vec4<f32> {
 {% endfor %}
     return r;
 }
+{% endif %}
+
+{% if dwa %}
+// Then a depthwise convolution of this output ({{ AH }}x{{ AW }} -> {{ ZH }}x{{ ZW }}, kernel {{ AKH }}x{{ AKW }},
+// stride {{ ASH }}x{{ ASW }}, dilation {{ ADH }}x{{ ADW }}, pad {{ APT }},{{ APL }}): the workgroup's tile is the whole
+// image, so its {{ 4 * OCV }} channels wait in workgroup memory ({{ "stored as well" if store_y else "not stored" }}) and the
+// workgroup computes their depthwise output ({{ z_mode }}) from there. Its weights as vec4 of
+// channels per tap, then its bias.
+@group(0) @binding({{ dwa_binding }}) var<storage, read> dwa: array<vec4<f32>>;
+@group(0) @binding({{ z_binding }}) var<storage, read_write> z: array<{{ "vec4<" ~ zt ~ ">" if z_mode == "nc4hw4" else zt }}>;
+var<workgroup> yimg: array<vec4<f32>, {{ OCV * OH * OW }}>;
 {% endif %}
 
 const TIH: u32 = {{ TIH }}u;
@@ -252,9 +265,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {% endfor %}{% endfor %}
     }
     workgroupBarrier();
+{% if dwa %}
+    if (kz == 0u) {  // (no return: the whole workgroup meets the barrier before the depthwise)
+{% else %}
     if (kz > 0u) {
         return;
     }
+{% endif %}
     for (var k = 0u; k < {{ KS - 1 }}u; k++) {
 {% for p in range(PY) %}{% for v in range(OCV) %}
         a{{ p }}_{{ v }} += red[(k * {{ PY * OCV }}u + {{ p * OCV + v }}u) * {{ TX * TY }}u + lt];
@@ -282,8 +299,53 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             r = {{ e }};
 {% endfor %}
 {% endif %}
-{{ store("r", "ox", "oy", "oc4") }}        }
+{% if store_y %}
+{{ store("r", "ox", "oy", "oc4") }}{% endif %}
+{% if dwa %}
+            if (ox < {{ OW }}u && oy < {{ OH }}u) {
+                yimg[({{ v }}u * {{ OH }}u + oy) * {{ OW }}u + ox] = r;
+            }
+{% endif %}
+        }
 {% endfor %}
     }
 {% endfor %}
+{% if dwa %}
+{% if KS > 1 %}
+    }
+{% endif %}
+    workgroupBarrier();
+    for (var e = li; e < {{ OCV * ZH * ZW }}u; e += {{ TX * TY * KS }}u) {
+        let v = e / {{ ZH * ZW }}u;
+        let zy = (e / {{ ZW }}u) % {{ ZH }}u;
+        let zx = e % {{ ZW }}u;
+        let oc4 = ocb * {{ OCV }}u + v;
+        if (oc4 < {{ OC4 }}u) {
+            let iy = i32(zy * {{ ASH }}u) - {{ APT }};
+            let ix = i32(zx * {{ ASW }}u) - {{ APL }};
+            var r = dwa[{{ OC4 * AKH * AKW }}u + oc4];
+{% for ky in range(AKH) %}{% for kx in range(AKW) %}
+            {
+                let yy = iy + {{ ky * ADH }};
+                let xx = ix + {{ kx * ADW }};
+                if (yy >= 0 && yy < {{ OH }} && xx >= 0 && xx < {{ OW }}) {
+                    r = fma(dwa[oc4 * {{ AKH * AKW }}u + {{ ky * AKW + kx }}u], yimg[(v * {{ OH }}u + u32(yy)) * {{ OW }}u + u32(xx)], r);
+                }
+            }
+{% endfor %}{% endfor %}
+{% for e in dwa_epilogue %}
+            r = {{ e }};
+{% endfor %}
+{% if z_mode == "nc4hw4" %}
+            z[((n * {{ OC4 }}u + oc4) * {{ ZH }}u + zy) * {{ ZW }}u + zx] = vec4<{{ zt }}>(r);
+{% else %}
+{% for j in range(4) %}
+            if (oc4 * 4u + {{ j }}u < {{ OC }}u) {
+                z[((n * {{ OC }}u + oc4 * 4u + {{ j }}u) * {{ ZH }}u + zy) * {{ ZW }}u + zx] = {{ zt }}(r[{{ j }}]);
+            }
+{% endfor %}
+{% endif %}
+        }
+    }
+{% endif %}
 }
