@@ -2,16 +2,19 @@
 set, the plan's dispatches, the largest error against the NumPy reference, the median host
 in/out time of N runs (NumPy in, NumPy out) and the median GPU time (timestamps, device in/out,
 `bench_fragment.measure`); the sets alternate over R rounds, so they share the machine's state.
+With --steps, each set's dispatches one by one: label, input shape, grid, workgroup size and the
+median of per-step timestamps (which add a few microseconds to every step).
 
     python tools/bench_webgpu_variants.py MODEL.tflite [MODEL.onnx ...] \\
         --variant off='{"fuse_depthwise": false, "fold_shortcuts": false}' --variant on='{}' \\
-        [--rounds 3] [--runs 200]
+        [--rounds 3] [--runs 200] [--steps]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -40,6 +43,8 @@ def main() -> None:
                     help="the input's shape, e.g. 1,1,360,640 (default: the model's, 1 where "
                          "a dimension is symbolic)")  # fmt: skip
     ap.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    ap.add_argument("--steps", action="store_true",
+                    help="print each dispatch's median GPU time (per-step timestamps)")  # fmt: skip
     args = ap.parse_args()
     for path in args.models:
         name = Path(path).name
@@ -67,6 +72,8 @@ def main() -> None:
             plan = next(iter(sess.partitions[0].kernel.plans.values()))
             print(f"{name} {label}: {len(plan.steps)} dispatches, largest error {err:.1e}")
             sessions[label] = sess
+            if args.steps:
+                print_steps(graph, feeds, args.precision, options, args.runs)
         host: dict[str, list[float]] = {label: [] for label, _ in args.variant}
         gpu: dict[str, list[float]] = {label: [] for label, _ in args.variant}
         for r in range(args.rounds):
@@ -88,6 +95,33 @@ def main() -> None:
             h = ", ".join(f"{v:.3f}" for v in host[label])
             g = ", ".join(f"{v:.3f}" for v in gpu[label])
             print(f"{name} {label}: host in/out ms {h} | GPU ms {g}")
+
+
+def print_steps(graph, feeds, precision: str, options: dict, runs: int) -> None:
+    """Each dispatch of a session with per-step timestamps (`profile=True`): its median."""
+    sess = td.compile(
+        graph, backends=("webgpu",), strict=True, precision=precision, profile=True,
+        backend_options={"webgpu": options},
+    )  # fmt: skip
+    for _ in range(20):
+        sess.run(feeds)
+    times: list[list[float]] = []
+    for _ in range(runs):
+        sess.run(feeds)
+        ops = sess.profile()["partitions"][0]["ops"]
+        times = times or [[] for _ in ops]
+        for acc, (_, t) in zip(times, ops, strict=True):
+            acc.append(t)
+    plan = next(iter(sess.partitions[0].kernel.plans.values()))
+    for i, (step, acc) in enumerate(zip(plan.steps, times, strict=True)):
+        source = getattr(step, "source", "") or ""
+        size = re.search(r"@workgroup_size\(([^)]*)\)", source)
+        shape = re.search(r"// Input (\S+)", source)
+        print(
+            f"  {i:3d} {1e6 * statistics.median(acc):7.1f} us  {step.label[:48]:48s} "
+            f"{shape.group(1) if shape else '':18s} grid={getattr(step, 'grid', None)} "
+            f"workgroup={size.group(1) if size else ''}"
+        )
 
 
 if __name__ == "__main__":

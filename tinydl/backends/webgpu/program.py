@@ -39,7 +39,7 @@ from tinydl.backends.planned import Info
 from tinydl.backends.webgpu.kernels import REGISTRY, render
 from tinydl.backends.webgpu.kernels import grid as kernel_grid
 from tinydl.backends.webgpu.kernels.attention import MAX_DIM
-from tinydl.backends.webgpu.kernels.conv import DW_MIN_PIXELS, DWA_MAX_PIXELS, direct_ok
+from tinydl.backends.webgpu.kernels.conv import DW_MIN_PIXELS, after_ok, direct_ok
 from tinydl.backends.webgpu.kernels.fragment import (
     FRAGMENT,
     SHADER_MODES,
@@ -412,9 +412,10 @@ class Plan(planned.Plan):
         if after:
             nodes = fuse_depthwise_after(
                 nodes, keep, shape_of, body,
-                ok=lambda p, dw: direct(p)
-                and math.prod(shape_of(p.outputs[0])[2:]) <= DWA_MAX_PIXELS
-                and len(shape_of(p.outputs[0])) == 4,
+                ok=lambda p, dw: len(shape_of(p.outputs[0])) == 4
+                and after_ok(
+                    p, body.initializers.get(p.inputs[1]), math.prod(shape_of(p.outputs[0])[2:])
+                ),
             )  # fmt: skip
         nodes = fuse_channel_norms(nodes, keep, shape_of)
         # The Transposes between NHWC and NCHW around convolutions (TensorFlow models' input

@@ -94,6 +94,22 @@ DWA_MAX_PIXELS = 256
 AFTER_THREADS = 256
 
 
+def after_ok(node, weights: np.ndarray | None, pixels: int) -> bool:
+    """Whether a depthwise conv can join this conv (fusion.fuse_depthwise_after): the direct
+    kernel runs it, its image has at most DWA_MAX_PIXELS pixels, and it reads its input with
+    stride 1, no dilation and a window of at most 5x5, so that the whole image's input tile,
+    one vec4 of its weights and the image itself fit the 16 KiB of workgroup memory WebGPU
+    guarantees (16x16 pixels: 20x20 input vec4, 6.4 KiB, and 4 KiB)."""
+    if not direct_ok(node, weights) or pixels > DWA_MAX_PIXELS or weights is None:
+        return False
+    a = node.attrs
+    return (
+        all(k <= 5 for k in weights.shape[2:])
+        and all(v == 1 for v in a.get("strides") or [1])
+        and all(v == 1 for v in a.get("dilations") or [1])
+    )
+
+
 def direct_ok(node, weights: np.ndarray | None = None) -> bool:
     """Whether the direct (staged-tile) kernel runs this convolution; `weights` gives the kernel
     size when the node has no kernel_shape attribute."""
@@ -227,10 +243,11 @@ def _pick(b, geom, scalar_in: bool) -> DirectConfig:
             if isinstance(override, str)
             else DirectConfig(**vars(override))
         )
-    elif "dw_after" in b.node.meta:
-        cfg = _after_config(geom, oc4)
     else:
-        cfg = _default_config(geom, scalar_in, oc4, "dw" in b.node.meta)
+        if "dw_after" in b.node.meta:
+            cfg = _after_config(geom, oc4)
+        else:
+            cfg = _default_config(geom, scalar_in, oc4, "dw" in b.node.meta)
         # fp16 accumulation is opt-in: about 1.5x faster on an H200, less accurate (see
         # docs/webgpu.md, "Precision").
         accumulate = b.option("accumulate")
