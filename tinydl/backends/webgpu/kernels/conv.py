@@ -542,45 +542,48 @@ def unroll_limit(base: int, pixels: int) -> int:
     return base * (2 if pixels > UNROLL_PIXELS else 1)
 
 
-def _depthwise(b, dw, bindings: list) -> dict:
-    """A depthwise convolution fused before a 1x1 one (fusion.fuse_depthwise): its weights
-    (BatchNormalization folded in) as vec4 of channels per tap, then its bias, bound after the
-    others, and its window and epilogue as template parameters."""
+def _packed_depthwise(b, dw, key: str, spatial: tuple | None = None) -> tuple:
+    """A depthwise convolution's weights (BatchNormalization folded in) as vec4 of channels
+    per tap, then its bias, uploaded under `key`; with its window (conv_window's kernel shape,
+    strides, dilations, geometry) and its epilogue's code. `spatial`: its input's size, where
+    the plan has no Info for that value."""
     bd = type(b)(b.plan, dw)
-    w, bias, kernel_shape, strides, dilations, geo = conv_window(bd)
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(bd, spatial)
     acts, _ = _epilogue(bd, w.shape[0])
-    _, c, xh, xw = bd.info(0).shape
+    c = w.shape[0]
     c4, taps = math.ceil(c / 4), kernel_shape[0] * kernel_shape[1]
     wp = np.zeros((c4 * 4, taps))
     wp[:c] = w.reshape(c, taps)
     bp = np.zeros(c4 * 4)
     bp[:c] = bias
     packed = np.concatenate([wp.reshape(c4, 4, taps).transpose(0, 2, 1).ravel(), bp])
-    bindings.append(b.upload("depthwise", packed.reshape(-1, 4).astype(np.float32), "f32"))
+    storage = b.upload(key, packed.reshape(-1, 4).astype(np.float32), "f32")
+    window = dict(
+        KH=kernel_shape[0], KW=kernel_shape[1], SH=strides[0], SW=strides[1],
+        DH=dilations[0], DW=dilations[1], PT=geo[0][0], PL=geo[1][0],
+    )  # fmt: skip
+    return storage, window, geo, epilogue_code(acts, activation_expr)
+
+
+def _depthwise(b, dw, bindings: list) -> dict:
+    """A depthwise convolution fused before a 1x1 one (fusion.fuse_depthwise): its packed
+    weights bound after the others, its window and epilogue as template parameters (D...)."""
+    storage, window, _, epilogue = _packed_depthwise(b, dw, "depthwise")
+    bindings.append(storage)
+    _, _, xh, xw = b.info(dw.inputs[0]).shape
     return dict(
-        dw=True, dw_binding=len(bindings) - 1, XH=xh, XW=xw,
-        DKH=kernel_shape[0], DKW=kernel_shape[1], DSH=strides[0], DSW=strides[1],
-        DDH=dilations[0], DDW=dilations[1], DPT=geo[0][0], DPL=geo[1][0],
-        dw_epilogue=epilogue_code(acts, activation_expr),
+        dw=True, dw_binding=len(bindings) - 1, XH=xh, XW=xw, dw_epilogue=epilogue,
+        **{"D" + k: v for k, v in window.items()},
     )  # fmt: skip
 
 
 def _depthwise_after(b, dw, bindings: list, store_y: bool) -> dict:
     """A depthwise convolution fused after the conv (fusion.fuse_depthwise_after): its packed
-    weights and bias (as `_depthwise` packs them) bound after the others, then its output
-    unless that is binding 3 already; its window, epilogue and output layout as template
-    parameters."""
-    bd = type(b)(b.plan, dw)
-    _, c, ah, aw = b.node.meta["dw_y_shape"]
-    w, bias, kernel_shape, strides, dilations, geo = conv_window(bd, (ah, aw))
-    acts, _ = _epilogue(bd, w.shape[0])
-    c4, taps = math.ceil(c / 4), kernel_shape[0] * kernel_shape[1]
-    wp = np.zeros((c4 * 4, taps))
-    wp[:c] = w.reshape(c, taps)
-    bp = np.zeros(c4 * 4)
-    bp[:c] = bias
-    packed = np.concatenate([wp.reshape(c4, 4, taps).transpose(0, 2, 1).ravel(), bp])
-    bindings.append(b.upload("depthwise_after", packed.reshape(-1, 4).astype(np.float32), "f32"))
+    weights bound after the others, then its output unless that is binding 3 already; its
+    window (A...), epilogue and output layout as template parameters."""
+    _, _, ah, aw = b.node.meta["dw_y_shape"]
+    storage, window, geo, epilogue = _packed_depthwise(b, dw, "depthwise_after", (ah, aw))
+    bindings.append(storage)
     dwa_binding = len(bindings) - 1
     zo = b.plan.infos[dw.outputs[0]]
     if store_y:
@@ -588,9 +591,7 @@ def _depthwise_after(b, dw, bindings: list, store_y: bool) -> dict:
     return dict(
         dwa=True, dwa_binding=dwa_binding, z_binding=len(bindings) - 1 if store_y else 3,
         z_mode=zo.layout, zt=zo.stype, AH=ah, AW=aw, ZH=geo[0][2], ZW=geo[1][2],
-        AKH=kernel_shape[0], AKW=kernel_shape[1], ASH=strides[0], ASW=strides[1],
-        ADH=dilations[0], ADW=dilations[1], APT=geo[0][0], APL=geo[1][0],
-        dwa_epilogue=epilogue_code(acts, activation_expr),
+        dwa_epilogue=epilogue, **{"A" + k: v for k, v in window.items()},
     )  # fmt: skip
 
 
