@@ -361,6 +361,7 @@ def fuse_depthwise_after(
     is the depthwise node, `meta["dw_y"]` the producer's output. `ok(producer, depthwise)`:
     whether the backend's kernel takes the pair."""
     users = _readers(nodes)
+    shortcuts = {n.meta["residual"] for n in nodes if "residual" in n.meta}  # read in epilogues
     producer = {o: n for n in nodes for o in n.outputs if o}
     fused: dict[int, Node] = {}
     dropped: set[int] = set()
@@ -373,11 +374,7 @@ def fuse_depthwise_after(
             continue
         if len(p.outputs) != 1 or {"d2s", "nhwc", "dw_after"} & set(p.meta) or not ok(p, node):
             continue
-        store_y = (
-            y in keep
-            or any(u is not node for u in users.get(y, []))
-            or any(n.meta.get("residual") == y for n in nodes)  # a later conv's shortcut
-        )
+        store_y = y in keep or y in shortcuts or any(u is not node for u in users.get(y, []))
         dropped.add(id(node))
         label = f"{p.meta.get('label', p.op)}+Depthwise{conv_label(node)}"
         fused[id(p)] = Node(

@@ -176,7 +176,7 @@ def conv(b):
     if b.attrs["group"] == 1 and "dw_after" not in b.node.meta and _winograd_config(b, geom):
         _winograd(b, w, bias, slope, acts, geom)
     elif direct_ok(b.node, w):
-        _direct(b, w, bias, slope, acts, geom)
+        _direct(b, w, bias, slope, acts, geom, yo)
     else:
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
 
@@ -420,7 +420,7 @@ def _shared_bytes(cfg: DirectConfig, g, scalar_in: bool, after: bool = False) ->
     return ((tin + tw) * cfg.ks + red) * size + image
 
 
-def _direct(b, w, bias, slope, acts, g) -> None:
+def _direct(b, w, bias, slope, acts, g, yo) -> None:
     xi = b.info(0)
     scalar_in = g["C"] == 1
     cfg = _pick(b, g, scalar_in)
@@ -452,7 +452,6 @@ def _direct(b, w, bias, slope, acts, g) -> None:
     key = ("weights", cfg.ocv, cfg.cc4)
     wbuf = b.upload(key, packed.reshape(-1, 4), wt)
     after = b.node.meta.get("dw_after")
-    yo = _conv_output(b)
     cbuf, store = _store_params(b, bias, slope, acts, oc, yo)
     residual = b.node.meta.get("residual")
     # Binding 3: the output, or with a depthwise conv fused after it and the output not
@@ -726,9 +725,7 @@ def _winograd(b, w, bias, slope, acts, g) -> None:
 
 
 def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
-    xi = b.info(0)
-    # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
-    yo = _conv_output(b)
+    xi, yo = b.info(0), b.out()
     oc = g["OC"]
     flat = w.astype(np.float32).ravel()
     uniform = flat.size * 4 <= UNIFORM_WEIGHT_BYTES
@@ -759,9 +756,7 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
 
 @kernel("ConvTranspose", supports=conv_supports)
 def conv_transpose(b):
-    xi = b.info(0)
-    # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
-    yo = _conv_output(b)
+    xi, yo = b.info(0), b.out()
     w, bias, g = conv_transpose_geometry(b)
     group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
     mg4 = math.ceil(mg / 4)
