@@ -448,6 +448,33 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, w
     assert ("wgmma.mma_async" in source) == wgmma
     assert (context.ARCH_SPECIFIC in source) == wgmma
     assert ("ldmatrix_x4(f[j]" in source) == reuse  # (layer 2 loads its A rows itself)
+    # On warpgroups: layer 1's bias through its spare K index, layer 3 on warpgroups of its own
+    assert ("a[kc][r] |= one1" in source) == wgmma
+    assert bool(re.search(r"if \(wg < \d\) \{\n\s+layer3_issue", source)) == wgmma
+
+
+@pytest.mark.parametrize(
+    ("mt1", "mt3", "mb3", "l3g", "groups", "nk3"),
+    [(13, 10, 5, 2, 4, 18), (6, 5, 3, 2, 3, 18), (14, 11, 4, 3, 4, 18), (40, 2, 1, 2, 4, 9)],
+)
+def test_layer1_tiles_go_to_the_warpgroups_without_layer3_first(mt1, mt3, mb3, l3g, groups, nk3):
+    """chain.py's _split1: every layer-1 tile to exactly one warpgroup, in ranges; a warpgroup
+    that runs layer 3 never takes more than one that does not; and no warpgroup's modelled
+    work exceeds the least loaded one's by more than one tile."""
+    from tinydl.backends.cuda.kernels import chain
+
+    split = chain._split1(mt1, mt3, mb3, l3g, groups, nk3)
+    assert len(split) == groups + 1 and split[0] == 0 and split[-1] == mt1
+    count = [b - a for a, b in zip(split, split[1:], strict=False)]
+    assert min(count) >= 0
+    assert max(count[:l3g]) <= min(count[l3g:])
+    l3 = [min(mb3, max(0, mt3 - w * mb3)) for w in range(groups)]
+    load = [
+        (mt3 * nk3 * chain.L3_WGMMA_CYCLES + l3[w] * chain.L3_STORE_CYCLES if w < l3g else 0)
+        + count[w] * chain.L1_TILE_CYCLES
+        for w in range(groups)
+    ]
+    assert max(load) - min(load) <= chain.L1_TILE_CYCLES or mt1 < groups
 
 
 def test_batch_norm_then_relu_is_one_launch(fake_device):
@@ -871,18 +898,23 @@ def test_minimal_is_asked_of_an_nvrtc_that_has_it(monkeypatch, version, minimal)
     assert ("-minimal" in options) == minimal
 
 
-@pytest.mark.parametrize(("cout", "cin", "k"), [(32, 64, 3), (9, 32, 3), (64, 1, 5)])
-def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, rng):
+@pytest.mark.parametrize(
+    ("cout", "cin", "k", "bias"),
+    [(32, 64, 3, False), (9, 32, 3, False), (64, 1, 5, False), (64, 1, 5, True), (32, 1, 3, True)],
+)
+def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, bias, rng):
     """chain.cu's wgmma B operand: for K chunk kc, n8 block j and k half hh, 8 rows (n) of 8
     contiguous k at byte offset kc * N * 32 + j * 256 + hh * 128 (the descriptor's leading
     offset 128, stride offset 256), B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c,
-    zero past the real K and N."""
+    the bias in row K * K * Cin where given (layer 1's: its A is 1 there), zero past the real K
+    and N."""
     import numpy as np
 
     from tinydl.backends.cuda.kernels.chain import _wgmma_b
 
     w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
-    flat = _wgmma_b(w).reshape(-1)
+    b = rng.standard_normal(cout) if bias else None
+    flat = _wgmma_b(w, b).reshape(-1)
     n = 16 * -(-cout // 16)
     kt = k * k * cin
     chunks = -(-kt // 16)
@@ -895,6 +927,8 @@ def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, rng):
             if kk < kt and nn < cout:
                 tap, c = divmod(kk, cin)
                 want = np.float16(w[nn, c, tap // k, tap % k])
+            elif bias and kk == kt and nn < cout:
+                want = np.float16(b[nn])
             else:
                 want = 0
             assert got == want, (kk, nn)

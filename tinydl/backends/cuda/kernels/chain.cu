@@ -146,6 +146,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             off1[kc][j] = kk < {{ KT1 }} ? ((tap / {{ K1 }}) * {{ WI }} + tap % {{ K1 }}) * {{ C0 }} + c : -1;
         }
     }
+{% if BIAS1K %}
+    // Layer 1's bias comes through K index KT1 = {{ KT1 }}, past its taps: A is 1 there (this
+    // lane's register {{ BIAS1K_R }} of K chunk {{ KT1 // 16 }} where 2t is {{ BIAS1K_T2 }}) and B1's row holds the bias
+    // (no bias loads in the epilogue: its shared-memory loads cost more than the MMA's row).
+    const unsigned one1 = 2 * t == {{ BIAS1K_T2 }} ? {{ "0x3C000000u" if KT1 % 2 else "0x3C00u" }} : 0u;
+{% endif %}
 
     // The input tile of tile `t` (with its halo) goes through registers: loaded from global
     // memory during layer 2 of the previous tile, stored to shared memory after it.
@@ -179,12 +185,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // last warp down, so the warps with the most layer-3 work get the least layer-1 work when
     // the two share a phase (below).
 {% if WGMMA %}
-    // Layer 1 on warpgroups too: m64 tiles handed out from the last warpgroup down (it has the
-    // fewest layer-3 tiles, with which layer 1 shares a phase), A gathered into registers
-    // (warp q's 16 rows of the tile, mma.sync's A layout), B from shared memory.
+    // Layer 1 on warpgroups too: warpgroup wg takes m64 tiles L1_SPLIT[wg] to L1_SPLIT[wg + 1] - 1
+    // (most of them on the warpgroups that do not run layer 3, with which layer 1 shares a
+    // phase), A gathered into registers (warp q's 16 rows of the tile, mma.sync's A layout), B
+    // from shared memory.
+    const int mt1_lo = {% for s in L1_SPLIT[1:-1] %}wg < {{ loop.index }} ? {{ L1_SPLIT[loop.index0] }} : {% endfor %}{{ L1_SPLIT[-2] }};
+    const int mt1_hi = {% for s in L1_SPLIT[1:-1] %}wg < {{ loop.index }} ? {{ s }} : {% endfor %}{{ L1_SPLIT[-1] }};
     auto layer1 = [&](int y0, int x0) {
         const unsigned long long bd = wgmma_desc(smem_addr(B1), 128, 256);
-        for (int mt = GROUPS - 1 - wg; mt < {{ MT1 }}; mt += GROUPS) {
+        for (int mt = mt1_lo; mt < mt1_hi; ++mt) {
             int base[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -201,6 +210,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                     const unsigned lo = off1[kc][j0] >= 0 ? sin[base[h] + off1[kc][j0]] : 0u;
                     const unsigned hi = off1[kc][j0 + 1] >= 0 ? sin[base[h] + off1[kc][j0 + 1]] : 0u;
                     a[kc][r] = lo | (hi << 16);
+{% if BIAS1K %}
+                    if (kc == {{ KT1 // 16 }} && (r >> 1) == {{ BIAS1K_R // 2 }}) a[kc][r] |= one1;
+{% endif %}
                 }
             }
             float acc[{{ NT1 * 4 }}];
@@ -214,11 +226,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             }
             wgmma_commit();
             wgmma_wait<0>();
+            // (rows past the region store zeros into the planes' padding: no divergence)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int p = (mt * 4 + q) * 16 + g + 8 * h;
-                if (p >= {{ M1 }}) continue;
-{{ store1("acc[4 * n + 2 * h]", "acc[4 * n + 2 * h + 1]", "s1 + n * " ~ P1 * 8 ~ " + p * 8 + 2 * t") -}}
+                const int py = p / {{ W1 }}, px = p % {{ W1 }};
+                const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
+                const bool in = p < {{ M1 }} && (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+#pragma unroll
+                for (int n = 0; n < {{ NT1 }}; ++n) {
+{% if BIAS1K %}
+                    const float r0 = acc[4 * n + 2 * h], r1 = acc[4 * n + 2 * h + 1];
+{% else %}
+                    const int ch = n * 8 + 2 * t;
+                    const float r0 = acc[4 * n + 2 * h] + bias1[ch], r1 = acc[4 * n + 2 * h + 1] + bias1[ch + 1];
+{% endif %}
+                    *(unsigned*)(s1 + n * {{ P1 * 8 }} + p * 8 + 2 * t) = in ? epilogue1(r0, r1) : 0u;
+                }
             }
         }
     };
@@ -282,15 +306,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // layer's region row by row, full width (W1, W2 pixels a row), so that a tap is one offset.
     // Layer 2's epilogue for one pixel (py, px) of its region, row g + 8 h of a lane's
     // accumulators `a`: bias, activation, fp16 into s2's planes (zero outside the image).
-    auto store2 = [&](const float* a, int h, int y0, int x0, int py, int px) {
+    // (b2: this lane's two channels of each n8 tile of layer 2's bias, loaded once a tile)
+    auto store2 = [&](const float* a, const float (&b2)[{{ NT2 }}][2], int h, int y0, int x0, int py, int px) {
         const int p = py * {{ W2 }} + px;
         const int gy = y0 - {{ R2 }} + py, gx = x0 - {{ R2 }} + px;
         const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
 #pragma unroll
         for (int n = 0; n < {{ NT2 }}; ++n) {
             const int ch = n * 8 + 2 * t;
-            const float r0 = a[4 * n + 2 * h] + bias2[ch], r1 = a[4 * n + 2 * h + 1] + bias2[ch + 1];
+            const float r0 = a[4 * n + 2 * h] + b2[n][0], r1 = a[4 * n + 2 * h + 1] + b2[n][1];
             *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
+        }
+    };
+    auto bias2_regs = [&](float (&b2)[{{ NT2 }}][2]) {
+#pragma unroll
+        for (int n = 0; n < {{ NT2 }}; ++n) {
+            b2[n][0] = bias2[n * 8 + 2 * t];
+            b2[n][1] = bias2[n * 8 + 2 * t + 1];
         }
     };
 {% if REUSE2 %}
@@ -337,12 +369,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             }
         }
         wgmma_wait<0>();
+        float b2[{{ NT2 }}][2];
+        bias2_regs(b2);
 #pragma unroll
         for (int m = 0; m < {{ R2ROWS }}; ++m) {
             const int py = rb * {{ R2ROWS }} + m;
             if (py >= {{ H2 }}) continue;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) store2(acc[m], h, y0, x0, py, cs * 16 + g + 8 * h);
+            for (int h = 0; h < 2; ++h) store2(acc[m], b2, h, y0, x0, py, cs * 16 + g + 8 * h);
         }
         fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
     };
@@ -356,6 +390,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             wg_conv<{{ NT2 * 8 }}, MB2, {{ K2 * K2 * C1 // 16 }}, {{ C1 // 16 }}, {{ K2 }}, {{ W1 }}, {{ P1 * 16 }}>(
                 acc, row0, smem_addr(s1), smem_addr(B2){% if MT2 % (MB2 * THREADS // 128) %}, min(MB2, {{ MT2 }} - mt0){% endif %});
             wgmma_wait<0>();
+            float b2[{{ NT2 }}][2];
+            bias2_regs(b2);
 #pragma unroll
             for (int m = 0; m < MB2; ++m) {
                 if (mt0 + m >= {{ MT2 }}) continue;
@@ -363,26 +399,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 for (int h = 0; h < 2; ++h) {
                     const int r = (mt0 + m) * 64 + q * 16 + g + 8 * h;
                     const int py = r / {{ W1 }}, px = r % {{ W1 }};
-                    if (py < {{ H2 }} && px < {{ W2 }}) store2(acc[m], h, y0, x0, py, px);
+                    if (py < {{ H2 }} && px < {{ W2 }}) store2(acc[m], b2, h, y0, x0, py, px);
                 }
             }
         }
         fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
     };
 {% endif %}
-    // Layer 3 is issued, then layer 1 of the next tile runs on this warpgroup while the tensor
-    // cores work, then layer 3's results are stored.
+    // Layer 3 on warpgroups 0 to L3G - 1 ({{ L3G }}), MB3 m64 tiles each, issued and stored while
+    // the other warpgroups compute layer 1 of the next tile; then they take their share of it.
+    // (A warpgroup waits at a wgmma's issue until the tensor cores take it: layer 3 issued by
+    // every warpgroup before its layer 1 held all of them for as long as it ran.)
     float acc3[MB3][{{ NT3 * 4 }}];
     auto layer3_issue = [&]() {
         int row0[MB3];
 #pragma unroll
         for (int m = 0; m < MB3; ++m) row0[m] = (wg * MB3 + m) * 64;
         wg_conv<{{ NT3 * 8 }}, MB3, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
-            acc3, row0, smem_addr(s2), smem_addr(B3){% if MT3 % (MB3 * THREADS // 128) %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
+            acc3, row0, smem_addr(s2), smem_addr(B3){% if L3G * MB3 != MT3 %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
     };
     auto layer3_store = [&](int img, int y0, int x0) {
         wgmma_wait<0>();
         {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+        float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+        for (int n = 0; n < {{ NT3 }}; ++n) {
+            b3[n][0] = bias3[n * 8 + 2 * t];
+            b3[n][1] = bias3[n * 8 + 2 * t + 1];
+        }
 #pragma unroll
         for (int m = 0; m < MB3; ++m) {
             if (wg * MB3 + m >= {{ MT3 }}) continue;
@@ -393,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 if (py >= {{ TH }} || px >= {{ TW }}) continue;
                 const int gy = y0 + py, gx = x0 + px;
                 if (gy >= {{ H }} || gx >= {{ W }}) continue;
-{{ store3("acc3[m][4 * n + 2 * h + e] + bias3[ch]") }}
+{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
             }
         }
     };
@@ -542,12 +586,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         if (more) commit();  // layer 1 of this tile, the input's only reader, is done
         __syncthreads();  // s2 holds layer 2; the next input is in shared memory; s1 is free
 {% if WGMMA %}
-        layer3_issue();
+        if (wg < {{ L3G }}) {
+            layer3_issue();
+            layer3_store(img, y0, x0);
+        }
         if (more) {
             layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
             fence_proxy_async();  // s1, read by layer 2's wgmmas after the barrier
         }
-        layer3_store(img, y0, x0);
 {% else %}
         layer3(img, y0, x0);
         if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});

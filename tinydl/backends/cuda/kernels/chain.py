@@ -36,10 +36,14 @@ DEFAULT_TILE = (18, 34, 512, 9)  # rows, columns, threads, tap-loop unroll
 DEFAULT_TILE_WGMMA = (20, 30, 512, 9)
 # Accumulator registers per thread a layer may use (m16 tiles x n8 tiles x 4).
 ACC_REGS = 64
-# Layer 3's accumulators on warpgroups stay in registers while layer 1 runs: beyond this many
-# a thread, ptxas ran out of registers and serialized the wgmmas (a chain with 32 outputs in
-# layer 3: 74-76 us on mma.sync, 88 on wgmma, H100), so mma.sync takes such chains.
+# Layer 3's accumulators a thread when every warpgroup ran some of layer 3 and then layer 1 with
+# them live: beyond this many, ptxas ran out of registers and serialized the wgmmas (a chain
+# with 32 outputs in layer 3: 74-76 us on mma.sync, 88 on wgmma, H100), so mma.sync takes such
+# chains (still the rule, not measured again since layer 3 moved to warpgroups of its own).
 ACC3_REGS = 24
+# ... and where layer 3 runs on warpgroups of its own (alongside layer 1 on the others), at
+# most this many (ptxas spilled at 48: 18 x 34 and 22 x 30 tiles, six m64 tiles of ESPCN's).
+ACC3_ALONE = 40
 # Registers per thread layer 2's A rows may take where it reuses them across taps (ESPCN's
 # 20 x 30 tile: 5 rows of 4).
 A_REGS = 24
@@ -134,16 +138,20 @@ def _fragments(w: np.ndarray) -> tuple[np.ndarray, int, int]:
     return np.ascontiguousarray(pairs).astype(np.float16), nk, nt
 
 
-def _wgmma_b(w: np.ndarray) -> np.ndarray:
+def _wgmma_b(w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """Weights [Cout][Cin][K][K] as wgmma's B in shared memory (wgmma.cuh): per K chunk of 16,
     per n8 block of output channels, two 8x8 core matrices (k 0-7, 8-15) of 8 rows (n) of 8
     contiguous k, fp16; B[k][n] = w[n][c][dy][dx] for k = (dy * K + dx) * Cin + c, N padded to
-    a multiple of 16 with zeros."""
+    a multiple of 16 with zeros. `bias`: put in row K * K * Cin, the first past the taps (its
+    K chunk must have room: the kernel's A is 1 there)."""
     cout, cin, kh, kw = w.shape
     b = w.transpose(2, 3, 1, 0).reshape(kh * kw * cin, cout)
     nk, n = math.ceil(b.shape[0] / 16), 16 * math.ceil(cout / 16)
     full = np.zeros((nk * 16, n))
     full[: b.shape[0], :cout] = b
+    if bias is not None:
+        assert b.shape[0] < nk * 16, "no room for the bias in the last K chunk"
+        full[b.shape[0], :cout] = bias
     blocks = full.reshape(nk, 2, 8, n // 8, 8)  # [chunk][k half][k][n block][n]
     return np.ascontiguousarray(blocks.transpose(0, 3, 1, 4, 2)).astype(np.float16)
 
@@ -177,7 +185,13 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
             return None
         if mbs[2] * nts[2] * 4 > ACC3_REGS:
             return None
-        p1 = max(h1 * w1, mts[1] * 64 + (k2 - 1) * (w1 + 1))
+        # Layer 3 runs on the fewest warpgroups its accumulators fit (two at least, where there
+        # are), while the others start layer 1 of the next tile (chain.cu).
+        l3g = min(groups, max(min(2, groups), math.ceil(mts[2] / (ACC3_ALONE // (4 * nts[2])))))
+        mbs[2] = math.ceil(mts[2] / l3g)
+        l1_split = _split1(mts[0], mts[2], mbs[2], l3g, groups, k3 * k3 * c2 // 16)
+        # (layer 1 stores whole m64 tiles, zeros past its region)
+        p1 = max(mts[0] * 64, mts[1] * 64 + (k2 - 1) * (w1 + 1))
         p2 = max(h2 * w2, mts[2] * 64 + (k3 - 1) * (w2 + 1))
         l1_bytes, l2_bytes = c1 * p1 * 2, c2 * p2 * 2
     else:
@@ -190,14 +204,41 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
         ]
         p1 = p2 = 0
         l1_bytes, l2_bytes = h1 * w1 * s1 * 2, h2 * w2 * s2 * 2
+        l3g, l1_split = 0, []
     in_bytes = hi * wi * c0 * 2
     return dict(
-        WGMMA=wgmma, R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2,
+        WGMMA=wgmma, L3G=l3g, L1_SPLIT=l1_split,
+        R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2,
         S1=s1, S2=s2, P1=p1, P2=p2, M1=m1, M2=m2, M3=m3,
         MT1=mts[0], MT2=mts[1], MT3=mts[2], MB1=mbs[0], MB2=mbs[1], MB3=mbs[2],
         in_bytes=in_bytes, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
         smem=_pad16(in_bytes) + _pad16(l1_bytes) + _pad16(l2_bytes),
     )  # fmt: skip
+
+
+# Costs in one warpgroup's cycles that balance layer 1 against layer 3 (chain.cu; clock64 at
+# each phase of the ESPCN x3 kernel on an H100): a layer-1 m64 tile (gather, MMA, epilogue),
+# a layer-3 wgmma (its warpgroups wait at issue until the tensor cores take them, all of the
+# layer's wgmmas sharing them), a layer-3 m64 tile stored.
+L1_TILE_CYCLES, L3_WGMMA_CYCLES, L3_STORE_CYCLES = 1300, 20, 550
+
+
+def _split1(mt1, mt3, mb3, l3g, groups, nk3) -> list[int]:
+    """Where each warpgroup's share of layer 1's mt1 m64 tiles begins (one per warpgroup, then
+    mt1): layer 3's mt3 tiles run on warpgroups 0 to l3g - 1 (mb3 each); layer 1's tiles go one
+    at a time to the warpgroup with the least work so far (the others first on a tie)."""
+    load = [
+        mt3 * nk3 * L3_WGMMA_CYCLES + max(0, min(mb3, mt3 - w * mb3)) * L3_STORE_CYCLES
+        if w < l3g
+        else 0
+        for w in range(groups)
+    ]
+    count = [0] * groups
+    for _ in range(mt1):
+        w = min(range(groups), key=lambda i: (load[i], -i))
+        count[w] += 1
+        load[w] += L1_TILE_CYCLES
+    return [sum(count[:w]) for w in range(groups + 1)]
 
 
 def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
@@ -256,11 +297,17 @@ def conv_chain(b):
         if wbytes + lay["smem"] <= b.ctx.smem_optin or th <= 4:
             break
         th //= 2
+    # On warpgroups, layer 1's bias comes through its last K chunk where the taps leave room.
+    kt1 = c0 * k1 * k1
+    bias1k = wgmma and kt1 % 16 != 0
     parts, offs, nk = [], {}, {}
     pos = 0
-    for key, wts, _ in links:
+    for key, wts, bias in links:
         nk[key] = math.ceil(wts.shape[1] * wts.shape[2] ** 2 / 16)
-        raw = (_wgmma_b(wts) if wgmma else _fragments(wts)[0]).tobytes()
+        if wgmma:
+            raw = _wgmma_b(wts, bias if key == "1" and bias1k else None).tobytes()
+        else:
+            raw = _fragments(wts)[0].tobytes()
         offs[f"OFF_B{key}"] = pos
         parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
         pos += _pad16(len(raw))
@@ -286,7 +333,8 @@ def conv_chain(b):
         threads,
         smem=smem,
         N=n, C0=c0, H=h, W=w, K1=k1, K2=k2, K3=k3, C1=c1, C2=c2, C3=c3,
-        KT1=c0 * k1 * k1, NK1=nk["1"], NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
+        KT1=kt1, NK1=nk["1"], BIAS1K=bias1k, BIAS1K_R=2 * (kt1 % 16 >= 8),
+        BIAS1K_T2=kt1 % 16 - kt1 % 2 - 8 * (kt1 % 16 >= 8), NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
         TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
         **_reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True))),
