@@ -1235,6 +1235,81 @@ def test_depthwise_conv_after_needs_the_whole_image_in_one_tile(rng):
         _against_numpy(graph, x, conv_configs={"*": "8,4,1,1,1"})
 
 
+def _patch_conv_graph(rng, shape, oc: int, k: int, relu: bool = False) -> Graph:
+    """x -> Conv (k x k, stride k, no padding, bias) [-> Relu] -> y: a patch embedding."""
+    c = shape[1]
+    w = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    nodes = [
+        Node("Conv", ["x", "w", "b"], ["c" if relu else "y"], {"strides": [k, k]}, name="patch")
+    ]
+    if relu:
+        nodes.append(Node("Relu", ["c"], ["y"], name="post"))
+    return validate(
+        Graph(
+            [Value("x", "float32", shape)],
+            [Value("y", "float32", None)],
+            nodes,
+            {"w": w, "b": rng.standard_normal(oc).astype(np.float32)},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "shape,oc,k,relu,precision",
+    [
+        ((1, 3, 96, 64), 40, 32, False, "fp32"),  # ViT-B/32's patch embedding, smaller
+        ((2, 3, 70, 100), 24, 32, False, "fp32"),  # a batch; rows and columns past the patches
+        ((1, 4, 64, 64), 16, 24, False, "fp16"),
+        ((1, 3, 64, 64), 8, 32, True, "fp32"),  # an activation after it: conv_grouped
+        ((1, 3, 64, 64), 8, 16, False, "fp32"),  # the direct kernel's window: conv_direct
+    ],
+)
+def test_patch_embedding_conv_is_a_matrix_product(rng, shape, oc, k, relu, precision):
+    """A convolution whose kernel is its stride (no padding, one group) and whose window the
+    direct kernel cannot stage runs as the patches gathered, then the weights times them (two
+    dispatches), against NumPy; with an activation after it, or a window the direct kernel
+    takes, it runs as before."""
+    graph = _patch_conv_graph(rng, shape, oc, k, relu)
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, want, plan, _ = _against_numpy(graph, x, precision)
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    sources = [s.source or "" for s in plan.steps]
+    patches = not relu and k * k * 16 > 8 << 10
+    assert any("tiled: a workgroup of 8x8" in s for s in sources) == patches
+    assert any("grouped / depthwise convolution" in s for s in sources) == (relu and k == 32)
+    if patches:
+        assert len(plan.steps) == 2
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,header",
+    [
+        ((6, 1, 40), (40, 24), "1 x (6x40 @ 40x24)"),  # a projection of [tokens, 1, features]
+        ((3, 5, 16), (16, 8), "1 x (15x16 @ 16x8)"),
+        ((2, 3, 5, 16), (1, 16, 8), "1 x (30x16 @ 16x8)"),
+        ((3, 5, 16), (3, 16, 8), "3 x (5x16 @ 16x8)"),  # a B per item: a batch
+        ((1, 5, 16), (3, 16, 8), "3 x (5x16 @ 16x8)"),  # one A for every B: a batch
+    ],
+)
+def test_a_batch_of_products_with_one_b_is_one_product(rng, a_shape, b_shape, header):
+    """MatMul with B broadcast over A's batch runs as one product of all of A's rows (one
+    dispatch), against NumPy; where B differs per item, or A is broadcast, as a batch."""
+    graph = validate(
+        Graph(
+            [Value("x", "float32", a_shape)],
+            [Value("y", "float32", None)],
+            [Node("MatMul", ["x", "w"], ["y"], name="mm")],
+            {"w": rng.standard_normal(b_shape).astype(np.float32)},
+        )
+    )
+    x = {"x": rng.standard_normal(a_shape).astype(np.float32)}
+    got, want, plan, _ = _against_numpy(graph, x)
+    assert got.shape == want.shape and rel_err(got, want) <= 1e-5
+    (step,) = plan.steps
+    assert f"// MatMul: {header}," in step.source
+
+
 @pytest.mark.parametrize("backend", ["webgpu", "cpu"])
 def test_tf32_precision_computes_as_fp32_where_there_is_no_tf32(backend, rng):
     """precision="tf32" lets a backend multiply on tf32 tensor cores (cuda); the others store

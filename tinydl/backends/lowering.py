@@ -9,6 +9,7 @@ Data movement (Transpose, Slice, Pad, Concat, DepthToSpace) is lowered in gather
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -186,6 +187,23 @@ def matmul(b) -> MatMulGeometry:
         bo = sum(i * s for i, s in zip(idx[len(idx) - len(b_st) :], b_st, strict=True)) * k * n
         offsets.append((ao, bo))
     return MatMulGeometry(offsets or [(0, 0)], m, n, k, (k, 1), (n, 1))
+
+
+def fold_batch(g: MatMulGeometry) -> MatMulGeometry:
+    """A batch of products with one B (broadcast: every B offset 0) and A's items back to back
+    as one product of all their rows: the items' rows, and the output's, are contiguous. (A
+    transformer's projection of [tokens, 1, features] as 50 products of one row each is then
+    one of 50 rows.)"""
+    rows = g.m * g.k
+    if (
+        len(g.batch) > 1
+        and not g.has_c
+        and g.sa == (g.k, 1)
+        and all(bo == 0 for _, bo in g.batch)
+        and all(ao == i * rows for i, (ao, _) in enumerate(g.batch))
+    ):
+        return dataclasses.replace(g, batch=[(0, 0)], m=len(g.batch) * g.m)
+    return g
 
 
 @dataclass

@@ -7,7 +7,11 @@ Four kernels:
   through a fused DepthToSpace. Weights are packed once as 4x4 blocks in the order read.
 - conv_winograd.wgsl (opt-in, 3x3 stride 1): Winograd F(2x2, 3x3) with the input and output
   transforms in the kernel; the same layouts and epilogues.
-- conv_grouped.wgsl (group > 1, depthwise included): 4 pixels per thread, NCHW.
+- conv_grouped.wgsl (group > 1, depthwise included; windows too large for the direct kernel):
+  4 pixels per thread, NCHW.
+- a window cut into non-overlapping patches (kernel = stride, no padding: a vision
+  transformer's patch embedding) too large for the direct kernel: the patches gathered
+  (gather.wgsl), then the weights times them (matmul.wgsl).
 - conv_transpose.wgsl: a gather over the taps that land on each output pixel, 4 channels per
   thread.
 The epilogue adds the bias (BatchNormalization folded in), then the activations in order.
@@ -177,6 +181,8 @@ def conv(b):
         _winograd(b, w, bias, slope, acts, geom)
     elif direct_ok(b.node, w):
         _direct(b, w, bias, slope, acts, geom, yo)
+    elif _patches_ok(b, acts, slope, geom, geo):
+        _patches(b, w, bias, geom)
     else:
         _grouped(b, w, bias, slope, acts, geom, b.attrs["group"])
 
@@ -722,6 +728,58 @@ def _winograd(b, w, bias, slope, acts, g) -> None:
         st=xi.stype,
         **store,
     )
+
+
+def _patches_ok(b, acts, slope, g, geo) -> bool:
+    """Whether the conv cuts its input into non-overlapping patches (kernel = stride, no
+    padding or dilation, one group: a vision transformer's patch embedding) and has nothing
+    after its bias, so that it is the weights times the patches (_patches)."""
+    return (
+        b.attrs["group"] == 1
+        and not acts
+        and slope is None
+        and not {"dw", "nhwc_in", "nhwc", "d2s"} & set(b.node.meta)
+        and (g["KH"], g["KW"]) == (g["SH"], g["SW"])
+        and (g["DH"], g["DW"]) == (1, 1)
+        and all(p == 0 for axis in geo for p in axis[:2])
+    )
+
+
+def _patches(b, w, bias, g) -> None:
+    """A patch-embedding conv as two dispatches: the patches gathered into a scratch value
+    [N][C x KH x KW][OH x OW] (a row per weight of a filter, rows and columns past the last
+    whole patch left out, as the convolution leaves them), then each image's
+    [OC][C x KH x KW] weights times its patches, plus the bias: [OC][OH x OW], the NCHW output.
+    (conv_grouped.wgsl, which took such convs before, makes a workgroup per output row and
+    channel with 4 pixels a thread: ViT-B/32's 32 x 32, 3 -> 768 channels at 224 x 224 took
+    20.6 s a run on Mesa's software Vulkan, 0.072 s this way.)"""
+    from tinydl.backends.gathers import Gather
+    from tinydl.backends.webgpu.kernels.gather import emit_gather
+    from tinydl.backends.webgpu.kernels.matmul import _emit
+
+    n, c, ih, iw, oc = g["N"], g["C"], g["IH"], g["IW"], g["OC"]
+    kh, kw, oh, ow = g["KH"], g["KW"], g["OH"], g["OW"]
+    k, p = c * kh * kw, oh * ow
+    tables = [
+        np.arange(n) * c * ih * iw,
+        np.arange(c) * ih * iw,
+        np.arange(kh) * iw,
+        np.arange(kw),
+        np.arange(oh) * kh * iw,
+        np.arange(ow) * kw,
+    ]
+    patches = b.scratch("patches", (n, k, p))
+    emit_gather(b, Gather(b.inputs[0], (n, c, kh, kw, oh, ow), tables), patches, "patches")
+    weights = b.upload("weights", w.reshape(oc, k).astype(np.float32), "f32")
+    channels = b.upload("bias", np.asarray(bias, np.float32).reshape(oc), "f32")
+    _emit(
+        b,
+        (weights, "f32"),
+        (patches, b.plan.infos[patches].stype),
+        [(0, i * k * p) for i in range(n)],
+        oc, p, k, (k, 1), (p, 1),
+        (channels, "f32"), (1, 0),
+    )  # fmt: skip
 
 
 def _grouped(b, w, bias, slope, acts, g, group: int) -> None:

@@ -65,7 +65,8 @@ def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1
 
 @kernel("MatMul", "Gemm", supports=_float)
 def matmul(b):
-    g = lowering.matmul(b)
+    # (one B for a batch of A's items back to back: one product of all their rows)
+    g = lowering.fold_batch(lowering.matmul(b))
     c = _operand(b, 2) if g.has_c else None
     _emit(
         b, _operand(b, 0), _operand(b, 1), g.batch, g.m, g.n, g.k, g.sa, g.sb, c, g.sc,
