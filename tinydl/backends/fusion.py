@@ -842,9 +842,10 @@ def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     )
 
 
-def conv_supports(node: Node, graph: Graph):
-    """A GPU backend's answer for Conv / ConvTranspose / FusedConv: 1-D or 2-D, constant
-    weights, bias and slope, and a FusedConv activation the epilogues know."""
+def conv_supports(node: Node, graph: Graph, ranks: tuple[int, ...] = (1, 2)):
+    """A GPU backend's answer for Conv / ConvTranspose / FusedConv: `ranks` spatial axes (1-D or
+    2-D unless the backend says more), constant weights, bias and slope, and a FusedConv
+    activation the epilogues know."""
     from tinydl.backends.base import Support
 
     w = graph.initializers.get(node.inputs[1])
@@ -853,8 +854,10 @@ def conv_supports(node: Node, graph: Graph):
         rank = w.ndim - 2
     else:
         rank = None if v is None or v.shape is None else len(v.shape) - 2
-    if rank not in (1, 2):
-        return Support(False, f"{rank}-D {node.op} is not implemented (1-D and 2-D are)")
+    if rank not in ranks:
+        names = [f"{r}-D" for r in ranks]
+        have = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        return Support(False, f"{rank}-D {node.op} is not implemented ({have} are)")
     for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
         name = node.inputs[i] if len(node.inputs) > i else ""
         if name and name not in graph.initializers:

@@ -14,6 +14,8 @@ Four kernels:
   (gather.wgsl), then the weights times them (matmul.wgsl).
 - conv_transpose.wgsl: a gather over the taps that land on each output pixel, 4 channels per
   thread.
+- conv3d.wgsl: 3-D convolutions (video networks), one output value a thread, the taps in
+  loops.
 The epilogue adds the bias (BatchNormalization folded in), then the activations in order.
 """
 
@@ -33,7 +35,7 @@ from tinydl.backends.fusion import (
 )
 from tinydl.backends.fusion import epilogue as _epilogue
 from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
-from tinydl.backends.webgpu.kernels import activation_expr, kernel
+from tinydl.backends.webgpu.kernels import activation_expr, grid, kernel
 from tinydl.ops.conv import (
     _kernel,
     window_attrs,
@@ -120,7 +122,7 @@ def direct_ok(node, weights: np.ndarray | None = None) -> bool:
     if node.op not in ("Conv", FUSED) or node.attrs.get("group", 1) != 1:
         return False
     ks = node.attrs.get("kernel_shape") or (None if weights is None else weights.shape[2:])
-    if ks is None:
+    if ks is None or len(ks) > 2:
         return False
     dil = node.attrs.get("dilations") or [1] * len(ks)
     window = math.prod((k - 1) * d + 1 for k, d in zip(ks, dil, strict=False))
@@ -152,10 +154,17 @@ def conv_window(b, spatial: tuple | None = None) -> tuple:
     return w, bias, kernel_shape, strides, dilations, geo
 
 
-@kernel("Conv", FUSED, supports=conv_supports, packed4=_packed4)
+def _supports(node, graph):
+    return conv_supports(node, graph, ranks=(1, 2, 3))
+
+
+@kernel("Conv", FUSED, supports=_supports, packed4=_packed4)
 def conv(b):
     b.label = conv_label(b.node)
     xi = b.info(0)
+    if len(xi.shape) == 5:
+        _conv3d(b)
+        return
     # With a depthwise conv fused after it, the conv's own output is "dw_y" (maybe not stored).
     yo = _conv_output(b)
     n, c, ih, iw = as_2d(xi.shape)
@@ -779,6 +788,39 @@ def _patches(b, w, bias, g) -> None:
         [(0, i * k * p) for i in range(n)],
         oc, p, k, (k, 1), (p, 1),
         (channels, "f32"), (1, 0),
+    )  # fmt: skip
+
+
+def _conv3d(b) -> None:
+    """A 3-D convolution (NCDHW, any groups, stride, dilation and padding), its bias
+    (BatchNormalization folded in) and activations: conv3d.wgsl."""
+    xi, yo = b.info(0), b.out()
+    w, bias = _weights_and_bias(b, 0, as_given=True)
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
+    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    n, c, idp, ih, iw = xi.shape
+    oc, group = w.shape[0], b.attrs["group"]
+    od, oh, ow = (axis[2] for axis in geo)
+    acts, slope = _epilogue(b, oc)
+    wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
+    chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
+    cbuf = b.upload("channels", chan, "f32")
+    total = n * oc * od * oh * ow
+    wg = 64
+    gx, gy, _ = grid(total, wg)
+    b.dispatch(
+        "conv3d.wgsl",
+        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        (gx, gy, 1),
+        N=n, C=c, ID=idp, IH=ih, IW=iw, OC=oc, OD=od, OH=oh, OW=ow,
+        KD=kernel_shape[0], KH=kernel_shape[1], KW=kernel_shape[2],
+        SD=strides[0], SH=strides[1], SW=strides[2],
+        DD=dilations[0], DH=dilations[1], DW=dilations[2],
+        PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
+        CG=c // group, MG=oc // group, TOTAL=total, WG=wg, GX=gx,
+        st=xi.stype, ot=yo.stype, has_slope=slope is not None,
+        epilogue=epilogue_code(acts, lambda k, v, p: activation_expr(k, v, p, vec=1)),
     )  # fmt: skip
 
 
