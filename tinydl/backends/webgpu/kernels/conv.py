@@ -1,6 +1,6 @@
 """Conv, ConvTranspose and tinydl.FusedConv, with fused epilogues.
 
-Four kernels:
+The kernels:
 - conv_direct.wgsl (group 1): register-blocked direct convolution. Inputs and weights pass
   through workgroup memory a chunk of input channels at a time; each thread accumulates PY
   pixels x OCV vec4 of output channels. Reads NCHW or nc4hw4, writes NCHW, nc4hw4, or NCHW
