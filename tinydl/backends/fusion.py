@@ -855,8 +855,8 @@ def conv_supports(node: Node, graph: Graph, ranks: tuple[int, ...] = (1, 2)):
     else:
         rank = None if v is None or v.shape is None else len(v.shape) - 2
     if rank not in ranks:
-        names = [f"{r}-D" for r in ranks]
-        have = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        *rest, last = [f"{r}-D" for r in ranks]
+        have = f"{', '.join(rest)} and {last}" if rest else last
         return Support(False, f"{rank}-D {node.op} is not implemented ({have} are)")
     for i, what in ((1, "weights"), (2, "bias"), (3, "slope")):
         name = node.inputs[i] if len(node.inputs) > i else ""

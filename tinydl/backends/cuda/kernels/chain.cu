@@ -35,16 +35,21 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 {% endraw %}
 
 {# Layer 1's outputs at pixel p of its region, row g + 8 h of a lane's accumulators (zero outside
-   the image): for each of the lane's channel pairs, `acc0` and `acc1` plus the bias through the
-   activations, packed to half2 at `dst` (each path's own layout of the intermediate). #}
-{% macro store1(acc0, acc1, dst) %}
+   the image, and where `valid` is false): for each of the lane's channel pairs, `acc0` and
+   `acc1` plus the bias (unless the MMA added it: `bias` false) through the activations, packed
+   to half2 at `dst` (each path's own layout of the intermediate). #}
+{% macro store1(acc0, acc1, dst, bias=True, valid="") %}
                 const int py = p / {{ W1 }}, px = p % {{ W1 }};
                 const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
-                const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
+                const bool in = {{ valid ~ " && " if valid }}(unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
 #pragma unroll
                 for (int n = 0; n < {{ NT1 }}; ++n) {
+{% if bias %}
                     const int ch = n * 8 + 2 * t;
                     const float r0 = {{ acc0 }} + bias1[ch], r1 = {{ acc1 }} + bias1[ch + 1];
+{% else %}
+                    const float r0 = {{ acc0 }}, r1 = {{ acc1 }};
+{% endif %}
                     *(unsigned*)({{ dst }}) = in ? epilogue1(r0, r1) : 0u;
                 }
 {% endmacro %}
@@ -230,19 +235,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int p = (mt * 4 + q) * 16 + g + 8 * h;
-                const int py = p / {{ W1 }}, px = p % {{ W1 }};
-                const int gy = y0 - {{ R1 }} + py, gx = x0 - {{ R1 }} + px;
-                const bool in = p < {{ M1 }} && (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
-#pragma unroll
-                for (int n = 0; n < {{ NT1 }}; ++n) {
-{% if BIAS1K %}
-                    const float r0 = acc[4 * n + 2 * h], r1 = acc[4 * n + 2 * h + 1];
-{% else %}
-                    const int ch = n * 8 + 2 * t;
-                    const float r0 = acc[4 * n + 2 * h] + bias1[ch], r1 = acc[4 * n + 2 * h + 1] + bias1[ch + 1];
-{% endif %}
-                    *(unsigned*)(s1 + n * {{ P1 * 8 }} + p * 8 + 2 * t) = in ? epilogue1(r0, r1) : 0u;
-                }
+{{ store1("acc[4 * n + 2 * h]", "acc[4 * n + 2 * h + 1]", "s1 + n * " ~ P1 * 8 ~ " + p * 8 + 2 * t", bias=not BIAS1K, valid="p < " ~ M1) -}}
             }
         }
     };

@@ -764,7 +764,7 @@ def _patches(b, w, bias, g) -> None:
     20.6 s a run on Mesa's software Vulkan, 0.072 s this way.)"""
     from tinydl.backends.gathers import Gather
     from tinydl.backends.webgpu.kernels.gather import emit_gather
-    from tinydl.backends.webgpu.kernels.matmul import _emit
+    from tinydl.backends.webgpu.kernels.matmul import emit_matmul
 
     n, c, ih, iw, oc = g["N"], g["C"], g["IH"], g["IW"], g["OC"]
     kh, kw, oh, ow = g["KH"], g["KW"], g["OH"], g["OW"]
@@ -781,7 +781,7 @@ def _patches(b, w, bias, g) -> None:
     emit_gather(b, Gather(b.inputs[0], (n, c, kh, kw, oh, ow), tables), patches, "patches")
     weights = b.upload("weights", w.reshape(oc, k).astype(np.float32), "f32")
     channels = b.upload("bias", np.asarray(bias, np.float32).reshape(oc), "f32")
-    _emit(
+    emit_matmul(
         b,
         (weights, "f32"),
         (patches, b.plan.infos[patches].stype),
@@ -795,10 +795,7 @@ def _conv3d(b) -> None:
     """A 3-D convolution (NCDHW, any groups, stride, dilation and padding), its bias
     (BatchNormalization folded in) and activations: conv3d.wgsl."""
     xi, yo = b.info(0), b.out()
-    w, bias = _weights_and_bias(b, 0, as_given=True)
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
-    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
     n, c, idp, ih, iw = xi.shape
     oc, group = w.shape[0], b.attrs["group"]
     od, oh, ow = (axis[2] for axis in geo)

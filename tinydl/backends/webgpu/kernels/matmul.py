@@ -30,7 +30,7 @@ def _operand(b, i: int):
     return b.upload(("operand", i), arr.astype(np.float32), "f32"), "f32"
 
 
-def _emit(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1.0):
+def emit_matmul(b, a, b_, batch, m, n, k, sa, sb, c=None, sc=(0, 0), alpha=1.0, beta=1.0):
     (abuf, at), (bbuf, bt) = a, b_
     table = b.upload("batch", np.asarray(batch, np.int64).astype(np.int32).ravel(), "i32")
     bindings = [abuf, bbuf, table]
@@ -68,7 +68,7 @@ def matmul(b):
     # (one B for a batch of A's items back to back: one product of all their rows)
     g = lowering.fold_batch(lowering.matmul(b))
     c = _operand(b, 2) if g.has_c else None
-    _emit(
+    emit_matmul(
         b, _operand(b, 0), _operand(b, 1), g.batch, g.m, g.n, g.k, g.sa, g.sb, c, g.sc,
         g.alpha, g.beta,
     )  # fmt: skip
