@@ -7,6 +7,7 @@ the right thing is test_gpu_ops.py's job, on a GPU.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -447,10 +448,57 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, w
     source = plan.steps[0].fn.source
     assert ("wgmma.mma_async" in source) == wgmma
     assert (context.ARCH_SPECIFIC in source) == wgmma
-    assert ("ldmatrix_x4(f[j]" in source) == reuse  # (layer 2 loads its A rows itself)
+    assert ("ldmatrix_x4(f[j], a0 + 16u * (yy" in source) == reuse  # (layer 2 loads its A rows)
+    assert ("ldmatrix_x4(f[j], a0 + 16u * (min(r0" in source) == reuse  # (and layer 3 its own)
     # On warpgroups: layer 1's bias through its spare K index, layer 3 on warpgroups of its own
+    # beside layer 1 (the last tile's on all of them)
     assert ("a[kc][r] |= one1" in source) == wgmma
-    assert bool(re.search(r"if \(wg < \d\) \{\n\s+layer3_issue", source)) == wgmma
+    assert bool(re.search(r"if \(more\) \{\n\s+if \(wg == \d[ |wg=\d]*\)\n", source)) == wgmma
+
+
+@pytest.mark.parametrize(
+    ("th", "tw", "threads"),
+    [(20, 30, 512), (22, 30, 512), (12, 30, 384), (10, 14, 512), (16, 30, 512), (8, 62, 512)],
+)
+def test_warpgroups_split_the_rows_of_layers_2_and_3_among_them(th, tw, threads):
+    """chain.py's _reuse2 and _reuse3: where layers 2 and 3 take whole rows on warpgroups, their
+    calls give every row of the region to exactly one warp of each column segment, each warp R or
+    R - 1 rows (the same count across a warpgroup; none past the region's last warp rows), and
+    layer 3 in the phase it shares with layer 1 only to its L3G warpgroups; _even gives every
+    tile to one warpgroup."""
+    from tinydl.backends.cuda.kernels import chain
+
+    lay = chain._layout(th, tw, threads, (5, 3, 3), (1, 64, 32, 16), True)
+    assert lay is not None
+    groups = threads // 128
+
+    def rows_of(calls, seg):
+        blocks, taken = 4 // seg, []
+        for count, firsts in calls:
+            assert count % blocks == 0
+            for w, first in firsts:
+                for q in range(4):
+                    taken += [(first + (q // seg) * (count // blocks) + m, q % seg, w)
+                              for m in range(count // blocks)]  # fmt: skip
+        return taken
+
+    r2 = chain._reuse2(lay, threads, 32, 3, True)
+    if r2["REUSE2"]:
+        taken = rows_of(r2["L2_CALLS"], r2["SEG2"])
+        kept = sorted((r, c) for r, c, _ in taken if r < lay["H2"])
+        assert kept == [(r, c) for r in range(lay["H2"]) for c in range(r2["SEG2"])]
+        assert max(r for r, _, _ in taken) < lay["H2"] + 4 // r2["SEG2"]
+    r3 = chain._reuse3(lay, th, threads, 3, 2, True)
+    if r3["REUSE3"]:
+        for calls, used in ((r3["L3_CALLS"], lay["L3G"]), (r3["L3_LAST_CALLS"], groups)):
+            taken = rows_of(calls, r3["SEG3"])
+            kept = sorted((r, c) for r, c, _ in taken if r < th)
+            assert kept == [(r, c) for r in range(th) for c in range(r3["SEG3"])]
+            assert {w for _, _, w in taken} <= set(range(used))
+    for tiles in (1, 3, 10, 13):
+        split = chain._even(tiles, groups)
+        assert split[0] == 0 and split[-1] == tiles and len(split) == groups + 1
+        assert max(b - a for a, b in itertools.pairwise(split)) <= -(-tiles // groups)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,8 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return (unsigned)f2h(lo) | ((unsigned)f2h(hi) << 16);
 }
 
+template <int V> struct Int { static constexpr int value = V; };
+
 __device__ __forceinline__ float tanh_fast_(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -52,6 +54,117 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 {% endif %}
                     *(unsigned*)({{ dst }}) = in ? epilogue1(r0, r1) : 0u;
                 }
+{% endmacro %}
+
+{# The value of `vals` at index wg + `at` (`vals`: where each warpgroup's share of some tiles
+   begins, then their count). #}
+{% macro by_wg(vals, at=0) %}{% set n = vals | length - 1 %}{% for v in vals[at:at + n - 1] %}wg == {{ loop.index0 }} ? {{ v }} : {% endfor %}{{ vals[at + n - 1] }}{% endmacro %}
+
+{# Layer 3 of tile (img, y0, x0) on a warpgroup: `count` m64 tiles from `first` (known at
+   compile time: no branches in the wgmma sequence). #}
+{% macro layer3(count, first) %}
+            {
+                constexpr int CNT = {{ count }};
+                const int first = {{ first }};
+                float acc3[CNT][{{ NT3 * 4 }}];
+                int row0[CNT];
+#pragma unroll
+                for (int m = 0; m < CNT; ++m) row0[m] = (first + m) * 64;
+                wg_conv<{{ NT3 * 8 }}, CNT, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
+                    acc3, row0, smem_addr(s2), smem_addr(B3));
+                wgmma_wait<0>();
+                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+                for (int n = 0; n < {{ NT3 }}; ++n) {
+                    b3[n][0] = bias3[n * 8 + 2 * t];
+                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
+                }
+#pragma unroll
+                for (int m = 0; m < CNT; ++m) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = (first + m) * 64 + q * 16 + g + 8 * h;
+                        const int py = r / {{ W2 }}, px = r % {{ W2 }};
+                        if (py >= {{ TH }} || px >= {{ TW }}) continue;
+                        const int gy = y0 + py, gx = x0 + px;
+                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
+{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
+                    }
+                }
+            }
+{% endmacro %}
+
+{# Layer 3 of tile (img, y0, x0) on a warpgroup, A from registers reused across taps (REUSE3,
+   as layer 2's): warp q takes column segment q % SEG3 (16 pixels) of `count` / (4 / SEG3)
+   output rows from `first` + (q / SEG3) times that. For a column offset dx and a 16-channel
+   chunk, the rows those read are loaded once (ldmatrix): row j is tap dy's A for row j - dy. #}
+{% macro layer3_rows(count, first) %}
+            {
+                constexpr int R3 = {{ count // (4 // SEG3) }};
+                const int r0 = ({{ first }}) + (q / {{ SEG3 }}) * R3, cs = q % {{ SEG3 }};
+                const unsigned a0 = smem_addr(s2) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P2 * 16 }}u;
+                const unsigned long long bd = wgmma_desc(smem_addr(B3), 128, 256);
+                unsigned f[R3 + {{ K3 - 1 }}][4];
+                float acc3[R3][{{ NT3 * 4 }}];
+                auto load = [&](int dx, int cc) {
+#pragma unroll
+                    for (int j = 0; j < R3 + {{ K3 - 1 }}; ++j)
+                        ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j, {{ H2 - 1 }}) * {{ W2 }} + dx) + cc * {{ 2 * P2 * 16 }}u);
+                };
+                load(0, 0);
+#pragma unroll
+                for (int st = 0; st < {{ K3 * C2 // 16 }}; ++st) {
+                    const int dx = st / {{ C2 // 16 }}, cc = st % {{ C2 // 16 }};
+                    wgmma_fence();
+#pragma unroll
+                    for (int dy = 0; dy < {{ K3 }}; ++dy) {
+                        const unsigned long long b = bd + ((((dy * {{ K3 }} + dx) * {{ C2 // 16 }} + cc) * {{ NT3 * 8 * 32 }}) >> 4);
+#pragma unroll
+                        for (int m = 0; m < R3; ++m) {
+                            if (st == 0 && dy == 0)
+                                Wgmma<{{ NT3 * 8 }}>::mma0_rs(acc3[m], f[m + dy], b);
+                            else
+                                Wgmma<{{ NT3 * 8 }}>::mma_rs(acc3[m], f[m + dy], b);
+                        }
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();  // this step's registers are loaded next
+                    if (st + 1 < {{ K3 * C2 // 16 }}) load((st + 1) / {{ C2 // 16 }}, (st + 1) % {{ C2 // 16 }});
+                }
+                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+                for (int n = 0; n < {{ NT3 }}; ++n) {
+                    b3[n][0] = bias3[n * 8 + 2 * t];
+                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
+                }
+#pragma unroll
+                for (int m = 0; m < R3; ++m) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int py = r0 + m, px = cs * 16 + g + 8 * h;
+                        if (py >= {{ TH }} || px >= {{ TW }}) continue;
+                        const int gy = y0 + py, gx = x0 + px;
+                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
+{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
+                    }
+                }
+            }
+{% endmacro %}
+
+{# Layer 3 on warpgroups: `calls` holds, for each count of m64 tiles, the warpgroups that take
+   that many and the first tile of each. #}
+{% macro layer3_calls(calls) %}
+{% for count, firsts in calls %}
+            if ({% for w, _ in firsts %}wg == {{ w }}{{ " || " if not loop.last }}{% endfor %})
+{% set first %}{% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}{% endset %}
+{% if REUSE3 %}
+{{ layer3_rows(count, first) -}}
+{% else %}
+{{ layer3(count, first) -}}
+{% endif %}
+{% endfor %}
 {% endmacro %}
 
 {# Layer 3's outputs at pixel (gy, gx), row g + 8 h of a lane's accumulators: for each of the
@@ -194,9 +307,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // (most of them on the warpgroups that do not run layer 3, with which layer 1 shares a
     // phase), A gathered into registers (warp q's 16 rows of the tile, mma.sync's A layout), B
     // from shared memory.
-    const int mt1_lo = {% for s in L1_SPLIT[1:-1] %}wg < {{ loop.index }} ? {{ L1_SPLIT[loop.index0] }} : {% endfor %}{{ L1_SPLIT[-2] }};
-    const int mt1_hi = {% for s in L1_SPLIT[1:-1] %}wg < {{ loop.index }} ? {{ s }} : {% endfor %}{{ L1_SPLIT[-1] }};
-    auto layer1 = [&](int y0, int x0) {
+    // (The first tile's layer 1, alone in its phase, is split evenly: L1_EVEN.)
+    auto layer1 = [&](int y0, int x0, int mt1_lo, int mt1_hi) {
         const unsigned long long bd = wgmma_desc(smem_addr(B1), 128, 256);
         for (int mt = mt1_lo; mt < mt1_hi; ++mt) {
             int base[2];
@@ -240,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         }
     };
 {% else %}
-    auto layer1 = [&](int y0, int x0) {
+    auto layer1 = [&](int y0, int x0, int, int) {
             // -- layer 1: input -> s1 ----------------------------------------------------------------
             for (int mt0 = (WARPS - 1 - warp) * MB1; mt0 < {{ MT1 }}; mt0 += WARPS * MB1) {
                 float acc[MB1][{{ NT1 }}][4];
@@ -320,57 +432,63 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     };
 {% if REUSE2 %}
     // Layer 2 with A from registers, reused across taps: warp w takes column segment w % SEG2
-    // (16 pixels) of rows R2 * (w / SEG2) to R2 * (w / SEG2) + R2 - 1 of its region (R2: R2ROWS),
-    // one row for each of its warpgroup's MMAs. For a column offset dx and a 16-channel chunk,
+    // (16 pixels) of R2 rows of its region, one row for each of its warpgroup's MMAs; the
+    // warpgroups take R2ROWS rows a warp, or one fewer where that covers the region (L2_CALLS). For a column offset dx and a 16-channel chunk,
     // the R2 + K2 - 1 rows of layer 1 those rows read are loaded once (ldmatrix) and serve
     // every row offset dy: row j is tap dy's A for output row j - dy. (One register set: with two,
     // loading the next rows while the MMAs run, ptxas ran out of registers and serialized the
     // wgmmas.)
     auto layer2 = [&](int y0, int x0) {
-        const int cs = warp % {{ SEG2 }}, rb = warp / {{ SEG2 }};
+        const int cs = warp % {{ SEG2 }};
         const unsigned a0 = smem_addr(s1) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P1 * 16 }}u;
         const unsigned long long bd = wgmma_desc(smem_addr(B2), 128, 256);
-        unsigned f[{{ R2ROWS + K2 - 1 }}][4];
-        float acc[{{ R2ROWS }}][{{ NT2 * 4 }}];
-        auto load = [&](int dx, int cc) {
+{% for count, firsts in L2_CALLS %}
+        if ({% for w, _ in firsts %}wg == {{ w }}{{ " || " if not loop.last }}{% endfor %}) {
+            constexpr int R2 = {{ count // (4 // SEG2) }};
+            const int r0 = ({% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}) + (q / {{ SEG2 }}) * R2;
+            unsigned f[R2 + {{ K2 - 1 }}][4];
+            float acc[R2][{{ NT2 * 4 }}];
+            auto load = [&](int dx, int cc) {
 #pragma unroll
-            for (int j = 0; j < {{ R2ROWS + K2 - 1 }}; ++j) {
-                const int yy = min(rb * {{ R2ROWS }} + j, {{ H1 - 1 }});  // (rows past the region: outputs nobody keeps)
-                ldmatrix_x4(f[j], a0 + 16u * (yy * {{ W1 }} + dx) + cc * {{ 2 * P1 * 16 }}u);
-            }
-        };
-        load(0, 0);
+                for (int j = 0; j < R2 + {{ K2 - 1 }}; ++j) {
+                    const int yy = min(r0 + j, {{ H1 - 1 }});  // (rows past the region: outputs nobody keeps)
+                    ldmatrix_x4(f[j], a0 + 16u * (yy * {{ W1 }} + dx) + cc * {{ 2 * P1 * 16 }}u);
+                }
+            };
+            load(0, 0);
 #pragma unroll
-        for (int st = 0; st < {{ K2 * C1 // 16 }}; ++st) {
-            const int dx = st / {{ C1 // 16 }}, cc = st % {{ C1 // 16 }};
-            wgmma_fence();
+            for (int st = 0; st < {{ K2 * C1 // 16 }}; ++st) {
+                const int dx = st / {{ C1 // 16 }}, cc = st % {{ C1 // 16 }};
+                wgmma_fence();
 #pragma unroll
-            for (int dy = 0; dy < {{ K2 }}; ++dy) {
-                const unsigned long long b = bd + ((((dy * {{ K2 }} + dx) * {{ C1 // 16 }} + cc) * {{ NT2 * 8 * 32 }}) >> 4);
+                for (int dy = 0; dy < {{ K2 }}; ++dy) {
+                    const unsigned long long b = bd + ((((dy * {{ K2 }} + dx) * {{ C1 // 16 }} + cc) * {{ NT2 * 8 * 32 }}) >> 4);
 #pragma unroll
-                for (int m = 0; m < {{ R2ROWS }}; ++m) {
-                    if (st == 0 && dy == 0)
-                        Wgmma<{{ NT2 * 8 }}>::mma0_rs(acc[m], f[m + dy], b);
-                    else
-                        Wgmma<{{ NT2 * 8 }}>::mma_rs(acc[m], f[m + dy], b);
+                    for (int m = 0; m < R2; ++m) {
+                        if (st == 0 && dy == 0)
+                            Wgmma<{{ NT2 * 8 }}>::mma0_rs(acc[m], f[m + dy], b);
+                        else
+                            Wgmma<{{ NT2 * 8 }}>::mma_rs(acc[m], f[m + dy], b);
+                    }
+                }
+                wgmma_commit();
+                if (st + 1 < {{ K2 * C1 // 16 }}) {
+                    wgmma_wait<0>();  // this step's registers are loaded next
+                    load((st + 1) / {{ C1 // 16 }}, (st + 1) % {{ C1 // 16 }});
                 }
             }
-            wgmma_commit();
-            if (st + 1 < {{ K2 * C1 // 16 }}) {
-                wgmma_wait<0>();  // this step's registers are loaded next
-                load((st + 1) / {{ C1 // 16 }}, (st + 1) % {{ C1 // 16 }});
+            wgmma_wait<0>();
+            float b2[{{ NT2 }}][2];
+            bias2_regs(b2);
+#pragma unroll
+            for (int m = 0; m < R2; ++m) {
+                const int py = r0 + m;
+                if (py >= {{ H2 }}) continue;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) store2(acc[m], b2, h, y0, x0, py, cs * 16 + g + 8 * h);
             }
         }
-        wgmma_wait<0>();
-        float b2[{{ NT2 }}][2];
-        bias2_regs(b2);
-#pragma unroll
-        for (int m = 0; m < {{ R2ROWS }}; ++m) {
-            const int py = rb * {{ R2ROWS }} + m;
-            if (py >= {{ H2 }}) continue;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) store2(acc[m], b2, h, y0, x0, py, cs * 16 + g + 8 * h);
-        }
+{% endfor %}
         fence_proxy_async();  // s2, read by layer 3's wgmmas after the barrier
     };
 {% else %}
@@ -402,38 +520,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     // Layer 3 on warpgroups 0 to L3G - 1 ({{ L3G }}), MB3 m64 tiles each, issued and stored while
     // the other warpgroups compute layer 1 of the next tile; then they take their share of it.
     // (A warpgroup waits at a wgmma's issue until the tensor cores take it: layer 3 issued by
-    // every warpgroup before its layer 1 held all of them for as long as it ran.)
-    float acc3[MB3][{{ NT3 * 4 }}];
-    auto layer3_issue = [&]() {
-        int row0[MB3];
-#pragma unroll
-        for (int m = 0; m < MB3; ++m) row0[m] = (wg * MB3 + m) * 64;
-        wg_conv<{{ NT3 * 8 }}, MB3, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
-            acc3, row0, smem_addr(s2), smem_addr(B3){% if L3G * MB3 != MT3 %}, min(MB3, {{ MT3 }} - wg * MB3){% endif %});
-    };
-    auto layer3_store = [&](int img, int y0, int x0) {
-        wgmma_wait<0>();
-        {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-        float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-        for (int n = 0; n < {{ NT3 }}; ++n) {
-            b3[n][0] = bias3[n * 8 + 2 * t];
-            b3[n][1] = bias3[n * 8 + 2 * t + 1];
-        }
-#pragma unroll
-        for (int m = 0; m < MB3; ++m) {
-            if (wg * MB3 + m >= {{ MT3 }}) continue;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = (wg * MB3 + m) * 64 + q * 16 + g + 8 * h;
-                const int py = r / {{ W2 }}, px = r % {{ W2 }};
-                if (py >= {{ TH }} || px >= {{ TW }}) continue;
-                const int gy = y0 + py, gx = x0 + px;
-                if (gy >= {{ H }} || gx >= {{ W }}) continue;
-{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
-            }
-        }
-    };
+    // every warpgroup before its layer 1 held all of them for as long as it ran.) The last
+    // tile's layer 3, alone in its phase, runs on every warpgroup.
 {% else %}
     auto layer2 = [&](int y0, int x0) {
             // -- layer 2: s1 -> s2 (while the next tile's input is on its way) -----------------------
@@ -563,7 +651,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     int tile = blockIdx.x;
     if (tile < {{ TILES }}) {
         __syncthreads();  // the weights and the first input tile are in shared memory
-        layer1(((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, (tile % {{ TX }}) * {{ TW }});
+{% if WGMMA %}
+        layer1(((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, (tile % {{ TX }}) * {{ TW }}, {{ by_wg(L1_EVEN) }}, {{ by_wg(L1_EVEN, 1) }});
+{% else %}
+        layer1(((tile / {{ TX }}) % {{ TY }}) * {{ TH }}, (tile % {{ TX }}) * {{ TW }}, 0, 0);
+{% endif %}
 {% if WGMMA %}
         fence_proxy_async();
 {% endif %}
@@ -579,17 +671,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         if (more) commit();  // layer 1 of this tile, the input's only reader, is done
         __syncthreads();  // s2 holds layer 2; the next input is in shared memory; s1 is free
 {% if WGMMA %}
-        if (wg < {{ L3G }}) {
-            layer3_issue();
-            layer3_store(img, y0, x0);
-        }
         if (more) {
-            layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
+{{ layer3_calls(L3_CALLS) -}}
+            layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }}, {{ by_wg(L1_SPLIT) }}, {{ by_wg(L1_SPLIT, 1) }});
             fence_proxy_async();  // s1, read by layer 2's wgmmas after the barrier
+        } else {
+{{ layer3_calls(L3_LAST_CALLS) -}}
         }
 {% else %}
         layer3(img, y0, x0);
-        if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }});
+        if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }}, 0, 0);
 {% endif %}
     }
 }

@@ -17,6 +17,7 @@ turns the fusion off); the environment variable TINYDL_CUDA_CHAIN sets either (b
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -47,6 +48,8 @@ ACC3_ALONE = 40
 # Registers per thread layer 2's A rows may take where it reuses them across taps (ESPCN's
 # 20 x 30 tile: 5 rows of 4).
 A_REGS = 24
+# ... and layer 3's (ESPCN's 20 x 30 tile: 7 rows of 4).
+A3_REGS = 28
 
 
 def _act_code(acts) -> list[str] | None:
@@ -190,9 +193,15 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
         l3g = min(groups, max(min(2, groups), math.ceil(mts[2] / (ACC3_ALONE // (4 * nts[2])))))
         mbs[2] = math.ceil(mts[2] / l3g)
         l1_split = _split1(mts[0], mts[2], mbs[2], l3g, groups, k3 * k3 * c2 // 16)
+        # (the first tile's layer 1 and the last one's layer 3, each alone in its phase, on
+        # every warpgroup, evenly)
+        l1_even = _even(mts[0], groups)
+        l3_split = [min(w * mbs[2], mts[2]) for w in range(l3g + 1)] + [mts[2]] * (groups - l3g)
+        l3_calls, l3_last = _calls(l3_split), _calls(_even(mts[2], groups))
         # (layer 1 stores whole m64 tiles, zeros past its region)
         p1 = max(mts[0] * 64, mts[1] * 64 + (k2 - 1) * (w1 + 1))
-        p2 = max(h2 * w2, mts[2] * 64 + (k3 - 1) * (w2 + 1))
+        # (layer 3 reading rows from registers, REUSE3, reads up to K3 - 1 pixels past the region)
+        p2 = max(h2 * w2 + k3 - 1, mts[2] * 64 + (k3 - 1) * (w2 + 1))
         l1_bytes, l2_bytes = c1 * p1 * 2, c2 * p2 * 2
     else:
         mts = [math.ceil(m / 16) for m in (m1, m2, m3)]
@@ -204,10 +213,11 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
         ]
         p1 = p2 = 0
         l1_bytes, l2_bytes = h1 * w1 * s1 * 2, h2 * w2 * s2 * 2
-        l3g, l1_split = 0, []
+        l3g, l1_split, l1_even, l3_calls, l3_last = 0, [], [], [], []
     in_bytes = hi * wi * c0 * 2
     return dict(
-        WGMMA=wgmma, L3G=l3g, L1_SPLIT=l1_split,
+        WGMMA=wgmma, L3G=l3g, L1_SPLIT=l1_split, L1_EVEN=l1_even,
+        L3_CALLS=l3_calls, L3_LAST_CALLS=l3_last,
         R0=r0, R1=r1, R2=r2, HI=hi, WI=wi, H1=h1, W1=w1, H2=h2, W2=w2,
         S1=s1, S2=s2, P1=p1, P2=p2, M1=m1, M2=m2, M3=m3,
         MT1=mts[0], MT2=mts[1], MT3=mts[2], MB1=mbs[0], MB2=mbs[1], MB3=mbs[2],
@@ -241,6 +251,21 @@ def _split1(mt1, mt3, mb3, l3g, groups, nk3) -> list[int]:
     return [sum(count[:w]) for w in range(groups + 1)]
 
 
+def _even(tiles: int, groups: int) -> list[int]:
+    """Where each warpgroup's share of `tiles` m64 tiles begins (then `tiles`): even."""
+    return [w * tiles // groups for w in range(groups + 1)]
+
+
+def _calls(split: list[int]) -> list[tuple[int, list[tuple[int, int]]]]:
+    """A split of tiles over warpgroups (as _even's) as chain.cu's layer-3 calls: for each count
+    of tiles a warpgroup takes (none: no call), the warpgroups taking that many and their first."""
+    counts = [hi - lo for lo, hi in itertools.pairwise(split)]
+    return [
+        (c, [(w, split[w]) for w in range(len(counts)) if counts[w] == c])
+        for c in sorted(set(counts) - {0})
+    ]
+
+
 def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     """Whether layer 2 on warpgroups reuses its A rows across taps from registers (chain.cu,
     REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps,
@@ -249,10 +274,48 @@ def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     warps = threads // 32
     seg = lay["W2"] // 16
     if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and warps % seg == 0):
-        return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0}
+        return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0, "L2_CALLS": []}
     rows = math.ceil(lay["H2"] / (warps // seg))
     fits = rows * c2 // 2 <= ACC_REGS and 4 * (rows + k2 - 1) <= A_REGS
-    return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows}
+    # The warpgroups with `rows` rows a warp (the first `full`), the others one fewer: as few
+    # MMAs as cover the region (each warpgroup's warps take 4 // seg row blocks).
+    groups, blocks = warps // 4, 4 // seg
+    full = math.ceil((lay["H2"] - groups * blocks * (rows - 1)) / blocks)
+    split = [0]
+    for w in range(groups):
+        split.append(split[-1] + blocks * (rows if w < full else rows - 1))
+    return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows, "L2_CALLS": _calls(split)}
+
+
+def _reuse3(lay: dict, th: int, threads: int, k3: int, nt3: int, enabled: bool) -> dict:
+    """Whether layer 3 on warpgroups reuses its A rows across taps from registers (chain.cu,
+    REUSE3): layer 2's region width a multiple of 16 (SEG3 segments of 16 pixels a row, a
+    divisor of 4), and the rows a warp takes (over L3G warpgroups) within ACC3_ALONE
+    accumulators and A3_REGS of A rows. L3_CALLS, L3_LAST_CALLS: the rows each warpgroup takes
+    (as _calls) in the phase shared with layer 1 and in the last tile's, on every warpgroup."""
+    seg = lay["W2"] // 16
+    groups = threads // 128
+    if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and seg in (1, 2, 4)):
+        return {"REUSE3": False, "SEG3": 0}
+    blocks = 4 // seg
+    rows = math.ceil(th / (lay["L3G"] * blocks))
+    if rows * nt3 * 4 > ACC3_ALONE or 4 * (rows + k3 - 1) > A3_REGS:
+        return {"REUSE3": False, "SEG3": 0}
+
+    def split(used: int) -> list[int]:
+        per = math.ceil(th / (used * blocks))
+        full = math.ceil((th - used * blocks * (per - 1)) / blocks)
+        out = [0]
+        for w in range(groups):
+            out.append(out[-1] + (blocks * (per if w < full else per - 1) if w < used else 0))
+        return out
+
+    return {
+        "REUSE3": True,
+        "SEG3": seg,
+        "L3_CALLS": _calls(split(lay["L3G"])),
+        "L3_LAST_CALLS": _calls(split(groups)),
+    }
 
 
 def _b_bytes(shape) -> int:
@@ -326,6 +389,7 @@ def conv_chain(b):
     ty, tx = math.ceil(h / th), math.ceil(w / tw)
     tiles = n * ty * tx
     hi, wi = lay["HI"], lay["WI"]
+    reuse2 = _reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True)))
     b.launch(
         "chain.cu",
         [b.inputs[0], b.upload("weights", pack), b.outputs[0]],
@@ -337,9 +401,14 @@ def conv_chain(b):
         BIAS1K_T2=kt1 % 16 - kt1 % 2 - 8 * (kt1 % 16 >= 8), NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
         TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
-        **_reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True))),
+        **reuse2,
         NPRE=math.ceil(hi * wi * c0 / threads),
-        **{k: v for k, v in lay.items() if k.isupper()},
+        # (layer 3 reuses its rows where layer 2 does: with layer 2 on shared-memory A, the
+        # registers did not hold both, tanh_sigmoid_x2_dcr of the tests spilling)
+        **{
+            **{k: v for k, v in lay.items() if k.isupper()},
+            **_reuse3(lay, th, threads, k3, nt3, reuse2["REUSE2"]),
+        },
         WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
         **offs,
         BS=bs, dcr=dcr, OCF=c3 // (bs * bs),
