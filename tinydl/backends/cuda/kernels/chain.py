@@ -266,6 +266,18 @@ def _calls(split: list[int]) -> list[tuple[int, list[tuple[int, int]]]]:
     ]
 
 
+def _rows(total: int, used: int, groups: int, blocks: int) -> list[int]:
+    """Where each warpgroup's share of `total` rows begins (then the rows they cover, as _even's)
+    where a warpgroup's warps take `blocks` row blocks: the first `used` warpgroups R rows a warp
+    (R as few as cover them) or, after the first that need R, one fewer; the others none."""
+    per = math.ceil(total / (used * blocks))
+    full = math.ceil((total - used * blocks * (per - 1)) / blocks)
+    out = [0]
+    for w in range(groups):
+        out.append(out[-1] + (blocks * (per if w < full else per - 1) if w < used else 0))
+    return out
+
+
 def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     """Whether layer 2 on warpgroups reuses its A rows across taps from registers (chain.cu,
     REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps,
@@ -277,13 +289,7 @@ def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
         return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0, "L2_CALLS": []}
     rows = math.ceil(lay["H2"] / (warps // seg))
     fits = rows * c2 // 2 <= ACC_REGS and 4 * (rows + k2 - 1) <= A_REGS
-    # The warpgroups with `rows` rows a warp (the first `full`), the others one fewer: as few
-    # MMAs as cover the region (each warpgroup's warps take 4 // seg row blocks).
-    groups, blocks = warps // 4, 4 // seg
-    full = math.ceil((lay["H2"] - groups * blocks * (rows - 1)) / blocks)
-    split = [0]
-    for w in range(groups):
-        split.append(split[-1] + blocks * (rows if w < full else rows - 1))
+    split = _rows(lay["H2"], warps // 4, warps // 4, 4 // seg)
     return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows, "L2_CALLS": _calls(split)}
 
 
@@ -301,20 +307,11 @@ def _reuse3(lay: dict, th: int, threads: int, k3: int, nt3: int, enabled: bool) 
     rows = math.ceil(th / (lay["L3G"] * blocks))
     if rows * nt3 * 4 > ACC3_ALONE or 4 * (rows + k3 - 1) > A3_REGS:
         return {"REUSE3": False, "SEG3": 0}
-
-    def split(used: int) -> list[int]:
-        per = math.ceil(th / (used * blocks))
-        full = math.ceil((th - used * blocks * (per - 1)) / blocks)
-        out = [0]
-        for w in range(groups):
-            out.append(out[-1] + (blocks * (per if w < full else per - 1) if w < used else 0))
-        return out
-
     return {
         "REUSE3": True,
         "SEG3": seg,
-        "L3_CALLS": _calls(split(lay["L3G"])),
-        "L3_LAST_CALLS": _calls(split(groups)),
+        "L3_CALLS": _calls(_rows(th, lay["L3G"], groups, blocks)),
+        "L3_LAST_CALLS": _calls(_rows(th, groups, groups, blocks)),
     }
 
 
