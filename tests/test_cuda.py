@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.models import (
+    CONV3D_CASES,
     CONV_CHAINS,
     bn_activation_graph,
     check_elementwise_run,
+    conv3d_graph,
     conv_chain_graph,
     espcn,
     kernel_of,
@@ -745,3 +747,20 @@ def test_uploads_left_in_flight_all_arrive_after_waiting(rng):
     ctx.wait_uploads()
     for h, g in zip(hosts, got, strict=True):
         np.testing.assert_array_equal(cp.asnumpy(g), h)
+
+
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV3D_CASES)
+def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
+    """3-D convolutions (helpers.models.CONV3D_CASES: BatchNormalization, activations, a PRelu
+    and R3D's residual Add and Relu in the epilogue; groups, dilations, strides, uneven
+    padding; fp16) as one conv3d.cu launch each, against NumPy."""
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail)
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    got = sess.run(x)["y"]
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    (step,) = plan.steps
+    assert "3-D convolution, NCDHW" in step.deferred.source

@@ -14,8 +14,10 @@ import pytest
 from helpers.cases import CASES, REFERENCE_CASES
 from helpers.models import (
     ATTENTION_VARIANTS,
+    CONV3D_CASES,
     CONV_CHAINS,
     attention_graph,
+    conv3d_graph,
     conv_chain_graph,
     kernel_of,
     only_plan,
@@ -980,6 +982,23 @@ def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, bias, rng):
             else:
                 want = 0
             assert got == want, (kk, nn)
+
+
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV3D_CASES)
+def test_3d_convolutions_are_one_kernel_that_compiles(fake_device, rng, shape, oc, k, attrs, tail,
+                                                      precision):  # fmt: skip
+    """Each 3-D convolution of helpers.models.CONV3D_CASES (BatchNormalization, activations, a
+    PRelu or R3D's residual Add and Relu in its epilogue) renders and compiles as one conv3d.cu
+    kernel."""
+    import tinydl as td
+
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail)
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    plan = only_plan(kernel_of(sess, "cuda"))
+    (step,) = plan.steps
+    source = step.fn.source
+    assert "3-D convolution, NCDHW" in source
+    assert ("r += " in source) == (tail == "residual")
 
 
 @pytest.mark.parametrize("name", sorted(CONV_CHAINS))

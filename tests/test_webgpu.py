@@ -15,9 +15,11 @@ import textwrap
 import numpy as np
 import pytest
 from helpers.models import (
+    CONV3D_CASES,
     attention_feeds,
     attention_graph,
     check_elementwise_run,
+    conv3d_graph,
     conv_graph,
     conv_stack_graph,
     depthwise_block_graph,
@@ -1282,69 +1284,19 @@ def test_patch_embedding_conv_is_a_matrix_product(rng, shape, oc, k, relu, preci
         assert len(plan.steps) == 2
 
 
-def _conv3d_graph(rng, shape, oc, k, attrs, tail: str = "") -> Graph:
-    """x -> Conv (3-D, `attrs`, bias) [-> BatchNormalization -> Relu | -> PRelu] -> y."""
-    group = attrs.get("group", 1)
-    c = shape[1] // group
-    w = (rng.standard_normal((oc, c, *k)) / np.sqrt(c * np.prod(k))).astype(np.float32)
-    inits = {"w": w, "b": rng.standard_normal(oc).astype(np.float32)}
-    nodes = [Node("Conv", ["x", "w", "b"], ["c" if tail else "y"], attrs, name="conv3d")]
-    if tail == "bn_relu":
-        for name, lo in (("scale", 0.5), ("bias", -0.5), ("mean", -0.5), ("var", 0.5)):
-            inits[name] = (lo + rng.random(oc)).astype(np.float32)
-        nodes += [
-            Node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["d"], name="bn"),
-            Node("Relu", ["d"], ["y"], name="relu"),
-        ]
-    elif tail == "prelu":
-        inits["slope"] = rng.random((oc, 1, 1, 1)).astype(np.float32)
-        nodes.append(Node("PRelu", ["c", "slope"], ["y"], name="prelu"))
-    return validate(
-        Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, inits)
-    )
-
-
-@pytest.mark.parametrize(
-    "shape,oc,k,attrs,tail,precision",
-    [
-        ((2, 4, 5, 9, 11), 6, (3, 3, 3), {"pads": [1] * 6}, "", "fp32"),
-        (
-            (1, 3, 8, 16, 16),
-            8,
-            (3, 7, 7),
-            {"strides": [1, 2, 2], "pads": [1, 3, 3, 1, 3, 3]},
-            "bn_relu",
-            "fp32",
-        ),  # noqa: E501 - R3D's stem
-        (
-            (1, 6, 7, 6, 5),
-            4,
-            (3, 1, 1),
-            {"group": 2, "dilations": [2, 1, 1], "pads": [2, 0, 0, 1, 0, 0]},
-            "prelu",
-            "fp32",
-        ),  # noqa: E501
-        (
-            (1, 4, 4, 6, 6),
-            8,
-            (1, 3, 3),
-            {"pads": [0, 1, 1, 0, 1, 1], "strides": [2, 1, 1]},
-            "",
-            "fp16",
-        ),  # noqa: E501
-    ],
-)
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV3D_CASES)
 def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
-    """3-D convolutions (video networks: R3D's stem with BatchNormalization and Relu folded in,
-    groups with a dilation and uneven padding and a PRelu, strides in depth, fp16) as one
-    conv3d.wgsl dispatch each, against NumPy."""
-    graph = _conv3d_graph(rng, shape, oc, k, attrs, tail)
+    """3-D convolutions (helpers.models.CONV3D_CASES: R3D's stem with BatchNormalization and
+    Relu folded in, groups with a dilation and uneven padding and a PRelu, strides in depth,
+    fp16, R3D's residual block) as one conv3d.wgsl dispatch each (the residual's Add and Relu
+    one more), against NumPy."""
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail)
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
     got, want, plan, _ = _against_numpy(graph, x, precision)
     assert got.shape == want.shape
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
-    (step,) = plan.steps
-    assert "3-D convolution, NCDHW" in step.source
+    assert len(plan.steps) == 1 + (tail == "residual")
+    assert "3-D convolution, NCDHW" in plan.steps[0].source
 
 
 @pytest.mark.parametrize(

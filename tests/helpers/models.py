@@ -102,6 +102,46 @@ def conv_chain_graph(rng, name: str):
 # -- graphs for the GPU backends ------------------------------------------------------------------
 
 
+# 3-D convolutions (shape, output channels, kernel, attributes, what follows, precision): plain
+# and padded; R3D's stem with BatchNormalization and Relu; groups with a dilation, uneven
+# padding and a PRelu; a stride in depth at fp16; R3D's block (BatchNormalization, the input
+# added, Relu).
+CONV3D_CASES = [
+    ((2, 4, 5, 9, 11), 6, (3, 3, 3), {"pads": [1] * 6}, "", "fp32"),
+    ((1, 3, 8, 16, 16), 8, (3, 7, 7), {"strides": [1, 2, 2], "pads": [1, 3, 3, 1, 3, 3]},
+     "bn_relu", "fp32"),
+    ((1, 6, 7, 6, 5), 4, (3, 1, 1),
+     {"group": 2, "dilations": [2, 1, 1], "pads": [2, 0, 0, 1, 0, 0]}, "prelu", "fp32"),
+    ((1, 4, 4, 6, 6), 8, (1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1], "strides": [2, 1, 1]}, "", "fp16"),
+    ((1, 8, 4, 7, 7), 8, (3, 3, 3), {"pads": [1] * 6}, "residual", "fp32"),
+]  # fmt: skip
+
+
+def conv3d_graph(rng, shape, oc, k, attrs, tail: str = "") -> Graph:
+    """x -> Conv (3-D, `attrs`, bias) [-> BatchNormalization -> Relu | -> PRelu |
+    -> BatchNormalization -> + x -> Relu] -> y."""
+    group = attrs.get("group", 1)
+    c = shape[1] // group
+    w = (rng.standard_normal((oc, c, *k)) / np.sqrt(c * np.prod(k))).astype(np.float32)
+    inits = {"w": w, "b": rng.standard_normal(oc).astype(np.float32)}
+    nodes = [Node("Conv", ["x", "w", "b"], ["c" if tail else "y"], attrs, name="conv3d")]
+    if tail in ("bn_relu", "residual"):
+        for name, lo in (("scale", 0.5), ("bias", -0.5), ("mean", -0.5), ("var", 0.5)):
+            inits[name] = (lo + rng.random(oc)).astype(np.float32)
+        nodes.append(
+            Node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["d"], name="bn")
+        )
+        if tail == "residual":
+            nodes.append(Node("Add", ["d", "x"], ["e"], name="add"))
+        nodes.append(Node("Relu", ["e" if tail == "residual" else "d"], ["y"], name="relu"))
+    elif tail == "prelu":
+        inits["slope"] = rng.random((oc, 1, 1, 1)).astype(np.float32)
+        nodes.append(Node("PRelu", ["c", "slope"], ["y"], name="prelu"))
+    return validate(
+        Graph([Value("x", "float32", shape)], [Value("y", "float32", None)], nodes, inits)
+    )
+
+
 def shape_tables_graph():
     """Resize (cubic) -> Transpose -> Pad (reflect) over symbolic H, W: every op's tables
     (taps, offsets) depend on the input shape. For GPU backends fed several shapes."""

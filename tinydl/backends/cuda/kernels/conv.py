@@ -536,10 +536,48 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     launch([ws, channels, *tail, y], each, 256, "finish", [ws, channels, *res, y])
 
 
-@kernel("Conv", FUSED, supports=conv_supports)
+def _supports(node, graph):
+    return conv_supports(node, graph, ranks=(1, 2, 3))
+
+
+def _conv3d(b) -> None:
+    """A 3-D convolution (NCDHW, any groups, strides, dilations and padding), its bias
+    (BatchNormalization folded in), activations and a fused residual: conv3d.cu."""
+    xi = b.info(0)
+    w, bias = weights_and_bias(b, 0)
+    kernel_shape = _kernel(b.attrs, w.shape)
+    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
+    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    n, c, idp, ih, iw = xi.shape
+    oc, group = w.shape[0], b.attrs["group"]
+    od, oh, ow = (axis[2] for axis in geo)
+    channels, tail, params = conv_epilogue(b, {"OC": oc, "OH": od * oh, "OW": ow}, bias)
+    params.pop("steps")
+    if params["residual"]:
+        params["rload"] = load(params["rt"], "res[i]")  # (the output's own index)
+    total = n * oc * od * oh * ow
+    b.launch(
+        "conv3d.cu",
+        [b.inputs[0], b.upload("weights", w, "float32"), channels, *tail, b.outputs[0]],
+        blocks(total, BLOCK),
+        BLOCK,
+        N=n, C=c, ID=idp, IH=ih, IW=iw, OC=oc, OD=od, OH=oh, OW=ow,
+        KD=kernel_shape[0], KH=kernel_shape[1], KW=kernel_shape[2],
+        SD=strides[0], SH=strides[1], SW=strides[2],
+        DD=dilations[0], DH=dilations[1], DW=dilations[2],
+        PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
+        CG=c // group, MG=oc // group, TOTAL=total, BLOCK=BLOCK, xt=xi.ctype,
+        xload=load(xi.ctype, "xr[ix]"), **params,
+    )  # fmt: skip
+
+
+@kernel("Conv", FUSED, supports=_supports)
 def conv(b):
     b.label = conv_label(b.node)
     xi = b.info(0)
+    if len(xi.shape) == 5:
+        _conv3d(b)
+        return
     g = geometry(b)
     group = b.attrs["group"]
     w, bias = weights_and_bias(b, 0)
