@@ -60,6 +60,30 @@ __device__ __forceinline__ float tanh_fast_(float x) {
    begins, then their count). #}
 {% macro by_wg(vals, at=0) %}{% set n = vals | length - 1 %}{% for v in vals[at:at + n - 1] %}wg == {{ loop.index0 }} ? {{ v }} : {% endfor %}{{ vals[at + n - 1] }}{% endmacro %}
 
+{# Layer 3's outputs from a warpgroup's accumulators acc3[0] to acc3[`count` - 1]: `pos` sets
+   the pixel (py, px) of the tile of row g + 8 h of a lane's accumulators m; bias, activations
+   and the store (store3) where it is in the tile and the image. #}
+{% macro layer3_out(count, pos) %}
+                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
+#pragma unroll
+                for (int n = 0; n < {{ NT3 }}; ++n) {
+                    b3[n][0] = bias3[n * 8 + 2 * t];
+                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
+                }
+#pragma unroll
+                for (int m = 0; m < {{ count }}; ++m) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        {{ pos }}
+                        if (py >= {{ TH }} || px >= {{ TW }}) continue;
+                        const int gy = y0 + py, gx = x0 + px;
+                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
+{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
+                    }
+                }
+{% endmacro %}
+
 {# Layer 3 of tile (img, y0, x0) on a warpgroup: `count` m64 tiles from `first` (known at
    compile time: no branches in the wgmma sequence). #}
 {% macro layer3(count, first) %}
@@ -73,26 +97,44 @@ __device__ __forceinline__ float tanh_fast_(float x) {
                 wg_conv<{{ NT3 * 8 }}, CNT, {{ K3 * K3 * C2 // 16 }}, {{ C2 // 16 }}, {{ K3 }}, {{ W2 }}, {{ P2 * 16 }}>(
                     acc3, row0, smem_addr(s2), smem_addr(B3));
                 wgmma_wait<0>();
-                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-                for (int n = 0; n < {{ NT3 }}; ++n) {
-                    b3[n][0] = bias3[n * 8 + 2 * t];
-                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
-                }
-#pragma unroll
-                for (int m = 0; m < CNT; ++m) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = (first + m) * 64 + q * 16 + g + 8 * h;
-                        const int py = r / {{ W2 }}, px = r % {{ W2 }};
-                        if (py >= {{ TH }} || px >= {{ TW }}) continue;
-                        const int gy = y0 + py, gx = x0 + px;
-                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
-{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
-                    }
-                }
+{{ layer3_out("CNT", "const int r = (first + m) * 64 + q * 16 + g + 8 * h;\n                        const int py = r / " ~ W2 ~ ", px = r % " ~ W2 ~ ";") -}}
             }
+{% endmacro %}
+
+{# The MMAs of a layer that reuses its A rows across taps from registers (layers 2 and 3,
+   REUSE2 and REUSE3): `rows` output rows a warp (from r0, column segment at a0) into
+   accumulators `acc`, from the rows f[0] to f[rows + k - 2] of the previous layer (`k` its
+   kernel size, `c` its channels, `nt` the layer's n8 tiles; rows past `last_row` clamped, `width`
+   pixels a row, planes of 8 channels `plane` pixels apart). For a column offset dx and a
+   16-channel chunk cc (a step) those rows are loaded once (ldmatrix): row j is tap dy's A for
+   output row j - dy. One register set: with two, loading the next rows while the MMAs run,
+   ptxas ran out of registers (docs/cuda.md). #}
+{% macro reuse_mmas(rows, k, c, nt, acc, last_row, width, plane) %}
+                auto load = [&](int dx, int cc) {
+#pragma unroll
+                    for (int j = 0; j < {{ rows }} + {{ k - 1 }}; ++j)
+                        ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j, {{ last_row }}) * {{ width }} + dx) + cc * {{ 2 * plane * 16 }}u);
+                };
+                load(0, 0);
+#pragma unroll
+                for (int st = 0; st < {{ k * c // 16 }}; ++st) {
+                    const int dx = st / {{ c // 16 }}, cc = st % {{ c // 16 }};
+                    wgmma_fence();
+#pragma unroll
+                    for (int dy = 0; dy < {{ k }}; ++dy) {
+                        const unsigned long long b = bd + ((((dy * {{ k }} + dx) * {{ c // 16 }} + cc) * {{ nt * 8 * 32 }}) >> 4);
+#pragma unroll
+                        for (int m = 0; m < {{ rows }}; ++m) {
+                            if (st == 0 && dy == 0)
+                                Wgmma<{{ nt * 8 }}>::mma0_rs({{ acc }}[m], f[m + dy], b);
+                            else
+                                Wgmma<{{ nt * 8 }}>::mma_rs({{ acc }}[m], f[m + dy], b);
+                        }
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();  // this step's registers are loaded next
+                    if (st + 1 < {{ k * c // 16 }}) load((st + 1) / {{ c // 16 }}, (st + 1) % {{ c // 16 }});
+                }
 {% endmacro %}
 
 {# Layer 3 of tile (img, y0, x0) on a warpgroup, A from registers reused across taps (REUSE3,
@@ -107,49 +149,8 @@ __device__ __forceinline__ float tanh_fast_(float x) {
                 const unsigned long long bd = wgmma_desc(smem_addr(B3), 128, 256);
                 unsigned f[R3 + {{ K3 - 1 }}][4];
                 float acc3[R3][{{ NT3 * 4 }}];
-                auto load = [&](int dx, int cc) {
-#pragma unroll
-                    for (int j = 0; j < R3 + {{ K3 - 1 }}; ++j)
-                        ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j, {{ H2 - 1 }}) * {{ W2 }} + dx) + cc * {{ 2 * P2 * 16 }}u);
-                };
-                load(0, 0);
-#pragma unroll
-                for (int st = 0; st < {{ K3 * C2 // 16 }}; ++st) {
-                    const int dx = st / {{ C2 // 16 }}, cc = st % {{ C2 // 16 }};
-                    wgmma_fence();
-#pragma unroll
-                    for (int dy = 0; dy < {{ K3 }}; ++dy) {
-                        const unsigned long long b = bd + ((((dy * {{ K3 }} + dx) * {{ C2 // 16 }} + cc) * {{ NT3 * 8 * 32 }}) >> 4);
-#pragma unroll
-                        for (int m = 0; m < R3; ++m) {
-                            if (st == 0 && dy == 0)
-                                Wgmma<{{ NT3 * 8 }}>::mma0_rs(acc3[m], f[m + dy], b);
-                            else
-                                Wgmma<{{ NT3 * 8 }}>::mma_rs(acc3[m], f[m + dy], b);
-                        }
-                    }
-                    wgmma_commit();
-                    wgmma_wait<0>();  // this step's registers are loaded next
-                    if (st + 1 < {{ K3 * C2 // 16 }}) load((st + 1) / {{ C2 // 16 }}, (st + 1) % {{ C2 // 16 }});
-                }
-                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-                for (int n = 0; n < {{ NT3 }}; ++n) {
-                    b3[n][0] = bias3[n * 8 + 2 * t];
-                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
-                }
-#pragma unroll
-                for (int m = 0; m < R3; ++m) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int py = r0 + m, px = cs * 16 + g + 8 * h;
-                        if (py >= {{ TH }} || px >= {{ TW }}) continue;
-                        const int gy = y0 + py, gx = x0 + px;
-                        if (gy >= {{ H }} || gx >= {{ W }}) continue;
-{{ store3("acc3[m][4 * n + 2 * h + e] + b3[n][e]") }}
-                    }
-                }
+{{ reuse_mmas("R3", K3, C2, NT3, "acc3", H2 - 1, W2, P2) }}
+{{ layer3_out("R3", "const int py = r0 + m, px = cs * 16 + g + 8 * h;") -}}
             }
 {% endmacro %}
 
@@ -431,13 +432,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         }
     };
 {% if REUSE2 %}
-    // Layer 2 with A from registers, reused across taps: warp w takes column segment w % SEG2
-    // (16 pixels) of R2 rows of its region, one row for each of its warpgroup's MMAs; the
-    // warpgroups take R2ROWS rows a warp, or one fewer where that covers the region (L2_CALLS). For a column offset dx and a 16-channel chunk,
-    // the R2 + K2 - 1 rows of layer 1 those rows read are loaded once (ldmatrix) and serve
-    // every row offset dy: row j is tap dy's A for output row j - dy. (One register set: with two,
-    // loading the next rows while the MMAs run, ptxas ran out of registers and serialized the
-    // wgmmas.)
+    // Layer 2 with A from registers, reused across taps (reuse_mmas): warp w takes column
+    // segment w % SEG2 (16 pixels) of R2 rows of its region, one row for each of its
+    // warpgroup's MMAs; the warpgroups take R2ROWS rows a warp, or one fewer where that covers
+    // the region (L2_CALLS).
     auto layer2 = [&](int y0, int x0) {
         const int cs = warp % {{ SEG2 }};
         const unsigned a0 = smem_addr(s1) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P1 * 16 }}u;
@@ -448,36 +446,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             const int r0 = ({% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}) + (q / {{ SEG2 }}) * R2;
             unsigned f[R2 + {{ K2 - 1 }}][4];
             float acc[R2][{{ NT2 * 4 }}];
-            auto load = [&](int dx, int cc) {
-#pragma unroll
-                for (int j = 0; j < R2 + {{ K2 - 1 }}; ++j) {
-                    const int yy = min(r0 + j, {{ H1 - 1 }});  // (rows past the region: outputs nobody keeps)
-                    ldmatrix_x4(f[j], a0 + 16u * (yy * {{ W1 }} + dx) + cc * {{ 2 * P1 * 16 }}u);
-                }
-            };
-            load(0, 0);
-#pragma unroll
-            for (int st = 0; st < {{ K2 * C1 // 16 }}; ++st) {
-                const int dx = st / {{ C1 // 16 }}, cc = st % {{ C1 // 16 }};
-                wgmma_fence();
-#pragma unroll
-                for (int dy = 0; dy < {{ K2 }}; ++dy) {
-                    const unsigned long long b = bd + ((((dy * {{ K2 }} + dx) * {{ C1 // 16 }} + cc) * {{ NT2 * 8 * 32 }}) >> 4);
-#pragma unroll
-                    for (int m = 0; m < R2; ++m) {
-                        if (st == 0 && dy == 0)
-                            Wgmma<{{ NT2 * 8 }}>::mma0_rs(acc[m], f[m + dy], b);
-                        else
-                            Wgmma<{{ NT2 * 8 }}>::mma_rs(acc[m], f[m + dy], b);
-                    }
-                }
-                wgmma_commit();
-                if (st + 1 < {{ K2 * C1 // 16 }}) {
-                    wgmma_wait<0>();  // this step's registers are loaded next
-                    load((st + 1) / {{ C1 // 16 }}, (st + 1) % {{ C1 // 16 }});
-                }
-            }
-            wgmma_wait<0>();
+{{ reuse_mmas("R2", K2, C1, NT2, "acc", H1 - 1, W1, P1) }}
             float b2[{{ NT2 }}][2];
             bias2_regs(b2);
 #pragma unroll

@@ -150,19 +150,7 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
         if (m >= {{ MG }}u) break;
         const unsigned oc = g * {{ MG }}u + m;
         float r = acc[q][o] + chan[oc];
-{% if has_slope %}
-        const float slope = chan[{{ OC }}u + oc];
-{% endif %}
-{% for e in epilogue %}
-        r = {{ e }};
-{% endfor %}
-{% if residual %}
-        // + the residual (an Add of a same-shaped tensor), then what follows the Add.
-        r += {{ rload }};
-{% for e in post %}
-        r = {{ e }};
-{% endfor %}
-{% endif %}
+{% include "conv_epilogue.cuh" %}
 {% if d2s %}
         // Stored through DepthToSpace (blocksize {{ BS }}, {{ "DCR" if dcr else "CRD" }}).
 {% if dcr %}

@@ -46,18 +46,6 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
         }
     }
     float r = acc + chan[oc];
-{% if has_slope %}
-    const float slope = chan[{{ OC }}u + oc];
-{% endif %}
-{% for e in epilogue %}
-    r = {{ e }};
-{% endfor %}
-{% if residual %}
-    // + the residual (an Add of a same-shaped tensor), then what follows the Add.
-    r += {{ rload }};
-{% for e in post %}
-    r = {{ e }};
-{% endfor %}
-{% endif %}
+{% include "conv_epilogue.cuh" %}
     y[i] = {{ ystore }};
 }
