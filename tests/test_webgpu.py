@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from helpers.models import (
     CONV3D_CASES,
+    CONV_TRANSPOSE3D_CASES,
     attention_feeds,
     attention_graph,
     check_elementwise_run,
@@ -1297,6 +1298,20 @@ def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
     assert len(plan.steps) == 1 + (tail == "residual")
     assert "3-D convolution, NCDHW" in plan.steps[0].source
+
+
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV_TRANSPOSE3D_CASES)
+def test_3d_transposed_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
+    """3-D ConvTranspose (helpers.models.CONV_TRANSPOSE3D_CASES: strides, padding and output
+    padding; groups with a dilation, BatchNormalization and Relu folded in; a PRelu at fp16) as
+    one conv_transpose3d.wgsl dispatch each, against NumPy."""
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op="ConvTranspose")
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, want, plan, _ = _against_numpy(graph, x, precision)
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    (step,) = plan.steps
+    assert "3-D transposed convolution, NCDHW" in step.source
 
 
 @pytest.mark.parametrize(

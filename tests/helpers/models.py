@@ -117,14 +117,26 @@ CONV3D_CASES = [
 ]  # fmt: skip
 
 
-def conv3d_graph(rng, shape, oc, k, attrs, tail: str = "") -> Graph:
-    """x -> Conv (3-D, `attrs`, bias) [-> BatchNormalization -> Relu | -> PRelu |
-    -> BatchNormalization -> + x -> Relu] -> y."""
+# 3-D transposed convolutions, as CONV3D_CASES: strides with padding and output padding; groups
+# with a stride and a dilation, BatchNormalization and Relu; a PRelu at fp16.
+CONV_TRANSPOSE3D_CASES = [
+    ((1, 4, 3, 5, 4), 6, (3, 3, 3),
+     {"strides": [2, 2, 2], "pads": [1] * 6, "output_padding": [1, 1, 1]}, "", "fp32"),
+    ((1, 4, 3, 4, 4), 4, (2, 3, 3), {"group": 2, "strides": [1, 2, 2], "dilations": [2, 1, 1]},
+     "bn_relu", "fp32"),
+    ((1, 3, 2, 3, 3), 5, (2, 2, 2), {"strides": [2, 2, 2]}, "prelu", "fp16"),
+]  # fmt: skip
+
+
+def conv3d_graph(rng, shape, oc, k, attrs, tail: str = "", op: str = "Conv") -> Graph:
+    """x -> Conv or ConvTranspose `op` (3-D, `attrs`, bias) [-> BatchNormalization -> Relu |
+    -> PRelu | -> BatchNormalization -> + x -> Relu] -> y."""
     group = attrs.get("group", 1)
     c = shape[1] // group
-    w = (rng.standard_normal((oc, c, *k)) / np.sqrt(c * np.prod(k))).astype(np.float32)
+    wshape = (oc, c, *k) if op == "Conv" else (shape[1], oc // group, *k)
+    w = (rng.standard_normal(wshape) / np.sqrt(c * np.prod(k))).astype(np.float32)
     inits = {"w": w, "b": rng.standard_normal(oc).astype(np.float32)}
-    nodes = [Node("Conv", ["x", "w", "b"], ["c" if tail else "y"], attrs, name="conv3d")]
+    nodes = [Node(op, ["x", "w", "b"], ["c" if tail else "y"], attrs, name="conv3d")]
     if tail in ("bn_relu", "residual"):
         for name, lo in (("scale", 0.5), ("bias", -0.5), ("mean", -0.5), ("var", 0.5)):
             inits[name] = (lo + rng.random(oc)).astype(np.float32)

@@ -851,9 +851,50 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
     )
 
 
-@kernel("ConvTranspose", supports=conv_supports)
+def _conv_transpose3d(b) -> None:
+    """A 3-D transposed convolution (NCDHW, any groups, strides, dilations, padding and output
+    padding), its bias (BatchNormalization folded in) and activations: conv_transpose3d.wgsl."""
+    from tinydl.ops.conv import _transpose_attrs, _transpose_geometry
+
+    xi, yo = b.info(0), b.out()
+    w, bias = _weights_and_bias(b, 1)
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
+    geo = _transpose_geometry(
+        xi.shape[2:], kernel_shape, strides, dilations, pads, output_padding,
+        b.attrs["output_shape"], b.attrs["auto_pad"],
+    )  # fmt: skip
+    n, c, idp, ih, iw = xi.shape
+    _, oc, od, oh, ow = yo.shape
+    group = b.attrs["group"]
+    acts, slope = _epilogue(b, oc)
+    wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
+    chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
+    cbuf = b.upload("channels", chan, "f32")
+    total = n * oc * od * oh * ow
+    wg = 64
+    gx, gy, _ = grid(total, wg)
+    b.dispatch(
+        "conv_transpose3d.wgsl",
+        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
+        (gx, gy, 1),
+        N=n, C=c, ID=idp, IH=ih, IW=iw, OC=oc, OD=od, OH=oh, OW=ow,
+        KD=kernel_shape[0], KH=kernel_shape[1], KW=kernel_shape[2],
+        SD=strides[0], SH=strides[1], SW=strides[2],
+        DD=dilations[0], DH=dilations[1], DW=dilations[2],
+        PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
+        CG=c // group, MG=w.shape[1], TOTAL=total, WG=wg, GX=gx,
+        st=xi.stype, ot=yo.stype, has_slope=slope is not None,
+        epilogue=epilogue_code(acts, lambda k, v, p: activation_expr(k, v, p, vec=1)),
+    )  # fmt: skip
+
+
+@kernel("ConvTranspose", supports=_supports)
 def conv_transpose(b):
     xi, yo = b.info(0), b.out()
+    if len(xi.shape) == 5:
+        _conv_transpose3d(b)
+        return
     w, bias, g = conv_transpose_geometry(b)
     group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
     mg4 = math.ceil(mg / 4)
