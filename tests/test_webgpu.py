@@ -1304,7 +1304,7 @@ def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
 def test_3d_transposed_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
     """3-D ConvTranspose (helpers.models.CONV_TRANSPOSE3D_CASES: strides, padding and output
     padding; groups with a dilation, BatchNormalization and Relu folded in; a PRelu at fp16) as
-    one conv_transpose3d.wgsl dispatch each, against NumPy."""
+    one conv3d.wgsl dispatch each (its gather), against NumPy."""
     graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op="ConvTranspose")
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
     got, want, plan, _ = _against_numpy(graph, x, precision)

@@ -794,11 +794,16 @@ def _patches(b, w, bias, g) -> None:
 def _conv3d(b) -> None:
     """A 3-D convolution (NCDHW, any groups, stride, dilation and padding), its bias
     (BatchNormalization folded in) and activations: conv3d.wgsl."""
-    xi, yo = b.info(0), b.out()
     w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
+    _dispatch3d(b, w, bias, kernel_shape, strides, dilations, geo, w.shape[0] // b.attrs["group"])
+
+
+def _dispatch3d(b, w, bias, kernel_shape, strides, dilations, geo, mg, transpose=False):
+    """conv3d.wgsl for a 3-D Conv or ConvTranspose: weights `w` as the op has them (`mg` output
+    channels a group), its bias, window and the epilogue's activations."""
+    xi, yo = b.info(0), b.out()
     n, c, idp, ih, iw = xi.shape
-    oc, group = w.shape[0], b.attrs["group"]
-    od, oh, ow = (axis[2] for axis in geo)
+    _, oc, od, oh, ow = yo.shape
     acts, slope = _epilogue(b, oc)
     wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
     chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
@@ -815,7 +820,7 @@ def _conv3d(b) -> None:
         SD=strides[0], SH=strides[1], SW=strides[2],
         DD=dilations[0], DH=dilations[1], DW=dilations[2],
         PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
-        CG=c // group, MG=oc // group, TOTAL=total, WG=wg, GX=gx,
+        CG=c // b.attrs["group"], MG=mg, TOTAL=total, WG=wg, GX=gx, transpose=transpose,
         st=xi.stype, ot=yo.stype, has_slope=slope is not None,
         epilogue=epilogue_code(acts, lambda k, v, p: activation_expr(k, v, p, vec=1)),
     )  # fmt: skip
@@ -853,40 +858,17 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
 
 def _conv_transpose3d(b) -> None:
     """A 3-D transposed convolution (NCDHW, any groups, strides, dilations, padding and output
-    padding), its bias (BatchNormalization folded in) and activations: conv_transpose3d.wgsl."""
+    padding), its bias (BatchNormalization folded in) and activations: conv3d.wgsl's gather."""
     from tinydl.ops.conv import _transpose_attrs, _transpose_geometry
 
-    xi, yo = b.info(0), b.out()
     w, bias = _weights_and_bias(b, 1)
     kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
     strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
     geo = _transpose_geometry(
-        xi.shape[2:], kernel_shape, strides, dilations, pads, output_padding,
+        b.info(0).shape[2:], kernel_shape, strides, dilations, pads, output_padding,
         b.attrs["output_shape"], b.attrs["auto_pad"],
     )  # fmt: skip
-    n, c, idp, ih, iw = xi.shape
-    _, oc, od, oh, ow = yo.shape
-    group = b.attrs["group"]
-    acts, slope = _epilogue(b, oc)
-    wbuf = b.upload("weights", w.astype(np.float32).ravel(), "f32")
-    chan = np.concatenate([bias, slope if slope is not None else []]).astype(np.float32)
-    cbuf = b.upload("channels", chan, "f32")
-    total = n * oc * od * oh * ow
-    wg = 64
-    gx, gy, _ = grid(total, wg)
-    b.dispatch(
-        "conv_transpose3d.wgsl",
-        [b.inputs[0], wbuf, cbuf, b.outputs[0]],
-        (gx, gy, 1),
-        N=n, C=c, ID=idp, IH=ih, IW=iw, OC=oc, OD=od, OH=oh, OW=ow,
-        KD=kernel_shape[0], KH=kernel_shape[1], KW=kernel_shape[2],
-        SD=strides[0], SH=strides[1], SW=strides[2],
-        DD=dilations[0], DH=dilations[1], DW=dilations[2],
-        PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
-        CG=c // group, MG=w.shape[1], TOTAL=total, WG=wg, GX=gx,
-        st=xi.stype, ot=yo.stype, has_slope=slope is not None,
-        epilogue=epilogue_code(acts, lambda k, v, p: activation_expr(k, v, p, vec=1)),
-    )  # fmt: skip
+    _dispatch3d(b, w, bias, kernel_shape, strides, dilations, geo, w.shape[1], transpose=True)
 
 
 @kernel("ConvTranspose", supports=_supports)
