@@ -613,31 +613,52 @@ def as_2d(shape):
     return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
 
 
+def _as_2d_window(w, bias, kernel_shape, strides, dilations, geo) -> tuple:
+    """A conv's weights, bias and window (kernel shape, strides, dilations, geometry), a 1-D
+    window as 1 x W."""
+    if len(kernel_shape) != 1:
+        return w, bias, kernel_shape, strides, dilations, geo
+    ks, st, dil = [1, *kernel_shape], [1, *strides], [1, *dilations]
+    return w[:, :, None], bias, ks, st, dil, [(0, 0, 1), *geo]
+
+
+def conv_window(b, spatial: tuple | None = None) -> tuple:
+    """A Conv node's weights (BatchNormalization folded in), bias, and window: kernel shape,
+    strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W.
+    `spatial`: the input's spatial size, when input 0 is not the NCHW value the conv reads."""
+    from tinydl.ops.conv import _kernel, window_attrs, window_geometry
+
+    w, bias = weights_and_bias(b, 0, as_given=True)  # (packed into float32 by the caller)
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
+    geo = window_geometry(
+        spatial or b.info(0).shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"]
+    )
+    return _as_2d_window(w, bias, kernel_shape, strides, dilations, geo)
+
+
+def conv_transpose_window(b) -> tuple:
+    """A ConvTranspose node's weights ([C][M/group][k...], BatchNormalization folded in), bias,
+    and window as conv_window's (the geometry's pads are the crops of the full output)."""
+    from tinydl.ops.conv import _kernel, _transpose_attrs, _transpose_geometry
+
+    w, bias = weights_and_bias(b, 1)
+    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
+    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
+    geo = _transpose_geometry(
+        b.info(0).shape[2:], kernel_shape, strides, dilations, pads, output_padding,
+        b.attrs["output_shape"], b.attrs["auto_pad"],
+    )  # fmt: skip
+    return _as_2d_window(w, bias, kernel_shape, strides, dilations, geo)
+
+
 def conv_transpose_geometry(b) -> tuple[np.ndarray, np.ndarray, dict]:
     """A ConvTranspose node's weights ([C][M/group][kh][kw], BatchNormalization folded in, 1-D
     as 2-D), bias, and 2-D window by the templates' constant names (N, C, IH, IW, OC, OH, OW,
     KH, KW, SH, SW, DH, DW, PT, PL, G, CG, MG)."""
-    from tinydl.ops.conv import _kernel, _transpose_attrs, _transpose_geometry
-
     xi, yo = b.info(0), b.out()
-    w, bias = weights_and_bias(b, 1)
     group = b.attrs["group"]
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
-    geo = _transpose_geometry(
-        xi.shape[2:],
-        kernel_shape,
-        strides,
-        dilations,
-        pads,
-        output_padding,
-        b.attrs["output_shape"],
-        b.attrs["auto_pad"],
-    )
-    if len(kernel_shape) == 1:
-        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
-        geo = [(0, 0, 1), *geo]
-        w = w[:, :, None]
+    w, bias, kernel_shape, strides, dilations, geo = conv_transpose_window(b)
     n, c, ih, iw = as_2d(xi.shape)
     _, oc, oh, ow = as_2d(yo.shape)
     return w, bias, dict(
@@ -840,6 +861,11 @@ def bn_affine(b) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
         k.astype(np.float32).reshape(per_channel),
         shift.astype(np.float32).reshape(per_channel),
     )
+
+
+def conv_supports_3d(node: Node, graph: Graph):
+    """conv_supports with 3-D windows too (the backends' conv3d kernels)."""
+    return conv_supports(node, graph, ranks=(1, 2, 3))
 
 
 def conv_supports(node: Node, graph: Graph, ranks: tuple[int, ...] = (1, 2)):

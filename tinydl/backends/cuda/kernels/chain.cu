@@ -27,7 +27,15 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return (unsigned)f2h(lo) | ((unsigned)f2h(hi) << 16);
 }
 
-template <int V> struct Int { static constexpr int value = V; };
+// A lane's two channels (2t, 2t + 1) of each of a layer's NT n8 tiles of `bias`, in registers.
+template <int NT>
+__device__ __forceinline__ void bias_regs(float (&b)[NT][2], const float* bias, int t) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        b[n][0] = bias[n * 8 + 2 * t];
+        b[n][1] = bias[n * 8 + 2 * t + 1];
+    }
+}
 
 __device__ __forceinline__ float tanh_fast_(float x) {
     float y;
@@ -65,12 +73,8 @@ __device__ __forceinline__ float tanh_fast_(float x) {
    and the store (store3) where it is in the tile and the image. #}
 {% macro layer3_out(count, pos) %}
                 {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
-                float b3[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-#pragma unroll
-                for (int n = 0; n < {{ NT3 }}; ++n) {
-                    b3[n][0] = bias3[n * 8 + 2 * t];
-                    b3[n][1] = bias3[n * 8 + 2 * t + 1];
-                }
+                float b3[{{ NT3 }}][2];
+                bias_regs(b3, bias3, t);
 #pragma unroll
                 for (int m = 0; m < {{ count }}; ++m) {
 #pragma unroll
@@ -424,13 +428,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
         }
     };
-    auto bias2_regs = [&](float (&b2)[{{ NT2 }}][2]) {
-#pragma unroll
-        for (int n = 0; n < {{ NT2 }}; ++n) {
-            b2[n][0] = bias2[n * 8 + 2 * t];
-            b2[n][1] = bias2[n * 8 + 2 * t + 1];
-        }
-    };
 {% if REUSE2 %}
     // Layer 2 with A from registers, reused across taps (reuse_mmas): warp w takes column
     // segment w % SEG2 (16 pixels) of R2 rows of its region, one row for each of its
@@ -448,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             float acc[R2][{{ NT2 * 4 }}];
 {{ reuse_mmas("R2", K2, C1, NT2, "acc", H1 - 1, W1, P1) }}
             float b2[{{ NT2 }}][2];
-            bias2_regs(b2);
+            bias_regs(b2, bias2, t);
 #pragma unroll
             for (int m = 0; m < R2; ++m) {
                 const int py = r0 + m;
@@ -471,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                 acc, row0, smem_addr(s1), smem_addr(B2){% if MT2 % (MB2 * THREADS // 128) %}, min(MB2, {{ MT2 }} - mt0){% endif %});
             wgmma_wait<0>();
             float b2[{{ NT2 }}][2];
-            bias2_regs(b2);
+            bias_regs(b2, bias2, t);
 #pragma unroll
             for (int m = 0; m < MB2; ++m) {
                 if (mt0 + m >= {{ MT2 }}) continue;
@@ -528,12 +525,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                             }
                         }
                     }
-                    float bz[{{ NT2 }}][2];  // this lane's two channels of each n8 tile
-    #pragma unroll
-                    for (int n = 0; n < {{ NT2 }}; ++n) {
-                        bz[n][0] = bias2[n * 8 + 2 * t];
-                        bz[n][1] = bias2[n * 8 + 2 * t + 1];
-                    }
+                    float bz[{{ NT2 }}][2];
+                    bias_regs(bz, bias2, t);
     #pragma unroll
                     for (int m = 0; m < MB2; ++m) {
     #pragma unroll
@@ -592,12 +585,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
                             }
                         }
                     }
-                    float bz[{{ NT3 }}][2];  // this lane's two channels of each n8 tile
-    #pragma unroll
-                    for (int n = 0; n < {{ NT3 }}; ++n) {
-                        bz[n][0] = bias3[n * 8 + 2 * t];
-                        bz[n][1] = bias3[n * 8 + 2 * t + 1];
-                    }
+                    float bz[{{ NT3 }}][2];
+                    bias_regs(bz, bias3, t);
     #pragma unroll
                     for (int m = 0; m < MB3; ++m) {
     #pragma unroll

@@ -30,7 +30,9 @@ from tinydl.backends.fusion import (
     as_2d,
     conv_label,
     conv_supports,
+    conv_supports_3d,
     conv_transpose_geometry,
+    conv_window,
     epilogue,
     epilogue_code,
     weights_and_bias,
@@ -536,18 +538,11 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     launch([ws, channels, *tail, y], each, 256, "finish", [ws, channels, *res, y])
 
 
-def _supports(node, graph):
-    return conv_supports(node, graph, ranks=(1, 2, 3))
-
-
 def _conv3d(b) -> None:
     """A 3-D convolution (NCDHW, any groups, strides, dilations and padding), its bias
     (BatchNormalization folded in), activations and a fused residual: conv3d.cu."""
     xi = b.info(0)
-    w, bias = weights_and_bias(b, 0)
-    kernel_shape = _kernel(b.attrs, w.shape)
-    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
-    geo = window_geometry(xi.shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"])
+    w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
     n, c, idp, ih, iw = xi.shape
     oc, group = w.shape[0], b.attrs["group"]
     od, oh, ow = (axis[2] for axis in geo)
@@ -571,7 +566,7 @@ def _conv3d(b) -> None:
     )  # fmt: skip
 
 
-@kernel("Conv", FUSED, supports=_supports)
+@kernel("Conv", FUSED, supports=conv_supports_3d)
 def conv(b):
     b.label = conv_label(b.node)
     xi = b.info(0)

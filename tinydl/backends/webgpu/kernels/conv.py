@@ -29,18 +29,14 @@ import numpy as np
 from tinydl.backends.fusion import (
     as_2d,
     conv_label,
-    conv_supports,
+    conv_supports_3d,
     conv_transpose_geometry,
+    conv_transpose_window,
+    conv_window,
     epilogue_code,
 )
 from tinydl.backends.fusion import epilogue as _epilogue
-from tinydl.backends.fusion import weights_and_bias as _weights_and_bias
 from tinydl.backends.webgpu.kernels import activation_expr, grid, kernel
-from tinydl.ops.conv import (
-    _kernel,
-    window_attrs,
-    window_geometry,
-)
 from tinydl.ops.fused import FUSED_CONV as FUSED
 
 # Grouped/depthwise weights up to this size go in a uniform buffer (the thesis's "constants"
@@ -137,28 +133,7 @@ def _packed4(node, plan) -> bool:
     )
 
 
-def conv_window(b, spatial: tuple | None = None) -> tuple:
-    """A conv node's weights (BatchNormalization folded in), bias, and 2-D window: kernel shape,
-    strides, dilations and (pad begin, pad end, output size) per axis; a 1-D conv as 1 x W.
-    `spatial`: the input's spatial size, when input 0 is not the NCHW value the conv reads."""
-    w, bias = _weights_and_bias(b, 0, as_given=True)  # (packed into float32 below)
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads = window_attrs(b.attrs, kernel_shape)
-    geo = window_geometry(
-        spatial or b.info(0).shape[2:], kernel_shape, strides, dilations, pads, b.attrs["auto_pad"]
-    )
-    if len(kernel_shape) == 1:
-        kernel_shape, strides, dilations = [1, *kernel_shape], [1, *strides], [1, *dilations]
-        geo = [(0, 0, 1), *geo]
-        w = w[:, :, None]
-    return w, bias, kernel_shape, strides, dilations, geo
-
-
-def _supports(node, graph):
-    return conv_supports(node, graph, ranks=(1, 2, 3))
-
-
-@kernel("Conv", FUSED, supports=_supports, packed4=_packed4)
+@kernel("Conv", FUSED, supports=conv_supports_3d, packed4=_packed4)
 def conv(b):
     b.label = conv_label(b.node)
     xi = b.info(0)
@@ -859,19 +834,11 @@ def _grouped(b, w, bias, slope, acts, g, group: int) -> None:
 def _conv_transpose3d(b) -> None:
     """A 3-D transposed convolution (NCDHW, any groups, strides, dilations, padding and output
     padding), its bias (BatchNormalization folded in) and activations: conv3d.wgsl's gather."""
-    from tinydl.ops.conv import _transpose_attrs, _transpose_geometry
-
-    w, bias = _weights_and_bias(b, 1)
-    kernel_shape = _kernel({"kernel_shape": b.attrs["kernel_shape"]}, w.shape)
-    strides, dilations, pads, output_padding = _transpose_attrs(b.attrs, kernel_shape)
-    geo = _transpose_geometry(
-        b.info(0).shape[2:], kernel_shape, strides, dilations, pads, output_padding,
-        b.attrs["output_shape"], b.attrs["auto_pad"],
-    )  # fmt: skip
+    w, bias, kernel_shape, strides, dilations, geo = conv_transpose_window(b)
     _dispatch3d(b, w, bias, kernel_shape, strides, dilations, geo, w.shape[1], transpose=True)
 
 
-@kernel("ConvTranspose", supports=_supports)
+@kernel("ConvTranspose", supports=conv_supports_3d)
 def conv_transpose(b):
     xi, yo = b.info(0), b.out()
     if len(xi.shape) == 5:

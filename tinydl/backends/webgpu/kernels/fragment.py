@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinydl.backends.fusion import CHAIN, as_2d, conv_label, epilogue_code
+from tinydl.backends.fusion import CHAIN, as_2d, conv_label, conv_window, epilogue_code
 from tinydl.backends.fusion import epilogue as conv_epilogue
 from tinydl.backends.webgpu.kernels import activation_expr, wgsl_float
-from tinydl.backends.webgpu.kernels.conv import conv_window
 from tinydl.ops.activation import ACTIVATION_OPS, ACTIVATIONS, activation_params
 from tinydl.ops.fused import FUSED_CONV
 from tinydl.ops.resize import _check_resize_attrs, _resize_targets, axis_taps
