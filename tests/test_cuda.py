@@ -68,6 +68,7 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
         ({"chain_wgmma": False}, False),
         ({"chain_reuse": False}, True),  # layer 2's A from shared memory too
         ({"chain_tile": "22,30,512"}, True),  # layer 2: 24 rows, 3 a warp
+        ({"chain_tile": "10,14,512"}, True),  # layer 2 in 2 segments of two rows of 8
     ],
 )
 @pytest.mark.parametrize("shape", [(2, 1, 37, 53), (1, 1, 97, 131)])

@@ -450,8 +450,10 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, w
     source = plan.steps[0].fn.source
     assert ("wgmma.mma_async" in source) == wgmma
     assert (context.ARCH_SPECIFIC in source) == wgmma
-    # (layers 2 and 3 load their A rows themselves: reuse_mmas in each of their calls)
+    # (layers 2 and 3 load their A rows themselves: reuse_mmas in each of their calls; layer 2
+    # in pieces of two rows of 8 pixels, layer 3 in rows of 16)
     assert (source.count("ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j") >= 2) == reuse
+    assert ("ldmatrix_x4(r, a0 + 16u * (min(r0 + j + ((lane >> 3) & 1)" in source) == reuse
     # On warpgroups: layer 1's bias through its spare K index, layer 3 on warpgroups of its own
     # beside layer 1 (the last tile's on all of them)
     assert ("a[kc][r] |= one1" in source) == wgmma
@@ -501,6 +503,21 @@ def test_warpgroups_split_the_rows_of_layers_2_and_3_among_them(th, tw, threads)
         split = chain._even(tiles, groups)
         assert split[0] == 0 and split[-1] == tiles and len(split) == groups + 1
         assert max(b - a for a, b in itertools.pairwise(split)) <= -(-tiles // groups)
+
+
+@pytest.mark.parametrize(
+    ("width", "heights", "patch"),
+    [(32, (2, 1), (2, 4)), (16, (2, 1), (2, 2)), (8, (2, 1), (2, 1)), (64, (2, 1), (1, 4)),
+     (32, (1,), (1, 2)), (48, (2, 1), None), (36, (2, 1), None), (8, (1,), None)],
+)  # fmt: skip
+def test_reused_rows_are_pieces_of_two_rows_where_the_width_allows(width, heights, patch):
+    """chain.py's _patch: a warp's 16 M rows as two rows of 8 pixels where a region's width is
+    1, 2 or 4 such segments, else one row of 16 where it is 1, 2 or 4 of those; and _a_regs: the
+    registers their A rows take (rows of 16 pixels: 4 each; pieces: 2 a row)."""
+    from tinydl.backends.cuda.kernels import chain
+
+    assert chain._patch(width, heights) == patch
+    assert chain._a_regs(1, 3, 3) == 20 and chain._a_regs(2, 3, 3) == 16
 
 
 @pytest.mark.parametrize(

@@ -106,19 +106,36 @@ __device__ __forceinline__ float tanh_fast_(float x) {
 {% endmacro %}
 
 {# The MMAs of a layer that reuses its A rows across taps from registers (layers 2 and 3,
-   REUSE2 and REUSE3): `rows` output rows a warp (from r0, column segment at a0) into
-   accumulators `acc`, from the rows f[0] to f[rows + k - 2] of the previous layer (`k` its
-   kernel size, `c` its channels, `nt` the layer's n8 tiles; rows past `last_row` clamped, `width`
-   pixels a row, planes of 8 channels `plane` pixels apart). For a column offset dx and a
-   16-channel chunk cc (a step) those rows are loaded once (ldmatrix): row j is tap dy's A for
-   output row j - dy. One register set: with two, loading the next rows while the MMAs run,
-   ptxas ran out of registers (docs/cuda.md). #}
-{% macro reuse_mmas(rows, k, c, nt, acc, last_row, width, plane) %}
+   REUSE2 and REUSE3): `rows` M tiles a warp into accumulators `acc`, each `ph` output rows of
+   16 / ph pixels (from row r0, column segment at a0: reuse_base), from the previous layer's
+   rows r0 to r0 + ph rows + k - 2 (`k` its kernel size, `c` its channels, `nt` the layer's
+   n8 tiles; rows past `last_row` clamped, `width` pixels a row, planes of 8 channels `plane`
+   pixels apart). For a column offset dx and a 16-channel chunk cc (a step) those rows are
+   loaded once (ldmatrix), and row j is tap dy's A for output row j - dy: with ph 1, f[j] is
+   M tile j - dy's whole A; with ph 2 (pieces of 8 pixels), f[j] holds row j's two 8x8 matrices
+   (k 0-7, 8-15), and M tile m's A for tap dy takes rows 2 m + dy and 2 m + dy + 1 as its
+   fragment's rows g and g + 8 (a fifth fewer loads at three tiles a warp). One register set:
+   with two, loading the next rows while the MMAs run, ptxas ran out of registers
+   (docs/cuda.md). #}
+{% macro reuse_mmas(rows, k, c, nt, acc, last_row, width, plane, ph) %}
+{% if ph == 2 %}
+                unsigned f[2 * {{ rows }} + {{ k - 1 }}][2];
+                auto load = [&](int dx, int cc) {
+#pragma unroll
+                    for (int j = 0; j < 2 * {{ rows }} + {{ k - 1 }}; j += 2) {
+                        unsigned r[4];  // rows j and j + 1 (lanes 8-15, 24-31), k 0-7 and 8-15
+                        ldmatrix_x4(r, a0 + 16u * (min(r0 + j + ((lane >> 3) & 1), {{ last_row }}) * {{ width }} + dx) + cc * {{ 2 * plane * 16 }}u);
+                        f[j][0] = r[0], f[j + 1][0] = r[1], f[j][1] = r[2], f[j + 1][1] = r[3];
+                    }
+                };
+{% else %}
+                unsigned f[{{ rows }} + {{ k - 1 }}][4];
                 auto load = [&](int dx, int cc) {
 #pragma unroll
                     for (int j = 0; j < {{ rows }} + {{ k - 1 }}; ++j)
                         ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j, {{ last_row }}) * {{ width }} + dx) + cc * {{ 2 * plane * 16 }}u);
                 };
+{% endif %}
                 load(0, 0);
 #pragma unroll
                 for (int st = 0; st < {{ k * c // 16 }}; ++st) {
@@ -129,10 +146,15 @@ __device__ __forceinline__ float tanh_fast_(float x) {
                         const unsigned long long b = bd + ((((dy * {{ k }} + dx) * {{ c // 16 }} + cc) * {{ nt * 8 * 32 }}) >> 4);
 #pragma unroll
                         for (int m = 0; m < {{ rows }}; ++m) {
+{% if ph == 2 %}
+                            const unsigned a[4] = {f[2 * m + dy][0], f[2 * m + dy + 1][0], f[2 * m + dy][1], f[2 * m + dy + 1][1]};
+{% else %}
+                            const unsigned* a = f[m + dy];
+{% endif %}
                             if (st == 0 && dy == 0)
-                                Wgmma<{{ nt * 8 }}>::mma0_rs({{ acc }}[m], f[m + dy], b);
+                                Wgmma<{{ nt * 8 }}>::mma0_rs({{ acc }}[m], a, b);
                             else
-                                Wgmma<{{ nt * 8 }}>::mma_rs({{ acc }}[m], f[m + dy], b);
+                                Wgmma<{{ nt * 8 }}>::mma_rs({{ acc }}[m], a, b);
                         }
                     }
                     wgmma_commit();
@@ -141,20 +163,31 @@ __device__ __forceinline__ float tanh_fast_(float x) {
                 }
 {% endmacro %}
 
+{# A lane's first A row address for reuse_mmas over `region` (planes `plane` pixels apart) in
+   segment `cs` of 16 / ph pixels: its row of the first 8x8 matrix it addresses, k 0-7 for lanes
+   0-15, 8-15 for the others (with ph 2, lanes 8-15 and 24-31 address the next row: load). #}
+{% macro reuse_base(region, plane, ph) -%}
+smem_addr({{ region }}) + 16u * ({% if ph == 2 %}cs * 8 + (lane & 7){% else %}cs * 16 + (lane & 15){% endif %}) + (lane >> 4) * {{ plane * 16 }}u
+{%- endmacro %}
+
+{# Pixel (py, px) of row g + 8 h of M tile m's accumulators in reuse_mmas (warp rows from r0,
+   column segment cs). #}
+{% macro reuse_pixel(ph) -%}
+{% if ph == 2 %}const int py = r0 + 2 * m + h, px = cs * 8 + g;{% else %}const int py = r0 + m, px = cs * 16 + g + 8 * h;{% endif %}
+{%- endmacro %}
+
 {# Layer 3 of tile (img, y0, x0) on a warpgroup, A from registers reused across taps (REUSE3,
-   as layer 2's): warp q takes column segment q % SEG3 (16 pixels) of `count` / (4 / SEG3)
-   output rows from `first` + (q / SEG3) times that. For a column offset dx and a 16-channel
-   chunk, the rows those read are loaded once (ldmatrix): row j is tap dy's A for row j - dy. #}
+   as layer 2's): warp q takes column segment q % SEG3 (16 / PH3 pixels) of `count` / (4 /
+   SEG3) output rows from `first` + (q / SEG3) times that. #}
 {% macro layer3_rows(count, first) %}
             {
-                constexpr int R3 = {{ count // (4 // SEG3) }};
-                const int r0 = ({{ first }}) + (q / {{ SEG3 }}) * R3, cs = q % {{ SEG3 }};
-                const unsigned a0 = smem_addr(s2) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P2 * 16 }}u;
+                constexpr int R3 = {{ count // (PH3 * (4 // SEG3)) }};
+                const int r0 = ({{ first }}) + (q / {{ SEG3 }}) * {{ PH3 }} * R3, cs = q % {{ SEG3 }};
+                const unsigned a0 = {{ reuse_base("s2", P2, PH3) }};
                 const unsigned long long bd = wgmma_desc(smem_addr(B3), 128, 256);
-                unsigned f[R3 + {{ K3 - 1 }}][4];
                 float acc3[R3][{{ NT3 * 4 }}];
-{{ reuse_mmas("R3", K3, C2, NT3, "acc3", H2 - 1, W2, P2) }}
-{{ layer3_out("R3", "const int py = r0 + m, px = cs * 16 + g + 8 * h;") -}}
+{{ reuse_mmas("R3", K3, C2, NT3, "acc3", H2 - 1, W2, P2, PH3) }}
+{{ layer3_out("R3", reuse_pixel(PH3)) -}}
             }
 {% endmacro %}
 
@@ -430,28 +463,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     };
 {% if REUSE2 %}
     // Layer 2 with A from registers, reused across taps (reuse_mmas): warp w takes column
-    // segment w % SEG2 (16 pixels) of R2 rows of its region, one row for each of its
-    // warpgroup's MMAs; the warpgroups take R2ROWS rows a warp, or one fewer where that covers
-    // the region (L2_CALLS).
+    // segment w % SEG2 (16 / PH2 pixels) of R2 M tiles of PH2 rows of its region, one for each
+    // of its warpgroup's MMAs; the warpgroups take R2ROWS tiles a warp, or one fewer where
+    // that covers the region (L2_CALLS).
     auto layer2 = [&](int y0, int x0) {
         const int cs = warp % {{ SEG2 }};
-        const unsigned a0 = smem_addr(s1) + 16u * (cs * 16 + (lane & 15)) + (lane >> 4) * {{ P1 * 16 }}u;
+        const unsigned a0 = {{ reuse_base("s1", P1, PH2) }};
         const unsigned long long bd = wgmma_desc(smem_addr(B2), 128, 256);
 {% for count, firsts in L2_CALLS %}
         if ({% for w, _ in firsts %}wg == {{ w }}{{ " || " if not loop.last }}{% endfor %}) {
-            constexpr int R2 = {{ count // (4 // SEG2) }};
-            const int r0 = ({% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}) + (q / {{ SEG2 }}) * R2;
-            unsigned f[R2 + {{ K2 - 1 }}][4];
+            constexpr int R2 = {{ count // (PH2 * (4 // SEG2)) }};
+            const int r0 = ({% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}) + (q / {{ SEG2 }}) * {{ PH2 }} * R2;
             float acc[R2][{{ NT2 * 4 }}];
-{{ reuse_mmas("R2", K2, C1, NT2, "acc", H1 - 1, W1, P1) }}
+{{ reuse_mmas("R2", K2, C1, NT2, "acc", H1 - 1, W1, P1, PH2) }}
             float b2[{{ NT2 }}][2];
             bias_regs(b2, bias2, t);
 #pragma unroll
             for (int m = 0; m < R2; ++m) {
-                const int py = r0 + m;
-                if (py >= {{ H2 }}) continue;
 #pragma unroll
-                for (int h = 0; h < 2; ++h) store2(acc[m], b2, h, y0, x0, py, cs * 16 + g + 8 * h);
+                for (int h = 0; h < 2; ++h) {
+                    {{ reuse_pixel(PH2) }}
+                    if (py < {{ H2 }}) store2(acc[m], b2, h, y0, x0, py, px);
+                }
             }
         }
 {% endfor %}

@@ -278,37 +278,61 @@ def _rows(total: int, used: int, groups: int, blocks: int) -> list[int]:
     return out
 
 
+def _patch(width: int, heights=(2, 1)) -> tuple[int, int] | None:
+    """How a warp's 16 M rows cover a region `width` pixels wide where a layer reuses its A rows
+    across taps (chain.cu's reuse_mmas): (PH, SEG), PH rows of 16 / PH pixels (the first of
+    `heights` the width allows), SEG such segments a row, a divisor of 4 (the warps of a
+    warpgroup); None where none fits."""
+    for ph in heights:
+        seg, rest = divmod(width, 16 // ph)
+        if rest == 0 and seg in (1, 2, 4):
+            return ph, seg
+    return None
+
+
+def _a_regs(ph: int, rows: int, k: int) -> int:
+    """Registers a lane's A rows take in reuse_mmas: `rows` M tiles of PH rows each, reading
+    PH rows + k - 1 rows of the previous layer (4 registers for 16 pixels of 16 channels)."""
+    return 4 * (ph * rows + k - 1) // ph
+
+
 def _reuse2(lay: dict, threads: int, c2: int, k2: int, enabled: bool) -> dict:
     """Whether layer 2 on warpgroups reuses its A rows across taps from registers (chain.cu,
-    REUSE2): its region's width a multiple of 16, the rows split evenly enough over the warps,
-    their accumulators within ACC_REGS and the rows they read (R2ROWS + K2 - 1 fragments of 4
-    registers) within A_REGS. SEG2: 16-pixel segments a row; R2ROWS: rows a warp."""
+    REUSE2): its region's width as _patch takes it, the rows split evenly enough over the
+    warps, their accumulators within ACC_REGS and the rows they read within A_REGS. PH2, SEG2:
+    _patch's (two rows of 8 pixels where the width allows: a fifth fewer A loads at three M
+    tiles a warp); R2ROWS: M tiles a warp (of PH2 rows each)."""
     warps = threads // 32
-    seg = lay["W2"] // 16
-    if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and warps % seg == 0):
-        return {"REUSE2": False, "SEG2": 0, "R2ROWS": 0, "L2_CALLS": []}
-    rows = math.ceil(lay["H2"] / (warps // seg))
-    fits = rows * c2 // 2 <= ACC_REGS and 4 * (rows + k2 - 1) <= A_REGS
-    split = _rows(lay["H2"], warps // 4, warps // 4, 4 // seg)
-    return {"REUSE2": fits, "SEG2": seg, "R2ROWS": rows, "L2_CALLS": _calls(split)}
+    patch = _patch(lay["W2"])
+    if not (enabled and lay["WGMMA"] and patch):
+        return {"REUSE2": False, "PH2": 1, "SEG2": 0, "R2ROWS": 0, "L2_CALLS": []}
+    ph, seg = patch
+    rows = math.ceil(lay["H2"] / (ph * (warps // seg)))
+    fits = rows * c2 // 2 <= ACC_REGS and _a_regs(ph, rows, k2) <= A_REGS
+    split = _rows(lay["H2"], warps // 4, warps // 4, ph * (4 // seg))
+    return {"REUSE2": fits, "PH2": ph, "SEG2": seg, "R2ROWS": rows, "L2_CALLS": _calls(split)}
 
 
 def _reuse3(lay: dict, th: int, threads: int, k3: int, nt3: int, enabled: bool) -> dict:
     """Whether layer 3 on warpgroups reuses its A rows across taps from registers (chain.cu,
-    REUSE3): layer 2's region width a multiple of 16 (SEG3 segments of 16 pixels a row, a
-    divisor of 4), and the rows a warp takes (over L3G warpgroups) within ACC3_ALONE
-    accumulators and A3_REGS of A rows. L3_CALLS, L3_LAST_CALLS: the rows each warpgroup takes
-    (as _calls) in the phase shared with layer 1 and in the last tile's, on every warpgroup."""
-    seg = lay["W2"] // 16
+    REUSE3): layer 2's region width as _patch takes it (PH3, SEG3), and the M tiles a warp
+    takes (over L3G warpgroups) within ACC3_ALONE accumulators and A3_REGS of A rows.
+    L3_CALLS, L3_LAST_CALLS: the rows each warpgroup takes (as _calls) in the phase shared with
+    layer 1 and in the last tile's, on every warpgroup."""
     groups = threads // 128
-    if not (enabled and lay["WGMMA"] and lay["W2"] % 16 == 0 and seg in (1, 2, 4)):
-        return {"REUSE3": False, "SEG3": 0}
-    blocks = 4 // seg
+    # (rows of 16 pixels: with pieces of two rows, ESPCN's layer 3 spilled 56 bytes and ran no
+    # faster, docs/cuda.md)
+    patch = _patch(lay["W2"], (1,))
+    if not (enabled and lay["WGMMA"] and patch):
+        return {"REUSE3": False, "PH3": 1, "SEG3": 0}
+    ph, seg = patch
+    blocks = ph * (4 // seg)
     rows = math.ceil(th / (lay["L3G"] * blocks))
-    if rows * nt3 * 4 > ACC3_ALONE or 4 * (rows + k3 - 1) > A3_REGS:
-        return {"REUSE3": False, "SEG3": 0}
+    if rows * nt3 * 4 > ACC3_ALONE or _a_regs(ph, rows, k3) > A3_REGS:
+        return {"REUSE3": False, "PH3": 1, "SEG3": 0}
     return {
         "REUSE3": True,
+        "PH3": ph,
         "SEG3": seg,
         "L3_CALLS": _calls(_rows(th, lay["L3G"], groups, blocks)),
         "L3_LAST_CALLS": _calls(_rows(th, groups, groups, blocks)),
