@@ -96,6 +96,24 @@ def test_espcn_fp16_chain_kernels_match_the_reference(tmp_path, rng, options, ho
     assert rel_err(got, want) <= 1e-2
 
 
+@pytest.mark.parametrize(
+    "options", [{}, {"chain_tile": "10,14,512"}, {"chain_wgmma": False}, {"chain_reuse": False}]
+)
+def test_espcn_fp16_chain_blocks_of_several_tiles_match_the_reference(tmp_path, rng, options):
+    """More tiles than blocks: each block runs several tiles through its software pipeline (the
+    next tile's input fetched during layer 2, layer 3 beside the next tile's layer 1), across
+    images, with partial tiles at the right and bottom edges."""
+    graph = espcn(tmp_path, rng)
+    y = rng.random((2, 1, 187, 700), dtype=np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"y": y})["out"]
+    sess = td.compile(
+        graph, backends=("cuda",), precision="fp16", strict=True, backend_options={"cuda": options}
+    )
+    got = sess.run({"y": y})["out"]
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-2
+
+
 @pytest.mark.parametrize("name", sorted(CONV_CHAINS))
 @pytest.mark.parametrize("options", [{}, {"chain_wgmma": False}])
 def test_other_conv_chains_match_the_reference(rng, name, options):
