@@ -270,6 +270,49 @@ def test_oversize_tensor_is_a_buffer_size_error(rng, monkeypatch):
         td.compile(validate(static), backends=("webgpu",), strict=True)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_products_of_constants_wider_than_a_binding_split_by_columns(rng, monkeypatch, precision):
+    """A Gemm (transB 1 and 0, with a bias of N values, alpha and beta) and a MatMul whose
+    constant B the adapter cannot bind in one piece run as products of column blocks of B and a
+    Concat of theirs (AlexNet's and VGG's classifiers on a 128 MiB adapter), against NumPy; a
+    computed tensor over the limit is still refused."""
+    ctx = get_context()
+    monkeypatch.setitem(ctx.limits, "max-storage-buffer-binding-size", 16384)
+    consts = {
+        "w1": rng.standard_normal((200, 24)).astype(np.float32),  # 19,200 bytes, transposed
+        "b1": rng.standard_normal(200).astype(np.float32),
+        "w2": rng.standard_normal((200, 30)).astype(np.float32),  # 24,000 bytes
+        "w3": rng.standard_normal((30, 150)).astype(np.float32),  # 18,000 bytes
+        "b3": rng.standard_normal(150).astype(np.float32),
+    }
+    graph = validate(Graph(
+        [Value("x", "float32", (2, 24))],
+        [Value("y", "float32", None)],
+        [Node("Gemm", ["x", "w1", "b1"], ["h"], {"transB": 1}, name="fc1"),
+         Node("Relu", ["h"], ["r"], name="relu"),
+         Node("MatMul", ["r", "w2"], ["m"], name="fc2"),
+         Node("Gemm", ["m", "w3", "b3"], ["y"], {"alpha": 0.5, "beta": 2.0}, name="fc3")],
+        consts,
+    ))  # fmt: skip
+    x = rng.standard_normal((2, 24)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run({"x": x})["y"]
+    assert got.shape == want.shape == (2, 150)
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    ops = [n.op for n in only_plan(kernel_of(sess, "webgpu")).nodes]
+    assert ops.count("Concat") == 3 and ops.count("Gemm") + ops.count("MatMul") >= 6
+    big = validate(Graph(
+        [Value("x", "float32", (2, 24))],
+        [Value("y", "float32", None)],
+        [Node("Gemm", ["x", "w1"], ["h"], {"transB": 1}, name="fc1"),
+         Node("Tile", ["h", "reps"], ["y"], name="tile")],
+        {"w1": consts["w1"], "reps": np.array([20, 1], np.int64)},
+    ))  # fmt: skip
+    with pytest.raises(BufferSizeError, match="max-storage-buffer-binding-size"):
+        td.compile(big, backends=("webgpu",), precision=precision, strict=True)
+
+
 def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300

@@ -59,7 +59,45 @@ from tinydl.backends.webgpu.tensor import (
     padded_shape,
     to_storage,
 )
-from tinydl.ir.graph import Node
+from tinydl.ir.graph import Graph, Node, Value
+
+
+def split_wide_products(nodes, const, types, consts: dict, most: int) -> list:
+    """`nodes` with each MatMul (2-D constant B) and Gemm (constant B) whose B holds more than
+    `most` bytes as float32 replaced by products of blocks of B's output columns (and of C's,
+    for a Gemm), each within `most`, and a Concat of them along the last axis; the blocks go
+    into `consts`, their outputs into `types`. Returns the nodes and the blocks' outputs."""
+    out, parts = [], set()
+    for node in nodes:
+        b = const(node.inputs[1]) if node.op in ("MatMul", "Gemm") and len(node.inputs) > 1 else None
+        y = node.outputs[0]
+        if b is None or b.ndim != 2 or 4 * b.size <= most or types.get(y) is None:
+            out.append(node)
+            continue
+        trans = node.op == "Gemm" and bool(node.attrs.get("transB", 0))
+        n = b.shape[0] if trans else b.shape[1]
+        blocks = math.ceil(4 * b.size / most)
+        width = math.ceil(math.ceil(n / blocks) / 16) * 16
+        c = const(node.inputs[2]) if node.op == "Gemm" and len(node.inputs) > 2 else None
+        ys = []
+        for i, lo in enumerate(range(0, n, width)):
+            hi = min(n, lo + width)
+            key = f"{node.name or y}:cols{i}"
+            consts[f"{key}:B"] = np.ascontiguousarray(b[lo:hi] if trans else b[:, lo:hi])
+            ins = [node.inputs[0], f"{key}:B"]
+            if c is not None and c.ndim >= 1 and c.shape[-1] == n:
+                consts[f"{key}:C"] = np.ascontiguousarray(c[..., lo:hi])
+                ins.append(f"{key}:C")
+            elif len(node.inputs) > 2:
+                ins.append(node.inputs[2])
+            part = f"{key}:Y"
+            t = types[y]
+            types[part] = Value(part, t.dtype, (*t.shape[:-1], hi - lo))
+            out.append(Node(node.op, ins, [part], dict(node.attrs), name=key))
+            ys.append(part)
+        out.append(Node("Concat", ys, [y], {"axis": -1}, name=f"{node.name or y}:concat"))
+        parts.update(ys)
+    return out, parts
 
 
 def planned_copy(node: Node, **meta) -> Node:
@@ -383,6 +421,18 @@ class Plan(planned.Plan):
     def rewrite(self, body, keep, shape_of, types):
         def direct(n) -> bool:  # conv_direct runs the convolution (its epilogues, its layouts)
             return direct_ok(n, body.initializers.get(n.inputs[1]))
+
+        # A product whose constant B the adapter cannot bind in one piece, as products of
+        # column blocks of it and a Concat of theirs.
+        split, parts = split_wide_products(
+            body.nodes, self.const, types, self.consts, int(0.9 * self.ctx.max_binding)
+        )
+        if parts:
+            body = Graph(list(body.inputs), list(body.outputs), split, body.initializers)
+            known = shape_of
+
+            def shape_of(v):
+                return types[v].shape if v in parts else known(v)
 
         nodes = fuse(body, keep, shape_of, direct)
         # A residual Add (and the activation after it, and the shortcut's Pad of channels and
