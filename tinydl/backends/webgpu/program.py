@@ -69,7 +69,8 @@ def split_wide_products(nodes, const, types, consts: dict, most: int) -> list:
     into `consts`, their outputs into `types`. Returns the nodes and the blocks' outputs."""
     out, parts = [], set()
     for node in nodes:
-        b = const(node.inputs[1]) if node.op in ("MatMul", "Gemm") and len(node.inputs) > 1 else None
+        product = node.op in ("MatMul", "Gemm") and len(node.inputs) > 1
+        b = const(node.inputs[1]) if product else None
         y = node.outputs[0]
         if b is None or b.ndim != 2 or 4 * b.size <= most or types.get(y) is None:
             out.append(node)
