@@ -15,6 +15,7 @@ import pytest
 from helpers.models import (
     CONV3D_CASES,
     CONV_CHAINS,
+    CONV_TRANSPOSE3D_CASES,
     bn_activation_graph,
     check_elementwise_run,
     conv3d_graph,
@@ -783,3 +784,19 @@ def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
     plan = only_plan(kernel_of(sess, "cuda"))
     (step,) = plan.steps
     assert "3-D convolution, NCDHW" in step.deferred.source
+
+
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV_TRANSPOSE3D_CASES)
+def test_3d_transposed_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
+    """3-D ConvTranspose (helpers.models.CONV_TRANSPOSE3D_CASES: strides, padding and output
+    padding; groups with a dilation, BatchNormalization and Relu folded in; a PRelu at fp16) as
+    one conv3d.cu launch each (its gather), against NumPy."""
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op="ConvTranspose")
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    got = sess.run(x)["y"]
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    (step,) = only_plan(kernel_of(sess, "cuda")).steps
+    assert "3-D transposed convolution, NCDHW" in step.deferred.source

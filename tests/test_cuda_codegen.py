@@ -16,6 +16,7 @@ from helpers.models import (
     ATTENTION_VARIANTS,
     CONV3D_CASES,
     CONV_CHAINS,
+    CONV_TRANSPOSE3D_CASES,
     attention_graph,
     conv3d_graph,
     conv_chain_graph,
@@ -1016,6 +1017,21 @@ def test_3d_convolutions_are_one_kernel_that_compiles(fake_device, rng, shape, o
     source = step.fn.source
     assert "3-D convolution, NCDHW" in source
     assert ("r += " in source) == (tail == "residual")
+
+
+@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV_TRANSPOSE3D_CASES)
+def test_3d_transposed_convolutions_are_one_kernel_that_compiles(
+    fake_device, rng, shape, oc, k, attrs, tail, precision
+):
+    """Each 3-D ConvTranspose of helpers.models.CONV_TRANSPOSE3D_CASES (strides, padding and
+    output padding; groups and a dilation with BatchNormalization and Relu folded in; a PRelu)
+    renders and compiles as one conv3d.cu kernel, its gather."""
+    import tinydl as td
+
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op="ConvTranspose")
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    (step,) = only_plan(kernel_of(sess, "cuda")).steps
+    assert "3-D transposed convolution, NCDHW, as a gather" in step.fn.source
 
 
 @pytest.mark.parametrize("name", sorted(CONV_CHAINS))

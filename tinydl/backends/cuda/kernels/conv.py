@@ -29,9 +29,9 @@ from tinydl.backends.cuda.kernels.elementwise import Operand, emit
 from tinydl.backends.fusion import (
     as_2d,
     conv_label,
-    conv_supports,
     conv_supports_3d,
     conv_transpose_geometry,
+    conv_transpose_window,
     conv_window,
     epilogue,
     epilogue_code,
@@ -538,14 +538,16 @@ def conv_tensor_cores(b, g: dict, w: np.ndarray, bias: np.ndarray, group: int = 
     launch([ws, channels, *tail, y], each, 256, "finish", [ws, channels, *res, y])
 
 
-def _conv3d(b) -> None:
+def _conv3d(b, transpose: bool = False) -> None:
     """A 3-D convolution (NCDHW, any groups, strides, dilations and padding), its bias
-    (BatchNormalization folded in), activations and a fused residual: conv3d.cu."""
+    (BatchNormalization folded in), activations and a fused residual: conv3d.cu; with
+    `transpose`, a 3-D ConvTranspose (output padding too), its gather."""
     xi = b.info(0)
-    w, bias, kernel_shape, strides, dilations, geo = conv_window(b)
+    window = conv_transpose_window if transpose else conv_window
+    w, bias, kernel_shape, strides, dilations, geo = window(b)
     n, c, idp, ih, iw = xi.shape
-    oc, group = w.shape[0], b.attrs["group"]
-    od, oh, ow = (axis[2] for axis in geo)
+    group = b.attrs["group"]
+    _, oc, od, oh, ow = b.out().shape
     channels, tail, params = conv_epilogue(b, {"OC": oc, "OH": od * oh, "OW": ow}, bias)
     params.pop("steps")
     if params["residual"]:
@@ -562,7 +564,7 @@ def _conv3d(b) -> None:
         DD=dilations[0], DH=dilations[1], DW=dilations[2],
         PF=geo[0][0], PT=geo[1][0], PL=geo[2][0],
         CG=c // group, MG=oc // group, TOTAL=total, BLOCK=BLOCK, xt=xi.ctype,
-        xload=load(xi.ctype, "xr[ix]"), **params,
+        xload=load(xi.ctype, "xr[ix]"), transpose=transpose, **params,
     )  # fmt: skip
 
 
@@ -644,10 +646,13 @@ def conv(b):
     )
 
 
-@kernel("ConvTranspose", supports=conv_supports)
+@kernel("ConvTranspose", supports=conv_supports_3d)
 def conv_transpose(b):
     b.label = conv_label(b.node)
     xi, yo = b.info(0), b.out()
+    if len(xi.shape) == 5:
+        _conv3d(b, transpose=True)
+        return
     w, bias, g = conv_transpose_geometry(b)
     group, cg, mg, oc = g["G"], g["CG"], g["MG"], g["OC"]
     n, oh, ow, kh, kw = g["N"], g["OH"], g["OW"], g["KH"], g["KW"]
