@@ -769,29 +769,18 @@ def test_uploads_left_in_flight_all_arrive_after_waiting(rng):
         np.testing.assert_array_equal(cp.asnumpy(g), h)
 
 
-@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV3D_CASES)
-def test_3d_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
+@pytest.mark.parametrize(
+    "op,shape,oc,k,attrs,tail,precision",
+    [("Conv", *case) for case in CONV3D_CASES]
+    + [("ConvTranspose", *case) for case in CONV_TRANSPOSE3D_CASES],
+)
+def test_3d_convolutions_match_numpy(rng, op, shape, oc, k, attrs, tail, precision):
     """3-D convolutions (helpers.models.CONV3D_CASES: BatchNormalization, activations, a PRelu
     and R3D's residual Add and Relu in the epilogue; groups, dilations, strides, uneven
-    padding; fp16) as one conv3d.cu launch each, against NumPy."""
-    graph = conv3d_graph(rng, shape, oc, k, attrs, tail)
-    x = {"x": rng.standard_normal(shape).astype(np.float32)}
-    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
-    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
-    got = sess.run(x)["y"]
-    assert got.shape == want.shape
-    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
-    plan = only_plan(kernel_of(sess, "cuda"))
-    (step,) = plan.steps
-    assert "3-D convolution, NCDHW" in step.deferred.source
-
-
-@pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV_TRANSPOSE3D_CASES)
-def test_3d_transposed_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, precision):
-    """3-D ConvTranspose (helpers.models.CONV_TRANSPOSE3D_CASES: strides, padding and output
-    padding; groups with a dilation, BatchNormalization and Relu folded in; a PRelu at fp16) as
-    one conv3d.cu launch each (its gather), against NumPy."""
-    graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op="ConvTranspose")
+    padding; fp16) and ConvTranspose (CONV_TRANSPOSE3D_CASES: strides, padding and output
+    padding; groups with a dilation, BatchNormalization and Relu; a PRelu at fp16) as one
+    conv3d.cu launch each (a ConvTranspose its gather), against NumPy."""
+    graph = conv3d_graph(rng, shape, oc, k, attrs, tail, op=op)
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
     want = td.compile(graph, backends=("numpy",)).run(x)["y"]
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
@@ -799,4 +788,5 @@ def test_3d_transposed_convolutions_match_numpy(rng, shape, oc, k, attrs, tail, 
     assert got.shape == want.shape
     assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
     (step,) = only_plan(kernel_of(sess, "cuda")).steps
-    assert "3-D transposed convolution, NCDHW" in step.deferred.source
+    kind = "3-D transposed convolution" if op == "ConvTranspose" else "3-D convolution"
+    assert f"{kind}, NCDHW" in step.deferred.source
