@@ -571,6 +571,32 @@ def test_elementwise_run_is_one_dispatch(rng):
     check_elementwise_run(rng, "webgpu")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_elementwise_runs_that_meet_at_an_op_stay_apart(rng, precision):
+    """Two runs meeting at a binary op, each the only reader of its last value (RoPE's
+    q * cos + rotate(q) * sin, GPT-2's tanh GELU): the first run takes the meeting op, the
+    second ends before it, and both values are computed (LLaMA-family models and GPT-2 failed
+    with a value without a type)."""
+    graph = validate(Graph(
+        [Value("q", "float32", (2, 4, 8)), Value("r", "float32", (2, 4, 8))],
+        [Value("y", "float32", None)],
+        [Node("Mul", ["q", "cos"], ["a"], name="mul_cos"),
+         Node("Sigmoid", ["r"], ["n"], name="sigmoid"),
+         Node("Mul", ["n", "sin"], ["b"], name="mul_sin"),
+         Node("Add", ["a", "b"], ["s"], name="add"),
+         Node("Tanh", ["s"], ["y"], name="tanh")],
+        {"cos": rng.standard_normal((4, 8)).astype(np.float32),
+         "sin": rng.standard_normal((4, 8)).astype(np.float32)},
+    ))  # fmt: skip
+    feeds = {k: rng.standard_normal((2, 4, 8)).astype(np.float32) for k in ("q", "r")}
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+    got = sess.run(feeds)["y"]
+    assert rel_err(got, want) <= (1e-5 if precision == "fp32" else 1e-2)
+    chains = [n for n in only_plan(kernel_of(sess, "webgpu")).nodes if n.op.endswith("Chain")]
+    assert sorted(n.meta["label"] for n in chains) == ["Mul+Add+Tanh", "Sigmoid+Mul"]
+
+
 def test_elementwise_runs_take_only_float_values(rng):
     """Bool and integer values between float runs (a comparison, Not, Where, an int64 Add and
     Relu) end the runs and are never fused: only the float runs become one dispatch each."""

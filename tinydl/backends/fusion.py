@@ -727,6 +727,8 @@ def fuse_elementwise(nodes: list[Node], keep: set[str], graph: Graph, types) -> 
             nxt = users.get(value, [])
             if value in keep or len(nxt) != 1 or nxt[0].op not in (*_BINARY, *_UNARY):
                 break
+            if id(nxt[0]) in taken:
+                break  # an earlier run ends there (two runs meeting at a binary op)
             trial = list(inputs)
             s = step(nxt[0], value, trial)
             if s is None:
