@@ -68,6 +68,32 @@ def test_ppocrv4_det_fp16_against_fp32(backend, ppocr_det):
     assert ((prob > 0.3) == (ref > 0.3)).mean() > 0.995
 
 
+def test_convolution_of_a_constant_input(backend, rng):
+    """A Conv whose data input is a constant (EdgeNeXt's positional encoding, which the
+    importer folds to an initializer) feeding the model's own convolutions: the constant is
+    uploaded as it is, against NumPy (webgpu failed making its plan, the constant having no
+    layout to choose)."""
+    consts = {
+        "pe": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+        "w1": rng.standard_normal((4, 4, 3, 3)).astype(np.float32),
+        "b1": rng.standard_normal(4).astype(np.float32),
+        "w2": rng.standard_normal((6, 4, 3, 3)).astype(np.float32),
+    }
+    pads = {"pads": [1, 1, 1, 1]}
+    graph = validate(Graph(
+        [Value("x", "float32", (1, 4, 8, 8))],
+        [Value("y", "float32", None)],
+        [Node("Conv", ["pe", "w1", "b1"], ["p"], pads, name="pos"),
+         Node("Add", ["x", "p"], ["s"], name="add"),
+         Node("Conv", ["s", "w2"], ["y"], pads, name="conv")],
+        consts,
+    ))  # fmt: skip
+    x = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    want = td.compile(graph, backends=("numpy",)).run(x)["y"]
+    got = td.compile(graph, backends=(backend,), strict=True).run(x)["y"]
+    assert rel_err(got, want) <= 1e-5
+
+
 def test_crnn_with_its_bidirectional_lstm_runs_whole_and_matches_onnxruntime(
     backend, tmp_path, rng
 ):

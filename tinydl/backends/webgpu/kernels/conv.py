@@ -126,9 +126,11 @@ def direct_ok(node, weights: np.ndarray | None = None) -> bool:
 
 
 def _packed4(node, plan) -> bool:
+    x = plan.infos.get(node.inputs[0])  # (None: a constant input, uploaded as it is)
     return (
-        direct_ok(node, plan.const(node.inputs[1]))
-        and len(plan.infos[node.inputs[0]].shape) == 4
+        x is not None
+        and direct_ok(node, plan.const(node.inputs[1]))
+        and len(x.shape) == 4
         and "nhwc_in" not in node.meta  # reads channels-last
     )
 
