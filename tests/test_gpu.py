@@ -362,8 +362,9 @@ def test_ppocrv4_rec_attention_is_fused(backend, rapidocr_models, rng):
     [
         {"probs_output": True, "mask": "keys"},  # the probabilities are read outside
         {"d": 160},  # a head dim over the kernel's limit
+        {"batch": (2, 2, 3), "s": 9, "d": 16},  # 5-D (Hiera's, Twins' windows): failed to plan
     ],
-    ids=["probs-output", "d160"],
+    ids=["probs-output", "d160", "5d"],
 )
 def test_attention_left_unfused_is_still_right(backend, variant, rng):
     """Where the pattern cannot be one kernel the nodes run as they are, and still match."""

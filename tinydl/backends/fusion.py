@@ -1012,6 +1012,8 @@ def fuse_attention(
             continue
         x, probs, rows = found
         first, rank = rows[0], len(shape_of(x))
+        if not 2 <= rank <= 4:
+            continue  # (the kernels take a batch and a head axis at most: Hiera's, Twins' are 5-D)
         pv = (users.get(probs) or [None])[0]
         if pv is None or pv.op != "MatMul" or feeds_only(probs, pv) is not rows[-1]:
             continue
