@@ -1019,6 +1019,35 @@ def test_3d_convolutions_are_one_kernel_that_compiles(fake_device, rng, shape, o
     assert ("r += " in source) == (tail == "residual")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_convolution_of_a_constant_input_compiles(fake_device, rng, precision):
+    """A Conv whose data input is a constant (EdgeNeXt's positional encoding) among ordinary
+    ones: the plan is made and every kernel compiles (its channel-sharing key read the input's
+    type, which a constant has not: KeyError)."""
+    import numpy as np
+
+    import tinydl as td
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    consts = {
+        "pe": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+        "w1": rng.standard_normal((4, 4, 3, 3)).astype(np.float32),
+        "w2": rng.standard_normal((6, 4, 3, 3)).astype(np.float32),
+    }
+    pads = {"pads": [1, 1, 1, 1]}
+    graph = validate(Graph(
+        [Value("x", "float32", (1, 4, 8, 8))],
+        [Value("y", "float32", None)],
+        [Node("Conv", ["pe", "w1"], ["p"], pads, name="pos"),
+         Node("Add", ["x", "p"], ["s"], name="add"),
+         Node("Conv", ["s", "w2"], ["y"], pads, name="conv")],
+        consts,
+    ))  # fmt: skip
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    assert len(only_plan(kernel_of(sess, "cuda")).steps) >= 2
+
+
 @pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV_TRANSPOSE3D_CASES)
 def test_3d_transposed_convolutions_are_one_kernel_that_compiles(
     fake_device, rng, shape, oc, k, attrs, tail, precision
