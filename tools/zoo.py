@@ -185,6 +185,134 @@ def _bert2():
     return Bert(), (ids, mask), ["input_ids", "attention_mask"]
 
 
+def _hf(kind: str):
+    """A small transformers model from its Config (random weights, eager attention as the ONNX
+    exporter takes it): its first two tensor outputs for 12 tokens, a 64x64 image (128x128 for
+    DETR), 4,000 audio samples or a 16x100 mel spectrogram."""
+
+    def build():
+        import torch
+        import transformers as tf
+
+        small = dict(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+        )
+        kv = dict(num_key_value_heads=2, vocab_size=1000)
+        rng = np.random.default_rng(SEED)
+        tokens = (rng.integers(0, 1000, (1, 12)).astype(np.int64),), ["input_ids"]
+        image = (rng.standard_normal((1, 3, 64, 64)).astype(np.float32),), ["pixel_values"]
+        text_models = {
+            "gpt2_2l": lambda: tf.GPT2Model(
+                tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000)
+            ),
+            "llama_2l": lambda: tf.LlamaModel(tf.LlamaConfig(**kv, **small)),
+            "qwen2_2l": lambda: tf.Qwen2Model(tf.Qwen2Config(**kv, **small)),
+            "mistral_2l": lambda: tf.MistralModel(tf.MistralConfig(**kv, **small)),
+            "phi_2l": lambda: tf.PhiModel(tf.PhiConfig(vocab_size=1000, **small)),
+            "gemma_2l": lambda: tf.GemmaModel(tf.GemmaConfig(head_dim=16, **kv, **small)),
+            "distilbert_2l": lambda: tf.DistilBertModel(
+                tf.DistilBertConfig(dim=64, n_layers=2, n_heads=4, hidden_dim=128, vocab_size=1000)
+            ),
+            "roberta_2l": lambda: tf.RobertaModel(tf.RobertaConfig(vocab_size=1000, **small)),
+            "t5_encoder_2l": lambda: tf.T5EncoderModel(
+                tf.T5Config(
+                    vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4
+                )
+            ),  # fmt: skip
+            "clip_text_2l": lambda: tf.CLIPTextModel(tf.CLIPTextConfig(vocab_size=1000, **small)),
+        }
+        image_models = {
+            "vit_hf_2l": lambda: tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=16, **small)),
+            "deit_2l": lambda: tf.DeiTModel(tf.DeiTConfig(image_size=64, patch_size=16, **small)),
+            "swin_hf": lambda: tf.SwinModel(
+                tf.SwinConfig(
+                    image_size=64,
+                    patch_size=4,
+                    embed_dim=32,
+                    depths=[2, 2],
+                    num_heads=[2, 4],
+                    window_size=4,
+                )
+            ),  # fmt: skip
+            "segformer_hf": lambda: tf.SegformerForSemanticSegmentation(
+                tf.SegformerConfig(
+                    hidden_sizes=[16, 32, 64, 128],
+                    depths=[1, 1, 1, 1],
+                    decoder_hidden_size=64,
+                    num_labels=5,
+                )
+            ),  # fmt: skip
+            "mobilevit_hf": lambda: tf.MobileViTModel(
+                tf.MobileViTConfig(
+                    image_size=64,
+                    hidden_sizes=[32, 48, 64],
+                    neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 128],
+                )
+            ),  # fmt: skip
+            "clip_vision_2l": lambda: tf.CLIPVisionModel(
+                tf.CLIPVisionConfig(image_size=64, patch_size=16, **small)
+            ),
+        }
+        torch.manual_seed(SEED)
+        if kind in text_models:
+            model, (example, names) = text_models[kind](), tokens
+        elif kind in image_models:
+            model, (example, names) = image_models[kind](), image
+        elif kind == "wav2vec2_2l":
+            model = tf.Wav2Vec2Model(
+                tf.Wav2Vec2Config(vocab_size=32, conv_dim=(32, 32), conv_kernel=(10, 3),
+                                  conv_stride=(5, 2), num_feat_extract_layers=2,
+                                  num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                                  **small)
+            )  # fmt: skip
+            example = (rng.standard_normal((1, 4000)).astype(np.float32),)
+            names = ["input_values"]
+        elif kind == "whisper_encoder_2l":
+            model = tf.WhisperModel(
+                tf.WhisperConfig(d_model=64, encoder_layers=2, decoder_layers=1,
+                                 encoder_attention_heads=4, decoder_attention_heads=4,
+                                 encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+                                 max_source_positions=50)
+            ).get_encoder()  # fmt: skip
+            example = (rng.standard_normal((1, 16, 100)).astype(np.float32),)
+            names = ["input_features"]
+        else:  # detr
+            backbone = tf.ResNetConfig(
+                embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]
+            )
+            model = tf.DetrForObjectDetection(
+                tf.DetrConfig(use_timm_backbone=False, backbone_config=backbone, d_model=64,
+                              encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                              num_queries=10, num_labels=5, use_pretrained_backbone=False)
+            )  # fmt: skip
+            example = (rng.standard_normal((1, 3, 128, 128)).astype(np.float32),)
+            names = ["pixel_values"]
+        model.config._attn_implementation = "eager"
+        for module in model.modules():  # (sub-configs built before the setting above)
+            if hasattr(module, "config") and hasattr(module.config, "_attn_implementation"):
+                module.config._attn_implementation = "eager"
+
+        class Outputs(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model.eval()
+
+            def forward(self, *args):
+                out = self.model(*args, return_dict=True)
+                return tuple([v for v in out.values() if isinstance(v, torch.Tensor)][:2])
+
+        return Outputs(), example, names
+
+    return build
+
+
+HF = ("gpt2_2l", "llama_2l", "qwen2_2l", "mistral_2l", "phi_2l", "gemma_2l", "distilbert_2l",
+      "roberta_2l", "t5_encoder_2l", "clip_text_2l", "vit_hf_2l", "deit_2l", "swin_hf",
+      "segformer_hf", "mobilevit_hf", "clip_vision_2l", "wav2vec2_2l", "whisper_encoder_2l",
+      "detr_hf")  # fmt: skip
+
+
 def _crnn():
     """A text recognizer as PP-OCR and LPRNet users write it: convs, pooling to one row, a
     bidirectional LSTM over the columns, per-column class scores."""
@@ -229,6 +357,7 @@ MODELS = {
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
     "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
     "bert2": _bert2,
+    **{name: _hf(name) for name in HF},
     "crnn_bilstm": _crnn,
     "efficientnet_b0": _timm("efficientnet_b0", 224),
 }
