@@ -91,9 +91,6 @@ EXCLUDED = {
     ),
     r"^test_(einsum|onehot|range)_.*bfloat16": "bfloat16: tinydl carries float16/32/64 only",
     r"^test_range_float16_": "float16 Range: ONNX allows it from opset 27; tinydl reads up to 23",
-    r"^test_batchnorm_.*_training_mode_": (
-        "BatchNormalization training_mode=1: tinydl is inference-only"
-    ),
     r"^test_maxpool_with_argmax_": "MaxPool's second output (Indices): not supported",
     r"^test_resize_.*_antialias_": "Resize antialias=1: not supported",
     r"^test_resize_downsample_scales_(linear|cubic)_align_corners_": (

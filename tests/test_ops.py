@@ -56,10 +56,34 @@ def test_conv_symbolic_dims():
     assert y.shape == ("N", 8, None, 16)
 
 
-def test_batch_norm_training_mode_rejected():
+def test_batch_norm_training_mode_uses_the_batch_statistics():
+    """training_mode=1 (timm's weight-standardized convolutions export so): y from the batch's
+    mean and population variance over every axis but 1, and the running statistics
+    mean * momentum + the batch's * (1 - momentum), as the ONNX reference computes them; no
+    backend folds it as the inference form, and the GPU backends refuse it with the reason."""
+    from tinydl.backends.fusion import bn_supports
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops.base import REGISTRY
+
     c = f32_type(3)
-    with pytest.raises(ValueError, match="training_mode=1 is not supported"):
-        infer("BatchNormalization", f32_type(1, 3, 4, 4), c, c, c, c, training_mode=1)
+    y, m, v = infer("BatchNormalization", f32_type(2, 3, 4, 5), c, c, c, c, training_mode=1,
+                    outputs=("y", "m", "v"))  # fmt: skip
+    assert y.shape == (2, 3, 4, 5) and m.shape == v.shape == (3,)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    scale, bias, mean, var = (rng.random(3).astype(np.float32) + 0.5 for _ in range(4))
+    node = Node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                {"epsilon": 1e-3, "momentum": 0.8, "training_mode": 1})  # fmt: skip
+    got = REGISTRY["BatchNormalization"].run(node, [x, scale, bias, mean, var])
+    bm, bv = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    want = (x - bm[:, None, None]) / np.sqrt(bv[:, None, None] + 1e-3) * scale[:, None, None]
+    np.testing.assert_allclose(got[0], want + bias[:, None, None], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], mean * 0.8 + bm * 0.2, rtol=1e-6)
+    np.testing.assert_allclose(got[2], var * 0.8 + bv * 0.2, rtol=1e-6)
+    graph = Graph([Value("x", "float32", (2, 3, 4, 5))], [Value("y")], [node],
+                  {"s": scale, "b": bias, "m": mean, "v": var})  # fmt: skip
+    support = bn_supports(node, graph)
+    assert not support.ok and "training mode" in support.reason
 
 
 def test_max_pool_indices_rejected():

@@ -93,7 +93,10 @@ def test_constant_folding_shape_chain_over_static_dims(rng):
     assert out.initializers[out.nodes[0].inputs[1]].tolist() == [-1, 4]
 
 
-def test_constant_folding_fully_static_chain_and_size_bound(rng):
+def test_constant_folding_fully_static_chain_and_size_bound(rng, monkeypatch):
+    from tinydl.passes import constant_folding
+
+    monkeypatch.setattr(constant_folding, "FOLD_LIMIT", 2**20)
     big = np.ones(2**21, np.float32)  # above the fold limit: Add(big, big) stays a node
     g = graph(
         [
@@ -108,6 +111,32 @@ def test_constant_folding_fully_static_chain_and_size_bound(rng):
     )
     out = check(g, "constant_folding", {"x": f32(rng, 2, 3)})
     assert ops(out) == ["Reshape", "Add", "ReduceMean"]
+
+
+def test_weight_standardization_of_a_large_layer_folds(rng):
+    """NF-ResNet's weight standardization as timm exports it (Reshape -> BatchNormalization in
+    training mode -> Reshape -> Mul by a gain) of a 512x256x3x3 weight (1.2 M elements, over
+    the fold limit before): folded into the convolution's weights, the outputs unchanged."""
+    w = rng.standard_normal((512, 256, 3, 3)).astype(np.float32)
+    ones, zeros = np.ones(512, np.float32), np.zeros(512, np.float32)
+    g = graph(
+        [
+            ("Reshape", ["w", "flat"], ["wf"], None),
+            ("BatchNormalization", ["wf", "ones", "zeros", "zeros", "ones"], ["ws"],
+             {"training_mode": 1, "momentum": 0.0, "epsilon": 1e-5}),
+            ("Reshape", ["ws", "wshape"], ["wr"], None),
+            ("Mul", ["wr", "gain"], ["wg"], None),
+            ("Conv", ["x", "wg"], ["y"], {"pads": [1, 1, 1, 1]}),
+        ],
+        {"x": (1, 256, 6, 6)},
+        inits={
+            "w": w, "ones": ones, "zeros": zeros, "flat": np.array([1, 512, -1], np.int64),
+            "wshape": np.array(w.shape, np.int64),
+            "gain": rng.random((512, 1, 1, 1)).astype(np.float32),
+        },
+    )  # fmt: skip
+    out = check(g, "constant_folding", {"x": f32(rng, 1, 256, 6, 6)})
+    assert ops(out) == ["Conv"]
 
 
 # -- identity removal ------------------------------------------------------------------------------

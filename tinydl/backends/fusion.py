@@ -139,7 +139,13 @@ def fuse(graph: Graph, keep: set[str], shape_of, d2s_ok) -> list[Node]:
         plain = fused_act == NO_ACTIVATION
         # An epilogue has one slope (channels) buffer: one PRelu at most.
         slopes = int(fused_act in ACTIVATIONS and ACTIVATIONS[fused_act].slope)
-        if plain and nxt is not None and nxt.op == "BatchNormalization" and nxt.inputs[0] == value:
+        if (
+            plain
+            and nxt is not None
+            and nxt.op == "BatchNormalization"
+            and nxt.inputs[0] == value
+            and not nxt.attrs.get("training_mode", 0)
+        ):
             params = [graph.initializers.get(n) for n in nxt.inputs[1:5]]
             if all(p is not None for p in params) and len(nxt.outputs) == 1:
                 scale, bias, mean, var = (p.astype(np.float64) for p in params)
@@ -779,6 +785,8 @@ def bn_supports(node: Node, graph: Graph):
     """A GPU backend's answer for BatchNormalization: inference form with constant statistics."""
     from tinydl.backends.base import Support
 
+    if node.attrs.get("training_mode", 0):
+        return Support(False, "BatchNormalization in training mode is not implemented")
     if any(n not in graph.initializers for n in node.inputs[1:5]):
         return Support(False, "BatchNormalization with non-constant statistics is not implemented")
     if len([o for o in node.outputs if o]) > 1:

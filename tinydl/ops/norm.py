@@ -1,4 +1,5 @@
-"""Normalization: BatchNormalization in inference mode, LayerNormalization,
+"""Normalization: BatchNormalization (in training mode too: the batch's statistics),
+LayerNormalization,
 InstanceNormalization and GroupNormalization (opset 21: scale and bias per channel)."""
 
 import numpy as np
@@ -7,8 +8,6 @@ from tinydl.ops.base import Attr, InferContext, TensorType, broadcast, normalize
 
 
 def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
-    if ctx.attrs["training_mode"] != 0:
-        raise ValueError("training_mode=1 is not supported")
     x = ctx.shape(0)
     if x is not None and len(x) < 2:
         raise ctx.fail(f"input must have rank >= 2 (N, C, ...), got shape {x}")
@@ -17,7 +16,8 @@ def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
         s = ctx.shape(i)
         if s is not None and isinstance(c, int) and s != (c,):
             raise ctx.fail(f"{name}: expected shape ({c},), got {s}")
-    return [TensorType(ctx.dtype(0), x)]
+    stats = TensorType(ctx.dtype(3), (c,) if c is not None else None)
+    return [TensorType(ctx.dtype(0), x), stats, stats]
 
 
 @op(
@@ -33,14 +33,25 @@ def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
     },
 )
 def batch_normalization(x, scale, bias, mean, var, *, epsilon, momentum, training_mode):
-    """y = (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (axis 1)."""
-    if training_mode != 0:
-        raise ValueError("training_mode=1 is not supported")
+    """y = (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (axis 1). In training
+    mode the mean and (population) variance are the batch's, over every axis but 1, and the
+    running statistics mean * momentum + the batch's * (1 - momentum) are returned too (as the
+    ONNX reference does; timm's weight-standardized convolutions export so)."""
     ct = np.promote_types(x.dtype, np.float32)
     shape = (1, -1) + (1,) * (x.ndim - 2)
+    if training_mode:
+        axes = (0, *range(2, x.ndim))
+        xs = x.astype(ct)
+        batch_mean, batch_var = xs.mean(axis=axes), xs.var(axis=axes)
+        running = [
+            (s.astype(ct) * ct.type(momentum) + b * ct.type(1 - momentum)).astype(s.dtype)
+            for s, b in ((mean, batch_mean), (var, batch_var))
+        ]
+        mean, var = batch_mean, batch_var
     k = (scale.astype(ct) / np.sqrt(var.astype(ct) + ct.type(epsilon))).reshape(shape)
     y = (x.astype(ct) - mean.astype(ct).reshape(shape)) * k + bias.astype(ct).reshape(shape)
-    return y.astype(x.dtype, copy=False)
+    y = y.astype(x.dtype, copy=False)
+    return (y, *running) if training_mode else y
 
 
 # stash_type (an ONNX element type code) -> the dtype statistics are computed and returned in.

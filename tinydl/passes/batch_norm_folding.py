@@ -35,7 +35,7 @@ def _fold_sweep(graph: Graph) -> int:
     touched: set[str] = set()
     count = 0
     for bn in list(graph.nodes):
-        if bn.op != "BatchNormalization" or any(bn.outputs[1:]):
+        if bn.op != "BatchNormalization" or any(bn.outputs[1:]) or bn.attrs.get("training_mode"):
             continue
         host = uses.producer.get(bn.inputs[0])
         if host is None or host.op not in _HOSTS or not uses.sole_reader(bn.inputs[0], bn):

@@ -20,8 +20,10 @@ from tinydl.ops.base import infer_graph
 from tinydl.passes.rewrite import Accepts
 
 NAME = "constant_folding"
-# Largest tensor (elements) the pass creates; a folded tensor is at most 4 MiB of float32.
-FOLD_LIMIT = 1 << 20
+# Largest tensor (elements) the pass creates or reads: 64 MiB of float32, a large layer's
+# weights (NF-ResNet's weight standardization, a training-mode BatchNormalization of each conv's
+# weights, folds to the standardized weights; at 1 << 20 its last stages' did not).
+FOLD_LIMIT = 1 << 24
 # Ops that only move the elements of a shape vector, and the longest vector followed.
 _SHAPE_MOVES = {"Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Flatten"}
 _SHAPE_LEN = 64

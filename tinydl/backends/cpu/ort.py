@@ -164,6 +164,8 @@ class OrtBackend(Backend):
             return Support(False, f"no ONNX op {node.op}")
         if node.op in ("LSTM", "GRU", "RNN") and node.attrs.get("layout"):
             return Support(False, "onnxruntime's CPU provider has no batch-first (layout=1) RNNs")
+        if node.op == "BatchNormalization" and node.attrs.get("training_mode"):
+            return Support(False, "onnxruntime runs no training-mode BatchNormalization here")
         return Support(True)
 
     def compile(self, subgraph: Graph, options: CompileOptions) -> Kernel:
