@@ -493,11 +493,16 @@ def run_model(
                 row["ms"] = 1e3 * _median_time(lambda: sess.run(feeds))  # noqa: B023
                 placed = Counter(sess.placement.nodes.values())
                 total = sum(placed.values())
+                # (the fallback is the NumPy reference; "cpu" places its nodes as onnxruntime)
+                back = "__none__" if backend == "numpy" else "numpy"
                 fallback = sorted(
-                    {sess.placement.ops[n] for n, b in sess.placement.nodes.items() if b != backend}
+                    {sess.placement.ops[n] for n, b in sess.placement.nodes.items() if b == back}
                 )
-                row["placement"] = f"{placed.get(backend, 0)}/{total} on {backend}" + (
-                    f"; numpy: {', '.join(fallback)}" if fallback else ""
+                named = sorted(set(placed) - {back, backend})
+                row["placement"] = (
+                    f"{total - placed.get(back, 0)}/{total} on {backend}"
+                    + (f" ({', '.join(named)})" if named else "")
+                    + (f"; numpy: {', '.join(fallback)}" if fallback else "")
                 )
             except Exception as exc:  # noqa: BLE001 - a zoo row reports every failure
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
