@@ -70,6 +70,33 @@ def test_ops_newer_than_opset_13_raise_it(op, opset, rng):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("mode", "shape", "opset"),
+    [("bilinear", (1, 2, 5, 6), 16), ("linear", (1, 2, 5, 6), 16), ("cubic", (1, 2, 5, 6), 16),
+     ("linear", (1, 2, 3, 4, 5), 20), ("nearest", (1, 2, 3, 4, 5), 20)],
+)  # fmt: skip
+def test_grid_sample_exports_at_the_opset_it_needs(mode, shape, opset, rng):
+    """GridSample at opset 16 (2-D, its modes spelled bilinear/bicubic) or 20 (any rank, as
+    linear/cubic), whichever spelling the model used: onnxruntime runs it as the reference
+    does (RAFT on the cpu backend failed: its partitions were written at opset 13). (Cubic
+    with a border padding, where onnxruntime and ONNX's reference differ, is not compared.)"""
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    r = len(shape) - 2
+    grid = (2.4 * rng.random((1, *(4,) * r, r)) - 1.2).astype(np.float32)
+    graph = validate(Graph(
+        [Value("x", "float32", shape)], [Value("y")],
+        [Node("GridSample", ["x", "grid"], ["y"],
+              {"mode": mode, "padding_mode": "zeros" if mode == "cubic" else "border"},
+              name="gs")],
+        {"grid": grid},
+    ))  # fmt: skip
+    assert to_onnx(graph).opset_import[0].version == opset
+    (want,), (got,) = run_both(graph, rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_ops_are_refused(tmp_path, rng):
     espcn_onnx(tmp_path / "e.onnx", 3, rng)
     optimized = td.compile(td.load(tmp_path / "e.onnx"), backends=("numpy",)).graph

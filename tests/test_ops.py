@@ -383,3 +383,28 @@ def test_group_normalization_groups_must_divide_channels():
     c = f32_type(6)
     with pytest.raises(InvalidModelError, match="6 channels do not divide into 4 groups"):
         infer("GroupNormalization", f32_type(1, 6, 3), c, c, num_groups=4)
+
+
+@pytest.mark.parametrize(
+    "mode,rank", [("linear", 2), ("linear", 3), ("nearest", 2), ("nearest", 3), ("cubic", 2)]
+)
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_onnx_reference(mode, rank, padding_mode, align_corners):
+    """GridSample (RAFT's and spatial transformers' resampling) against onnx's reference on a
+    grid reaching well past [-1, 1] (several reflections), 2-D and 3-D (ONNX's cubic is 2-D)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from tinydl.ir.graph import Node
+    from tinydl.ops.base import REGISTRY
+
+    rng = np.random.default_rng(rank * 7 + align_corners)
+    dims = (5, 4) if rank == 2 else (3, 4, 5)
+    x = rng.standard_normal((2, 3, *dims)).astype(np.float32)
+    grid = (3 * rng.random((2, *(3,) * rank, rank)) - 1.5).astype(np.float32)
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], **attrs)
+    want = ReferenceEvaluator(node).run(None, {"x": x, "grid": grid})[0]
+    got = REGISTRY["GridSample"].run(Node("GridSample", ["x", "grid"], ["y"], attrs), [x, grid])
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)

@@ -55,6 +55,9 @@ _OP_SINCE = {
     "Mish": 18,
     "Gelu": 20,
 }
+# GridSample's modes as opset 16 (2-D only) and opset 20 (any rank) spell them.
+_GRID_MODE_16 = {"linear": "bilinear", "cubic": "bicubic"}
+_GRID_MODE_20 = {"bilinear": "linear", "bicubic": "cubic"}
 # ScatterElements/ScatterND reductions ONNX added after `add` and `mul` (opset 16).
 _REDUCTION_SINCE = {"max": 18, "min": 18}
 
@@ -116,6 +119,10 @@ def needed_opset(graph: Graph) -> int:
             need = max(need, 18)
         if node.op in ("ScatterElements", "ScatterND"):
             need = max(need, _REDUCTION_SINCE.get(node.attrs.get("reduction"), 0))
+        if node.op == "GridSample":  # (opset 16: 2-D; 20: any rank)
+            x = graph.value(node.inputs[0])
+            rank = 4 if x is None or x.shape is None else len(x.shape)
+            need = max(need, 16 if rank == 4 else 20)
         for key, value in node.attrs.items():
             since, default = _NEWER.get((node.op, key), (0, None))
             if since and value is not None and value != default:
@@ -185,6 +192,8 @@ def _graph_proto(
             since, default = _NEWER.get((node.op, key), (0, None))
             if value is None or (since > opset and value == default):
                 continue
+            if (node.op, key) == ("GridSample", "mode"):
+                value = (_GRID_MODE_20 if opset >= 20 else _GRID_MODE_16).get(value, value)
             if isinstance(value, Graph) and node.op == "If":
                 value = _graph_proto(value, opset, node.inputs[1:])
             elif isinstance(value, Graph):

@@ -325,3 +325,136 @@ def axis_taps(n_in: int, n_out: int, scale: float, attrs: dict, roi) -> tuple:
         weights = [w / total for w in weights]
     idx = np.stack([np.clip(i, 0, n_in - 1) for i in taps], 1)
     return idx, np.stack([w.astype(np.float32) for w in weights], 1), outside
+
+
+# -- GridSample ------------------------------------------------------------------------------------
+
+# Opset 16's names of the modes (2-D) and opset 20's (any rank).
+_GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
+               "nearest": "nearest"}  # fmt: skip
+_GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def _grid_sample_infer(ctx: InferContext) -> list[TensorType]:
+    mode, padding = ctx.attrs["mode"], ctx.attrs["padding_mode"]
+    if mode not in _GRID_MODES:
+        raise ValueError(f"mode must be one of {sorted(_GRID_MODES)}, got {mode!r}")
+    if padding not in _GRID_PADDING:
+        raise ValueError(f"padding_mode must be one of {list(_GRID_PADDING)}, got {padding!r}")
+    x, grid = ctx.shape(0), ctx.shape(1)
+    if x is None or grid is None:
+        return [TensorType(ctx.dtype(0), None)]
+    r = len(x) - 2
+    if r < 1 or len(grid) != r + 2:
+        raise ctx.fail(f"grid must have rank {len(x)} for an input of rank {len(x)}, got {grid}")
+    if isinstance(grid[-1], int) and grid[-1] != r:
+        raise ctx.fail(f"grid's last axis must hold {r} coordinates, got {grid[-1]}")
+    if _GRID_MODES[mode] == "cubic" and r != 2:
+        raise ctx.fail(f"cubic GridSample is 2-D only, got {r}-D")
+    return [TensorType(ctx.dtype(0), (x[0], x[1], *grid[1:-1]))]
+
+
+def _grid_reflect(x, lo: float, hi: float):
+    """x reflected at the borders lo and hi until inside them (ONNX's reference, vectorized)."""
+    span = hi - lo
+    if span <= 0:
+        return np.full_like(x, lo)
+    below, above = lo - x, x - hi
+    out = x.copy()
+    for dx, near, far, mask in ((below, lo, hi, x < lo), (above, hi, lo, x > hi)):
+        n = np.floor(dx / span)
+        r = dx - n * span
+        even = (n % 2) == 0
+        sign = 1 if near == lo else -1
+        out = np.where(mask & even, near + sign * r, out)
+        out = np.where(mask & ~even, far - sign * r, out)
+    return out
+
+
+def _cubic_weights(t):
+    """Keys' cubic convolution weights (a = -0.75) of the four taps x0 - 1 .. x0 + 2."""
+    a = -0.75
+    return [
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+    ]
+
+
+@op(
+    "GridSample",
+    types="float",
+    inputs=2,
+    same_dtype=(0, 1),
+    infer=_grid_sample_infer,
+    attrs={
+        "align_corners": Attr("int", 0),
+        "mode": Attr("string", "linear"),
+        "padding_mode": Attr("string", "zeros"),
+    },
+)
+def grid_sample(x, grid, *, align_corners, mode, padding_mode):
+    """Output (n, c, o...) samples x[n, c] at the grid's point (n, o...), its coordinates in
+    [-1, 1] (the last one the innermost axis), by nearest (rounded half to even), linear or
+    cubic (2-D) interpolation, taps outside the input zero, clamped to its border or reflected
+    at it; the coordinates mapped as ONNX's reference and PyTorch's grid_sample map them."""
+    mode = _GRID_MODES[mode]
+    dims = x.shape[2:]
+    r = len(dims)
+    g = grid.astype(np.float32)
+    coords, bounds = [], []
+    for i, d in enumerate(dims):
+        n = g[..., r - 1 - i]
+        if align_corners:
+            c, lo, hi = (n + 1) / 2 * (d - 1), 0.0, d - 1.0
+        else:
+            c, lo, hi = ((n + 1) * d - 1) / 2, -0.5, d - 0.5
+        c = c.astype(np.float32)
+        if mode == "nearest":
+            c = np.rint(c)
+        outside = (c < lo) | (c > hi)
+        if padding_mode == "border":
+            c = np.where(outside, np.clip(c, 0, d - 1), c)
+        elif padding_mode == "reflection":
+            c = np.where(outside, _grid_reflect(c, lo, hi), c)
+        coords.append(c.astype(np.float32))
+        bounds.append((lo, hi))
+    # Per axis: the taps (index arrays) and their weights.
+    axes = []
+    for c, d, (lo, hi) in zip(coords, dims, bounds, strict=True):
+        if mode == "nearest":
+            taps = [(c.astype(np.int64), np.ones_like(c))]
+        else:
+            f = np.floor(c)
+            t = (c - f).astype(np.float32)
+            base = f.astype(np.int64)
+            if mode == "linear":
+                taps = [(base, 1 - t), (base + 1, t)]
+            else:
+                taps = [(base + k - 1, w) for k, w in enumerate(_cubic_weights(t))]
+        fixed = []
+        for idx, w in taps:
+            valid = (idx >= 0) & (idx < d)
+            if padding_mode == "border":
+                idx = np.clip(idx, 0, d - 1)
+            elif padding_mode == "reflection":
+                idx = np.trunc(_grid_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
+                idx = np.clip(idx, 0, d - 1)
+            if padding_mode == "zeros":
+                w = np.where(valid, w, 0)
+                idx = np.clip(idx, 0, d - 1)
+            fixed.append((idx, w))
+        axes.append(fixed)
+    nb = np.arange(x.shape[0]).reshape((-1,) + (1,) * (g.ndim - 2))
+    xs = np.moveaxis(x, 1, -1)  # (N, *dims, C): a gather per tap combination
+    acc = np.zeros((*g.shape[:-1], x.shape[1]), np.float64)
+    for combo in np.ndindex(*(len(a) for a in axes)):
+        weight = np.ones(g.shape[:-1], np.float64)
+        index = [nb]
+        for a, k in zip(axes, combo, strict=True):
+            idx, w = a[k]
+            weight = weight * w
+            index.append(idx)
+        acc += weight[..., None] * xs[tuple(index)]
+    return np.moveaxis(acc, -1, 1).astype(x.dtype)
