@@ -371,17 +371,6 @@ def _grid_reflect(x, lo: float, hi: float):
     return out
 
 
-def _cubic_weights(t):
-    """Keys' cubic convolution weights (a = -0.75) of the four taps x0 - 1 .. x0 + 2."""
-    a = -0.75
-    return [
-        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
-        ((a + 2) * t - (a + 3)) * t * t + 1,
-        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
-        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
-    ]
-
-
 @op(
     "GridSample",
     types="float",
@@ -432,7 +421,7 @@ def grid_sample(x, grid, *, align_corners, mode, padding_mode):
             if mode == "linear":
                 taps = [(base, 1 - t), (base + 1, t)]
             else:
-                taps = [(base + k - 1, w) for k, w in enumerate(_cubic_weights(t))]
+                taps = [(base + k - 1, w) for k, w in enumerate(_cubic_weights(t, -0.75))]
         fixed = []
         for idx, w in taps:
             valid = (idx >= 0) & (idx < d)
