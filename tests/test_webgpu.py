@@ -562,6 +562,28 @@ def test_winograd_matches_numpy(
     assert rel_err(got, want) <= tol
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_numpy(rng, mode, padding_mode, align_corners):
+    """GridSample on 2-D images (grid_sample.wgsl) against the NumPy reference, the grid past
+    [-1, 1] (clamped, reflected, zero taps), every mode, padding and corner alignment."""
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    graph = validate(Graph(
+        [Value("x", "float32", (2, 3, 5, 7)), Value("g", "float32", (2, 4, 6, 2))],
+        [Value("y", "float32", None)],
+        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
+    ))  # fmt: skip
+    feeds = {
+        "x": rng.standard_normal((2, 3, 5, 7)).astype(np.float32),
+        "g": (2.8 * rng.random((2, 4, 6, 2)) - 1.4).astype(np.float32),
+    }
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    for precision, tol in (("fp32", 1e-5), ("fp16", 1e-2)):
+        sess = td.compile(graph, backends=("webgpu",), precision=precision, strict=True)
+        assert rel_err(sess.run(feeds)["y"], want) <= tol, precision
+
+
 # -- elementwise runs ------------------------------------------------------------------------------
 
 

@@ -330,15 +330,15 @@ def axis_taps(n_in: int, n_out: int, scale: float, attrs: dict, roi) -> tuple:
 # -- GridSample ------------------------------------------------------------------------------------
 
 # Opset 16's names of the modes (2-D) and opset 20's (any rank).
-_GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
+GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
                "nearest": "nearest"}  # fmt: skip
 _GRID_PADDING = ("zeros", "border", "reflection")
 
 
 def _grid_sample_infer(ctx: InferContext) -> list[TensorType]:
     mode, padding = ctx.attrs["mode"], ctx.attrs["padding_mode"]
-    if mode not in _GRID_MODES:
-        raise ValueError(f"mode must be one of {sorted(_GRID_MODES)}, got {mode!r}")
+    if mode not in GRID_MODES:
+        raise ValueError(f"mode must be one of {sorted(GRID_MODES)}, got {mode!r}")
     if padding not in _GRID_PADDING:
         raise ValueError(f"padding_mode must be one of {list(_GRID_PADDING)}, got {padding!r}")
     x, grid = ctx.shape(0), ctx.shape(1)
@@ -349,7 +349,7 @@ def _grid_sample_infer(ctx: InferContext) -> list[TensorType]:
         raise ctx.fail(f"grid must have rank {len(x)} for an input of rank {len(x)}, got {grid}")
     if isinstance(grid[-1], int) and grid[-1] != r:
         raise ctx.fail(f"grid's last axis must hold {r} coordinates, got {grid[-1]}")
-    if _GRID_MODES[mode] == "cubic" and r != 2:
+    if GRID_MODES[mode] == "cubic" and r != 2:
         raise ctx.fail(f"cubic GridSample is 2-D only, got {r}-D")
     return [TensorType(ctx.dtype(0), (x[0], x[1], *grid[1:-1]))]
 
@@ -388,7 +388,7 @@ def grid_sample(x, grid, *, align_corners, mode, padding_mode):
     [-1, 1] (the last one the innermost axis), by nearest (rounded half to even), linear or
     cubic (2-D) interpolation, taps outside the input zero, clamped to its border or reflected
     at it; the coordinates mapped as ONNX's reference and PyTorch's grid_sample map them."""
-    mode = _GRID_MODES[mode]
+    mode = GRID_MODES[mode]
     dims = x.shape[2:]
     r = len(dims)
     g = grid.astype(np.float32)
