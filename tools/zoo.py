@@ -220,6 +220,39 @@ def _hf(kind: str):
                 )
             ),  # fmt: skip
             "clip_text_2l": lambda: tf.CLIPTextModel(tf.CLIPTextConfig(vocab_size=1000, **small)),
+            "deberta_v2_2l": lambda: tf.DebertaV2Model(
+                tf.DebertaV2Config(vocab_size=1000, **small)
+            ),
+            "albert_2l": lambda: tf.AlbertModel(
+                tf.AlbertConfig(embedding_size=32, vocab_size=1000, **small)
+            ),
+            "electra_2l": lambda: tf.ElectraModel(
+                tf.ElectraConfig(embedding_size=32, vocab_size=1000, **small)
+            ),
+            "mpnet_2l": lambda: tf.MPNetModel(tf.MPNetConfig(vocab_size=1000, **small)),
+            "bloom_2l": lambda: tf.BloomModel(
+                tf.BloomConfig(vocab_size=1000, hidden_size=64, n_layer=2, n_head=4)
+            ),
+            "falcon_2l": lambda: tf.FalconModel(
+                tf.FalconConfig(
+                    vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4
+                )
+            ),  # fmt: skip
+            "gpt_neox_2l": lambda: tf.GPTNeoXModel(tf.GPTNeoXConfig(vocab_size=1000, **small)),
+            "opt_2l": lambda: tf.OPTModel(
+                tf.OPTConfig(
+                    vocab_size=1000,
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    ffn_dim=128,
+                    word_embed_proj_dim=64,
+                )
+            ),  # fmt: skip
+            "starcoder2_2l": lambda: tf.Starcoder2Model(tf.Starcoder2Config(**kv, **small)),
+            "gpt_bigcode_2l": lambda: tf.GPTBigCodeModel(
+                tf.GPTBigCodeConfig(vocab_size=1000, n_embd=64, n_layer=2, n_head=4)
+            ),
         }
         image_models = {
             "vit_hf_2l": lambda: tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=16, **small)),
@@ -252,19 +285,44 @@ def _hf(kind: str):
             "clip_vision_2l": lambda: tf.CLIPVisionModel(
                 tf.CLIPVisionConfig(image_size=64, patch_size=16, **small)
             ),
+            "convnextv2_hf": lambda: tf.ConvNextV2Model(
+                tf.ConvNextV2Config(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])
+            ),
+            "beit_2l": lambda: tf.BeitModel(
+                tf.BeitConfig(
+                    image_size=64, patch_size=16, use_relative_position_bias=True, **small
+                )
+            ),  # fmt: skip
+            "dinov2_2l": lambda: tf.Dinov2Model(
+                tf.Dinov2Config(image_size=64, patch_size=16, **small)
+            ),
+            "yolos_2l": lambda: tf.YolosModel(
+                tf.YolosConfig(image_size=[64, 64], patch_size=16, num_detection_tokens=5, **small)
+            ),
+            "swinv2_hf": lambda: tf.Swinv2Model(
+                tf.Swinv2Config(
+                    image_size=64,
+                    patch_size=4,
+                    embed_dim=32,
+                    depths=[2, 2],
+                    num_heads=[2, 4],
+                    window_size=4,
+                )
+            ),  # fmt: skip
         }
         torch.manual_seed(SEED)
         if kind in text_models:
             model, (example, names) = text_models[kind](), tokens
         elif kind in image_models:
             model, (example, names) = image_models[kind](), image
-        elif kind == "wav2vec2_2l":
-            model = tf.Wav2Vec2Model(
-                tf.Wav2Vec2Config(vocab_size=32, conv_dim=(32, 32), conv_kernel=(10, 3),
-                                  conv_stride=(5, 2), num_feat_extract_layers=2,
-                                  num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
-                                  **small)
-            )  # fmt: skip
+        elif kind in ("wav2vec2_2l", "hubert_2l"):
+            audio = dict(conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2),
+                         num_feat_extract_layers=2, num_conv_pos_embeddings=16,
+                         num_conv_pos_embedding_groups=4, **small)  # fmt: skip
+            if kind == "hubert_2l":
+                model = tf.HubertModel(tf.HubertConfig(**audio))
+            else:
+                model = tf.Wav2Vec2Model(tf.Wav2Vec2Config(vocab_size=32, **audio))
             example = (rng.standard_normal((1, 4000)).astype(np.float32),)
             names = ["input_values"]
         elif kind == "whisper_encoder_2l":
@@ -310,7 +368,9 @@ def _hf(kind: str):
 HF = ("gpt2_2l", "llama_2l", "qwen2_2l", "mistral_2l", "phi_2l", "gemma_2l", "distilbert_2l",
       "roberta_2l", "t5_encoder_2l", "clip_text_2l", "vit_hf_2l", "deit_2l", "swin_hf",
       "segformer_hf", "mobilevit_hf", "clip_vision_2l", "wav2vec2_2l", "whisper_encoder_2l",
-      "detr_hf")  # fmt: skip
+      "detr_hf", "deberta_v2_2l", "albert_2l", "electra_2l", "mpnet_2l", "bloom_2l", "falcon_2l",
+      "gpt_neox_2l", "opt_2l", "starcoder2_2l", "gpt_bigcode_2l", "convnextv2_hf", "beit_2l",
+      "dinov2_2l", "yolos_2l", "swinv2_hf", "hubert_2l")  # fmt: skip
 
 
 def _crnn():
