@@ -4,6 +4,7 @@ CumSum), reading indices and values at run time (geometry in backends/scatters.p
 from __future__ import annotations
 
 from tinydl.backends import scatters
+from tinydl.backends.base import Support
 from tinydl.backends.webgpu.kernels import ctype, grid, kernel
 
 WG = 256
@@ -70,9 +71,26 @@ def scatter_elements(b):
     _scatter(b, scatters.scatter_elements(b))
 
 
-@kernel("ScatterND", supports=scatters.scatter_nd_supports)
+def _scatter_nd_supports(node, graph) -> Support:
+    # (without a reduction, any count of index tuples: a thread per updated element)
+    if node.attrs.get("reduction", "none") == "none":
+        return Support(True)
+    return scatters.scatter_nd_supports(node, graph)
+
+
+@kernel("ScatterND", supports=_scatter_nd_supports)
 def scatter_nd(b):
-    _scatter(b, scatters.scatter_nd(b))
+    geo = scatters.scatter_nd(b)
+    if geo["reduction"] != "none" or geo["scan"] <= scatters.SCATTER_ND_MAX:
+        _scatter(b, geo)
+        return
+    # Too many index tuples for each output element to scan: copy the data, then a thread per
+    # updated element writes it (MViTv2's relative positions: 77k to 1.2M tuples).
+    data, idx, upd, y = b.inputs[0], b.inputs[1], b.inputs[2], b.outputs[0]
+    types = dict(data_t=b.info(0).stype, upd_t=b.info(2).stype, out_t=b.out().stype)
+    _dispatch(b, "scatter_tuples.wgsl", [data, y], geo["total"], copy=True, **types, **geo)
+    _dispatch(b, "scatter_tuples.wgsl", [idx, upd, y], geo["scan"] * geo["inner"], copy=False,
+              **types, **geo)  # fmt: skip
 
 
 def emit_gather_nd(b) -> None:
