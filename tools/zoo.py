@@ -147,6 +147,29 @@ def _yolov8n():
     return model, (_image(320),), ["images"]
 
 
+def _ultralytics(name: str):
+    """An ultralytics model from its own yaml (detection, -seg, -pose, -obb, -cls), its heads
+    in their export form (as `yolo export format=onnx` sets them), 320x320 (224 for -cls)."""
+
+    def build():
+        from ultralytics.nn import tasks
+
+        kind = name.rsplit("-", 1)[-1] if "-" in name else "det"
+        cls = {
+            "seg": tasks.SegmentationModel,
+            "pose": tasks.PoseModel,
+            "obb": tasks.OBBModel,
+            "cls": tasks.ClassificationModel,
+        }.get(kind, tasks.DetectionModel)
+        model = cls(f"{name}.yaml", verbose=False).eval()
+        for m in model.modules():
+            if hasattr(m, "export"):
+                m.export, m.format = True, "onnx"
+        return model, (_image(224 if kind == "cls" else 320),), ["images"]
+
+    return build
+
+
 def _timm(name: str, size: int):
     def build():
         import timm
@@ -409,6 +432,19 @@ def _crnn():
 
 MODELS = {
     "yolov8n": _yolov8n,
+    **{
+        name: _ultralytics(name)
+        for name in (
+            "yolo11n",
+            "yolo11n-seg",
+            "yolo11n-pose",
+            "yolo11n-obb",
+            "yolov8n-seg",
+            "yolov5nu",
+            "yolo11n-cls",
+            "yolov10n",
+        )
+    },  # fmt: skip
     "resnet18": _torchvision("resnet18", 224),
     "mobilenet_v3_large": _torchvision("mobilenet_v3_large", 224),
     "mobilenet_v2": _torchvision("mobilenet_v2", 224),
