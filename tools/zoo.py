@@ -221,6 +221,8 @@ def _hf(kind: str):
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
         )
         kv = dict(num_key_value_heads=2, vocab_size=1000)
+        swin = dict(image_size=64, patch_size=4, embed_dim=32, window_size=4)
+        swin.update(depths=[2, 2], num_heads=[2, 4])
         rng = np.random.default_rng(SEED)
         tokens = (rng.integers(0, 1000, (1, 12)).astype(np.int64),), ["input_ids"]
         image = (rng.standard_normal((1, 3, 64, 64)).astype(np.float32),), ["pixel_values"]
@@ -280,16 +282,7 @@ def _hf(kind: str):
         image_models = {
             "vit_hf_2l": lambda: tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=16, **small)),
             "deit_2l": lambda: tf.DeiTModel(tf.DeiTConfig(image_size=64, patch_size=16, **small)),
-            "swin_hf": lambda: tf.SwinModel(
-                tf.SwinConfig(
-                    image_size=64,
-                    patch_size=4,
-                    embed_dim=32,
-                    depths=[2, 2],
-                    num_heads=[2, 4],
-                    window_size=4,
-                )
-            ),  # fmt: skip
+            "swin_hf": lambda: tf.SwinModel(tf.SwinConfig(**swin)),
             "segformer_hf": lambda: tf.SegformerForSemanticSegmentation(
                 tf.SegformerConfig(
                     hidden_sizes=[16, 32, 64, 128],
@@ -322,16 +315,7 @@ def _hf(kind: str):
             "yolos_2l": lambda: tf.YolosModel(
                 tf.YolosConfig(image_size=[64, 64], patch_size=16, num_detection_tokens=5, **small)
             ),
-            "swinv2_hf": lambda: tf.Swinv2Model(
-                tf.Swinv2Config(
-                    image_size=64,
-                    patch_size=4,
-                    embed_dim=32,
-                    depths=[2, 2],
-                    num_heads=[2, 4],
-                    window_size=4,
-                )
-            ),  # fmt: skip
+            "swinv2_hf": lambda: tf.Swinv2Model(tf.Swinv2Config(**swin)),
         }
         torch.manual_seed(SEED)
         if kind in text_models:

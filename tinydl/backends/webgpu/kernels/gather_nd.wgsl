@@ -1,4 +1,5 @@
 {{ header }}
+{% import "nd_index.wgsl" as nd %}
 // {{ label }}: element (t, s) of {{ total }} is element s of the slice of {{ inner }} at index tuple t ({{ k }}
 // coordinates into {{ kdims }}; negative ones count from the end, any still outside is clamped)
 // of batch t / {{ per_batch }}.
@@ -13,15 +14,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let t = i / {{ inner }}u;
-    var f = 0u;
-{% for j in range(k) %}
-    {
-        var q = idx[t * {{ k }}u + {{ j }}u];
-        if (q < 0) {
-            q = q + {{ kdims[j] }};
-        }
-        f = f * {{ kdims[j] }}u + u32(clamp(q, 0, {{ kdims[j] - 1 }}));
-    }
-{% endfor %}
+{{ nd.flat_index("t", k, kdims) -}}
     dst[i] = {{ out_t }}({{ ctype }}(src[(t / {{ per_batch }}u) * {{ batch_stride }}u + f * {{ inner }}u + i % {{ inner }}u]));
 }

@@ -1,4 +1,5 @@
 {{ header }}
+{% import "nd_index.wgsl" as nd %}
 // {{ label }}: ScatterND without a reduction over {{ scan }} index tuples of {{ k }} coordinates,
 // a thread per updated element: {% if copy %}first y = data ({{ total }} elements){% else %}then each writes its update (no two tuples name one place: ONNX's rule for reduction "none"){% endif %}.
 {% if copy %}
@@ -24,16 +25,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let t = i / {{ inner }}u;
     let s = i % {{ inner }}u;
-    var f = 0u;
-{% for j in range(k) %}
-    {
-        var q = idx[t * {{ k }}u + {{ j }}u];
-        if (q < 0) {
-            q = q + {{ kdims[j] }};
-        }
-        f = f * {{ kdims[j] }}u + u32(clamp(q, 0, {{ kdims[j] - 1 }}));
-    }
-{% endfor %}
+{{ nd.flat_index("t", k, kdims) -}}
     y[f * {{ inner }}u + s] = {{ out_t }}(upd[i]);
 {% endif %}
 }
