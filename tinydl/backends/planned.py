@@ -353,12 +353,9 @@ class Build:
 
     def info(self, name_or_index) -> Info:
         name = self.inputs[name_or_index] if isinstance(name_or_index, int) else name_or_index
-        info = self.plan.infos.get(name)
+        info = self.plan.info(name)
         if info is None:
-            value = self.plan.const(name)
-            if value is None:
-                raise KeyError(f"{self.label}: no type for value '{name}'")
-            info = self.plan.const_info(value)
+            raise KeyError(f"{self.label}: no type for value '{name}'")
         return info
 
     def out(self, i: int = 0) -> Info:
@@ -512,6 +509,14 @@ class Plan:
         if name in self.consts:
             return self.consts[name]
         return self.graph.initializers.get(name)
+
+    def info(self, name: str) -> Info | None:
+        """A value's Info: one the plan computes, or a constant's (None: neither)."""
+        info = self.infos.get(name)
+        if info is None:
+            value = self.const(name)
+            info = None if value is None else self.const_info(value)
+        return info
 
     def root(self, name: str) -> str:
         return self.alias.get(name, name)

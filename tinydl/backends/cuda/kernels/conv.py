@@ -346,17 +346,10 @@ def _generic_fits(g: dict, m: int, kp: int, ocp: int) -> bool:
     return max(sizes) < 2**31
 
 
-def _shape(plan, name: str) -> tuple:
-    """A value's shape: computed, or a constant (a convolution of a constant input:
-    EdgeNeXt's positional encoding, folded by the importer)."""
-    info = plan.infos.get(name)
-    return tuple(info.shape if info is not None else plan.const(name).shape)
-
-
 def _channel_free(plan, node) -> tuple:
     """What a convolution's kernel depends on but its input channels: its ops, the input
     but for its channels, the weights' output channels and window, attributes, residual."""
-    n, _, *spatial = _shape(plan, node.inputs[0])
+    n, _, *spatial = plan.info(node.inputs[0]).shape  # (a constant input too: EdgeNeXt)
     weights = plan.infos.get(node.inputs[1]) or plan.const(node.inputs[1])
     oc, _, *window = weights.shape
     attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
@@ -376,7 +369,7 @@ def shares_channels(b) -> bool:
                     key = _channel_free(plan, node)
                 except (KeyError, AttributeError, TypeError, ValueError):
                     continue
-                classes.setdefault(key, set()).add(_shape(plan, node.inputs[0])[1])
+                classes.setdefault(key, set()).add(plan.info(node.inputs[0]).shape[1])
         plan._channel_classes = classes
     return len(classes.get(_channel_free(plan, b.node), ())) >= SHARE_CHANNELS
 
