@@ -124,18 +124,7 @@ __device__ __forceinline__ int fast_div(int n, unsigned mul, unsigned shr) {
                     if (e < {{ EPI_PRE }} + g.post) r = act_at(g.code[e], r, g.pa[e], g.pb[e], slope);
             }
 {% else %}
-{% if has_slope %}
-            const float slope = chan[{% if GENERIC %}(unsigned)g.OC{% else %}{{ OC }}u{% endif %} + oc];
-{% endif %}
-{% for e in epilogue %}
-            r = {{ e }};
-{% endfor %}
-{% if residual %}
-            r += {{ rload }};
-{% for e in post %}
-            r = {{ e }};
-{% endfor %}
-{% endif %}
+{% include "conv_epilogue.cuh" %}
 {% endif %}
 {% if GENERIC %}
             y[(((size_t)n * g.OC + oc) * g.OH + oy) * g.OW + ox] = {{ ystore }};

@@ -45,12 +45,7 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}) k(
         if (m >= {{ MG }}u) break;
         const unsigned oc = g * {{ MG }}u + m;
         float r = acc[o] + chan[oc];
-{% if has_slope %}
-        const float slope = chan[{{ OC }}u + oc];
-{% endif %}
-{% for e in epilogue %}
-        r = {{ e }};
-{% endfor %}
+{% include "conv_epilogue.cuh" %}
         y[(((size_t)n * {{ OC }}u + oc) * {{ OH }}u + oy) * {{ OW }}u + ox] = {{ ystore }};
     }
 }
