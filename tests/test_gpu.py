@@ -33,6 +33,7 @@ from helpers.models import (
 from helpers.opcheck import wrap_fp16
 
 import tinydl as td
+from tinydl.backends import planned
 from tinydl.backends.fusion import ATTENTION
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
@@ -265,6 +266,67 @@ def test_int64_values_computed_when_planning_leave_as_int64(backend):
     np.testing.assert_array_equal(out["where"], np.stack(np.nonzero(labels)))
     assert sess.placement["shift"] == backend
     np.testing.assert_array_equal(out["shifted"], labels + 3)
+
+
+def test_a_shape_made_in_one_partition_shapes_a_constant_in_a_later_one(backend, rng, monkeypatch):
+    """A dim taken from a tensor's shape in one partition and a ConstantOfShape of it in a later
+    partition of the backend (torchvision's Faster R-CNN pools boxes so: the count of boxes a
+    NonZero on the cpu found shapes the next partition's tensors). The later plan takes the
+    value as a constant, made per value (the plan failed before: 'no static shape')."""
+    graph = validate(
+        Graph(
+            [Value("x", "float32", ("n",))],
+            [Value("y")],
+            [
+                Node("Relu", ["x"], ["r"], name="relu"),
+                Node("Shape", ["r"], ["s"], name="shape"),
+                Node("Gather", ["s", "zero"], ["d"], {"axis": 0}, name="dim"),
+                Node("Unsqueeze", ["d", "zero1"], ["u"], name="unsqueeze"),
+                Node("NonZero", ["r"], ["nz"], name="nonzero"),
+                Node("Shape", ["nz"], ["k"], name="count"),
+                Node("Gather", ["k", "one1"], ["kk"], {"axis": 0}, name="count_dim"),
+                Node("Concat", ["u", "kk"], ["size"], {"axis": 0}, name="size"),
+                Node(
+                    "ConstantOfShape",
+                    ["size"],
+                    ["c"],
+                    {"value": np.array([2.5], np.float32)},
+                    name="fill",
+                ),  # fmt: skip
+                Node("Cast", ["nz"], ["f"], {"to": 1}, name="cast"),
+                Node("Add", ["c", "f"], ["y"], name="add"),
+            ],
+            {
+                "zero": np.array(0, np.int64),
+                "zero1": np.array([0], np.int64),
+                "one1": np.array([1], np.int64),
+            },
+        )
+    )
+    with pytest.warns(UserWarning, match="fall back"):
+        sess = td.compile(graph, backends=(backend, "numpy"))
+    part = {n.name: k for k, p in enumerate(sess.placement.partitions) for n in p.nodes}
+    assert sess.placement["nonzero"] == "numpy"
+    assert sess.placement["unsqueeze"] == sess.placement["fill"] == backend
+    assert part["unsqueeze"] < part["nonzero"] < part["fill"]
+    later = sess.partitions[part["fill"]]
+    assert later.partition.shape_inputs == ["u"]
+    # the value comes from the plan that returned it as a constant, not read from the device
+    later.kernel.read = lambda tensor: pytest.fail("a known value was read from the device")
+    ref = td.compile(graph, backends=("numpy",))
+    seen = set()
+    for n in (5, 9, 5, 5):
+        x = rng.standard_normal(n).astype(np.float32)
+        got, want = sess.run({"x": x})["y"], ref.run({"x": x})["y"]
+        assert got.shape == want.shape == (n, int((x > 0).sum()))
+        np.testing.assert_array_equal(got, want)
+        seen.add(got.shape)
+    assert len(later.kernel.plans) == len(seen)  # a plan per (value of u, count)
+    # A value with no host copy (another backend's constant, a session read back) is read.
+    monkeypatch.setattr(planned, "_KNOWN", planned._Known())
+    del later.kernel.read
+    x = rng.standard_normal(7).astype(np.float32)
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], ref.run({"x": x})["y"])
 
 
 def test_int64_and_bool_tensors_round_trip(backend, rng):

@@ -131,9 +131,11 @@ def _detector(name: str, size: int, **kw):
         # Random class scores are all about 1/91, a few 1e-8 apart; wider logits spread them.
         # Which of ~300k candidates survive still hangs on rounding near the cut, so detectors
         # are also judged by matching their detections (see _matched).
+        # (one-stage heads: `head.classification_head`; two-stage: `roi_heads.box_predictor`)
         with torch.no_grad():
-            for path, m in detector.head.named_modules():
-                if "classification" in path and isinstance(m, torch.nn.Conv2d):
+            for path, m in detector.named_modules():
+                scores = "classification" in path or path.endswith("cls_score")
+                if scores and isinstance(m, torch.nn.Conv2d | torch.nn.Linear):
                     m.weight.mul_(3.0)
         return OneImage(), (_image(size)[0],), ["x"]
 
@@ -436,6 +438,7 @@ MODELS = {
     "vit_b_16": _torchvision("vit_b_16", 224),
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
     "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
+    "fasterrcnn_mobilenet_320": _detector("fasterrcnn_mobilenet_v3_large_320_fpn", 320),
     "bert2": _bert2,
     **{name: _hf(name) for name in HF},
     "crnn_bilstm": _crnn,

@@ -77,7 +77,8 @@ class CompileOptions:
       `tinydl.compile(threads=N)`).
     - webgpu and cuda: "max_plans" (int, default 16: plans, one per set of input shapes, kept
       per compiled partition; the least recently used is freed first, with its buffers and
-      per-shape tables).
+      per-shape tables); "shape_inputs" (set by the session, not by users: the partition's
+      inputs computed from shapes alone in the whole graph, `Partition.shape_inputs`).
     - webgpu: "fuse_elementwise" (bool, default True), "fuse_depthwise" (bool, default
       True: a depthwise convolution computed inside the 1x1 convolution that alone reads
       it), "fold_shortcuts" (bool, default True: a residual that is a zero Pad adding

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinydl.backends.base import HOST, Backend
-from tinydl.backends.planned import frozen
+from tinydl.backends.planned import frozen, shape_derived
 from tinydl.errors import InvalidInputError, UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 
@@ -40,6 +40,10 @@ class Partition:
     nodes: list[Node]
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # Inputs computed from tensor shapes alone in the whole graph (Shape -> Gather -> Concat,
+    # made in another partition): where the partition's backend needed such a value constant
+    # (a ConstantOfShape's shape, a Reshape's), its plans read it as one (planned.py).
+    shape_inputs: list[str] = field(default_factory=list)
 
     def subgraph(self, graph: Graph) -> Graph:
         used = {i for n in self.nodes for i in n.inputs if i}
@@ -397,6 +401,7 @@ def _plan(
             for o in dict.fromkeys(o for n in part.nodes for o in n.outputs if o)
             if any(j != k for j in read_later.get(o, ())) or o in graph_outputs
         ]
+        part.shape_inputs = [name for name in part.inputs if shape_derived(name, graph)]
         dst = memory[part.backend]
         for name in part.inputs:
             src = made_in[name]

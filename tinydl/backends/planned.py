@@ -5,6 +5,9 @@ it makes a `Plan`: infer every shape from the inputs' shapes, compute the values
 become constants once shapes are known, apply the plan-time rewrites (backends/fusion.py), give
 each value its storage type, let each node's kernel builder emit its steps through a `Build`,
 then give each intermediate a buffer by liveness (values whose lives do not overlap share one).
+An input computed from shapes alone where it was made (`Partition.shape_inputs`: a detector's
+box count turned into a ConstantOfShape's shape in a later partition) is a constant of the plan,
+which is made per its value: read from the plan that returned it, or from the device.
 
 A backend subclasses the three classes and supplies what differs: memory (how a value's bytes
 are counted, buffers allocated, constants uploaded), its kernel builders (a `KernelRegistry`
@@ -21,6 +24,7 @@ import math
 import pkgutil
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from importlib import resources
@@ -314,6 +318,40 @@ def _template_cache():
 
 # -- plans ---------------------------------------------------------------------------------------
 
+# Constant outputs up to this many elements keep their host copy (_KNOWN), for plans that take
+# them as shape inputs.
+KNOWN_SIZE = 4096
+
+
+class _Known:
+    """Host copies of small constant outputs by the device object holding them (a later
+    partition's plan needs the value, not the buffer), each forgotten with its object."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, held: Any, value: np.ndarray) -> None:
+        key = id(held)
+        with self._lock:
+            if key in self._by_id and self._by_id[key][0]() is held:
+                return
+            self._by_id[key] = (weakref.ref(held), value)
+        weakref.finalize(held, self._forget, key)
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            entry = self._by_id.get(key)
+            if entry is not None and entry[0]() is None:
+                del self._by_id[key]
+
+    def get(self, held: Any) -> np.ndarray | None:
+        entry = self._by_id.get(id(held))
+        return entry[1] if entry is not None and entry[0]() is held else None
+
+
+_KNOWN = _Known()
+
 
 @dataclass
 class Info:
@@ -398,16 +436,21 @@ class Plan:
         graph = self.graph = owner.graph
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
+        values = dict(owner.plan_values)  # the shape inputs' values (PlannedKernel.run_host)
         concrete = Graph(
-            inputs=[Value(n, inputs[n].dtype, inputs[n].shape) for n in self.input_names],
+            inputs=[
+                Value(n, inputs[n].dtype, inputs[n].shape)
+                for n in self.input_names
+                if n not in values
+            ],
             outputs=[Value(v.name) for v in graph.outputs],
             nodes=graph.nodes,
-            initializers=graph.initializers,
+            initializers={**graph.initializers, **values},
         )
         known = infer_graph(concrete)
         types = concrete.values
         keep = set(self.output_names)
-        self.consts: dict[str, np.ndarray] = {}
+        self.consts: dict[str, np.ndarray] = dict(values)
         body = graph
         if self.fold_constants:
             live = []
@@ -503,6 +546,10 @@ class Plan:
     def restored(self) -> None:
         made = [self.new_buffer(n) for n in self.__dict__.pop("_buffer_sizes")]
         self.buffers = {r: made[i] for r, i in self.buffers.items()}
+        for o, held in self.const_outputs.items():
+            value = self.const(self.root(o))
+            if value is not None and value.size <= KNOWN_SIZE:
+                _KNOWN.put(held, value)
 
     # -- shared --------------------------------------------------------------------------------
     def const(self, name: str) -> np.ndarray | None:
@@ -530,7 +577,10 @@ class Plan:
         for o in outputs:
             r = self.root(o)
             if r in self.consts or (r in self.graph.initializers and r not in inputs):
-                self.const_outputs[o] = self.owner.constant(("output", o), self.const(r))
+                value = self.const(r)
+                self.const_outputs[o] = self.owner.constant(("output", o), value)
+                if value.size <= KNOWN_SIZE:
+                    _KNOWN.put(self.const_outputs[o], value)
         roots_out = {self.root(o) for o in outputs} - inputs - set(self.const_outputs)
         self.output_roots = sorted(r for r in roots_out if r in self.infos and r not in self.consts)
         first: dict[str, int] = {}
@@ -594,19 +644,25 @@ class PlannedKernel(Kernel):
         # takes it (or a device-wide one) where a run touches shared state.
         self.lock = threading.RLock()
         self.init: dict[str, float] = {"weights_s": 0.0, "plan_s": 0.0, "compile_s": 0.0}
+        # Inputs computed from shapes where they were made: each plan takes their values as
+        # constants (see the module docstring); `plan_values` while a plan is made.
+        names = {v.name for v in graph.inputs}
+        self.shape_inputs = tuple(n for n in self.extra.get("shape_inputs", ()) if n in names)
+        self.plan_values: dict[str, np.ndarray] = {}
         self._pending: list[tuple] = []
         self._timings: list[tuple[str, float]] | None = None
         # Per-op (or total) GPU seconds of recent timed runs, oldest first.
         self.timing_history: collections.deque = collections.deque(maxlen=1000)
         static = {}
-        for v in graph.inputs:
+        for v in graph.inputs if not self.shape_inputs else ():
             if v.shape is None or not all(isinstance(d, int) for d in v.shape):
                 break
             if not self.plan_class.holds(v.dtype):
                 break
             static[v.name] = self.input_info(tuple(v.shape), v.dtype)
         else:
-            self._plan(static)
+            if not self.shape_inputs:
+                self._plan(static)
 
     # -- what a backend supplies ---------------------------------------------------------------
     def build(self, node: Node) -> None:
@@ -631,6 +687,14 @@ class PlannedKernel(Kernel):
     def read_timing(self, pending: tuple) -> list[float]:
         """GPU seconds per label of a timed run recorded as `pending` (waits for it)."""
         raise NotImplementedError
+
+    def read(self, tensor: Any) -> np.ndarray:
+        """A feed's contents on the host (waits for the device)."""
+        raise NotImplementedError
+
+    def held(self, tensor: Any) -> Any:
+        """The object a feed's memory is (what `constant` returned for a constant output)."""
+        return tensor
 
     def run_plan(self, plan: Plan, inputs: dict[str, Any], host: Collection[str]) -> tuple:
         """(outputs, what read_timing needs for a timed run or None)."""
@@ -664,18 +728,20 @@ class PlannedKernel(Kernel):
         for plan in self.plans.values():
             plan.restored()
 
-    def _plan(self, infos: dict[str, Info]) -> Plan:
+    def _plan(self, infos: dict[str, Info], values: dict[str, np.ndarray] | None = None) -> Plan:
         key = tuple((n, i.shape, i.dtype, i.stype, i.layout) for n, i in sorted(infos.items()))
+        if values:
+            key += tuple(("=", n, v.dtype.str, v.shape, v.tobytes()) for n, v in values.items())
         with self.lock:
             plan = self.plans.get(key)
             if plan is None:
-                return self._new_plan(key, infos)
+                return self._new_plan(key, infos, values or {})
             self.plans.move_to_end(key)
             return plan
 
-    def _new_plan(self, key: tuple, infos: dict[str, Info]) -> Plan:
+    def _new_plan(self, key: tuple, infos: dict[str, Info], values: dict[str, np.ndarray]) -> Plan:
         w0 = self.init["weights_s"]
-        self._making = key
+        self._making, self.plan_values = key, values
         try:
             plan = self.plan_class(self, infos)
         except InvalidModelError as exc:
@@ -687,7 +753,7 @@ class PlannedKernel(Kernel):
             self._forget_constants(key)
             raise
         finally:
-            self._making = None
+            self._making, self.plan_values = None, {}
         plan.key = key
         self.plans[key] = plan
         while len(self.plans) > self.max_plans:
@@ -716,10 +782,14 @@ class PlannedKernel(Kernel):
             (name, t.shape, t.dtype, getattr(t, "stype", None), getattr(t, "layout", None))
             for name, t in inputs.items()
         )
+        values = None
+        if self.shape_inputs:
+            values = {n: self._value(inputs[n]) for n in self.shape_inputs}
+            key += tuple((n, v.tobytes()) for n, v in values.items())
         plan = self._by_feed.get(key)
         if plan is None or plan.key not in self.plans:
             infos = {name: self.feed_info(name, t) for name, t in inputs.items()}
-            plan = self._plan(infos)
+            plan = self._plan(infos, values)
             with self.lock:
                 self._by_feed[key] = plan
         elif len(self.plans) > 1:
@@ -736,6 +806,13 @@ class PlannedKernel(Kernel):
         if pending is not None:
             self._pending.append(pending)
         return out
+
+    def _value(self, tensor: Any) -> np.ndarray:
+        """A shape input's value: the host copy of the constant output it is, else read."""
+        if isinstance(tensor, np.ndarray):
+            return tensor
+        value = _KNOWN.get(self.held(tensor))
+        return np.asarray(self.read(tensor)) if value is None else value
 
     @property
     def timings(self) -> list[tuple[str, float]] | None:

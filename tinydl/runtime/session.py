@@ -8,7 +8,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -222,11 +222,17 @@ class Session:
             )
             for name in self._backends
         }
+
+        def _options(part: Partition) -> CompileOptions:
+            """The backend's options, with the partition's inputs computed from shapes alone."""
+            given = options[part.backend]
+            if not part.shape_inputs:
+                return given
+            extra = {**given.extra, "shape_inputs": tuple(part.shape_inputs)}
+            return replace(given, extra=extra)
+
         self._kernels = [
-            (
-                part,
-                self._backends[part.backend].compile(part.subgraph(graph), options[part.backend]),
-            )
+            (part, self._backends[part.backend].compile(part.subgraph(graph), _options(part)))
             for part in self.placement.partitions
         ]
         self._constant_outputs = {

@@ -508,6 +508,10 @@ class CUDAKernel(planned.PlannedKernel):
         dtype = t.dtype.name
         return Info(tuple(t.shape), dtype, dtype)
 
+    def read(self, tensor) -> np.ndarray:
+        with self.ctx.device:
+            return tensor.get()
+
     def upload(self, data: np.ndarray, **how):
         data = np.ascontiguousarray(data)
         array = self.ctx.upload(data, wait=False, **how)  # (the plan waits: Plan.finish)

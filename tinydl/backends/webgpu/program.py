@@ -1218,6 +1218,12 @@ class WebGPUKernel(planned.PlannedKernel):
     def input_info(self, shape, dtype) -> Info:
         return Info(shape, dtype, LOGICAL[dtype])
 
+    def read(self, tensor: GPUTensor) -> np.ndarray:
+        return tensor.numpy()
+
+    def held(self, tensor: GPUTensor) -> Storage:
+        return tensor.storage
+
     def feed_info(self, name: str, t: GPUTensor) -> Info:
         if t.layout != "nchw":
             raise ValueError(f"input '{name}' must have the nchw layout, got {t.layout}")
