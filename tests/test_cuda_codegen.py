@@ -1083,3 +1083,49 @@ def test_other_conv_chains_compile_as_one_kernel(fake_device, monkeypatch, rng, 
     source = plan.steps[0].fn.source
     # (32 outputs in layer 3: its accumulators would not fit beside layer 1's, mma.sync)
     assert ("wgmma.mma_async" in source) == (cc == (9, 0) and name != "relu_3_5_3")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_grid_sample_compiles(fake_device, mode, padding_mode, align_corners, precision):
+    """GridSample (grid_sample.cu) in every mode, padding and corner alignment is one kernel
+    that compiles (test_gpu.py checks it against NumPy on a GPU)."""
+    import tinydl as td
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    graph = validate(Graph(
+        [Value("x", "float32", (2, 3, 9, 13)), Value("g", "float32", (2, 11, 14, 2))],
+        [Value("y", "float32", None)],
+        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
+    ))  # fmt: skip
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    steps = only_plan(kernel_of(sess, "cuda")).steps
+    sampling = [s for s in steps if "sampled at a 11x14 grid" in s.deferred.source]
+    assert len(sampling) == 1, [s.label for s in steps]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_scatter_nd_of_many_index_tuples_compiles(fake_device, rng, precision):
+    """ScatterND without a reduction over more index tuples than an output element can scan
+    (MViTv2's relative positions): a copy and a write (scatter_tuples.cu) that compile."""
+    import numpy as np
+
+    import tinydl as td
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    flat = rng.permutation(300 * 300)[:66000]
+    indices = np.stack(np.unravel_index(flat, (300, 300)), axis=-1).astype(np.int64)
+    updates = rng.standard_normal(len(flat)).astype(np.float32)
+    graph = validate(Graph(
+        [Value("x", "float32", (300, 300))], [Value("y", "float32", None)],
+        [Node("ScatterND", ["x", "i", "u"], ["y"], {"reduction": "none"}, name="s")],
+        {"i": indices, "u": updates},
+    ))  # fmt: skip
+    sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
+    sources = [s.deferred.source for s in only_plan(kernel_of(sess, "cuda")).steps]
+    assert sum("66000 index tuples" in s for s in sources) == 2

@@ -35,6 +35,7 @@ from helpers.opcheck import wrap_fp16
 import tinydl as td
 from tinydl.backends import planned
 from tinydl.backends.fusion import ATTENTION
+from tinydl.errors import UnsupportedOpError
 from tinydl.ir.graph import Graph, Node, Value
 from tinydl.ops import validate
 
@@ -327,6 +328,58 @@ def test_a_shape_made_in_one_partition_shapes_a_constant_in_a_later_one(backend,
     del later.kernel.read
     x = rng.standard_normal(7).astype(np.float32)
     np.testing.assert_array_equal(sess.run({"x": x})["y"], ref.run({"x": x})["y"])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_grid_sample_matches_numpy(backend, rng, mode, padding_mode, align_corners, precision):
+    """GridSample on 2-D images (grid_sample.wgsl, .cu) against the NumPy reference, the grid
+    past [-1, 1] (clamped, reflected, zero taps), every mode, padding and corner alignment."""
+    if precision == "fp16":
+        require_f16(backend)
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    graph = validate(Graph(
+        [Value("x", "float32", (2, 3, 9, 13)), Value("g", "float32", (2, 11, 14, 2))],
+        [Value("y", "float32", None)],
+        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
+    ))  # fmt: skip
+    feeds = {
+        "x": rng.standard_normal((2, 3, 9, 13)).astype(np.float32),
+        "g": (2.8 * rng.random((2, 11, 14, 2)) - 1.4).astype(np.float32),
+    }
+    want = td.compile(graph, backends=("numpy",)).run(feeds)["y"]
+    sess = td.compile(graph, backends=(backend,), precision=precision, strict=True)
+    assert rel_err(sess.run(feeds)["y"], want) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "data_shape,k", [((300, 300), 2), ((70000, 4), 1)], ids=["elements", "rows"]
+)
+def test_scatter_nd_of_many_index_tuples(backend, rng, data_shape, k):
+    """ScatterND without a reduction over more index tuples than an output element can scan
+    (MViTv2's relative positions; refused before): the data copied, then a thread per updated
+    element writes it, against NumPy; with a reduction it is still refused, with the reason."""
+    lead = data_shape[:k]
+    flat = rng.permutation(int(np.prod(lead)))[: 66000 if k == 2 else 69000]
+    indices = np.stack(np.unravel_index(flat, lead), axis=-1).astype(np.int64)
+    indices[::7] -= np.array(lead, np.int64)  # some negative (counted from the end)
+    updates = rng.standard_normal((len(flat), *data_shape[k:])).astype(np.float32)
+
+    def graph(reduction):
+        return validate(Graph(
+            [Value("x", "float32", data_shape)], [Value("y", "float32", None)],
+            [Node("ScatterND", ["x", "i", "u"], ["y"], {"reduction": reduction}, name="s")],
+            {"i": indices, "u": updates},
+        ))  # fmt: skip
+
+    feeds = {"x": rng.standard_normal(data_shape).astype(np.float32)}
+    want = td.compile(graph("none"), backends=("numpy",)).run(feeds)["y"]
+    got = td.compile(graph("none"), backends=(backend,), strict=True).run(feeds)["y"]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(UnsupportedOpError, match="index tuples"):
+        td.compile(graph("add"), backends=(backend,), strict=True)
 
 
 def test_int64_and_bool_tensors_round_trip(backend, rng):

@@ -5,6 +5,7 @@ every backend against onnxruntime.
     python tools/zoo.py                                   # every model, every backend here
     python tools/zoo.py --models resnet18,bert2 --backends numpy,webgpu --precision fp32,fp16
     python tools/zoo.py --export-only --onnx-dir .zoo     # write the .onnx files and stop
+    python tools/zoo.py --models timm/mvitv2_tiny,torchvision/regnet_x_400mf   # any other one
 
 Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
 ultralytics' own yaml, BERT from a transformers Config, the CRNN here. Random weights that zero
@@ -179,6 +180,25 @@ def _timm(name: str, size: int):
         return timm.create_model(name, pretrained=False), (_image(size),), ["x"]
 
     return build
+
+
+def _raft_small():
+    """torchvision's RAFT-small optical flow (GridSample in its correlation lookups), 4 flow
+    updates on two 128x128 frames: the last flow."""
+    import torch
+    import torchvision
+
+    class LastFlow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.raft = torchvision.models.optical_flow.raft_small(weights=None)
+
+        def forward(self, a, b):
+            return self.raft(a, b, num_flow_updates=4)[-1]
+
+    a = _image(128)
+    b = np.roll(a, (3, -2), axis=(2, 3))  # the same frame moved
+    return LastFlow(), (a, b), ["a", "b"]
 
 
 def _bert2():
@@ -439,11 +459,36 @@ MODELS = {
     "ssdlite320": _detector("ssdlite320_mobilenet_v3_large", 320),
     "retinanet_resnet50_fpn": _detector("retinanet_resnet50_fpn", 320, min_size=320, max_size=320),
     "fasterrcnn_mobilenet_320": _detector("fasterrcnn_mobilenet_v3_large_320_fpn", 320),
+    "raft_small": _raft_small,
     "bert2": _bert2,
     **{name: _hf(name) for name in HF},
     "crnn_bilstm": _crnn,
     "efficientnet_b0": _timm("efficientnet_b0", 224),
 }
+
+
+def _build(name: str):
+    """MODELS[name], or `timm/NAME` / `torchvision/NAME[@SIZE]`: that library's classifier at
+    SIZE (default 224), random weights."""
+    if name in MODELS:
+        return MODELS[name]
+    lib, _, rest = name.partition("/")
+    arch, _, size = rest.partition("@")
+    if lib in ("timm", "torchvision") and arch:
+        return (_timm if lib == "timm" else _torchvision)(arch, int(size or 224))
+    raise KeyError(name)
+
+
+def _known(name: str) -> bool:
+    try:
+        _build(name)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+def _file(onnx_dir: Path, name: str, suffix: str) -> Path:
+    return onnx_dir / f"{name.replace('/', '--').replace('@', '-')}{suffix}"
 
 
 def export(name: str, onnx_dir: Path) -> Path:
@@ -452,8 +497,8 @@ def export(name: str, onnx_dir: Path) -> Path:
     and one process holding both crashes."""
     import subprocess
 
-    path = onnx_dir / f"{name}.onnx"
-    if not (path.exists() and (onnx_dir / f"{name}.npz").exists()):
+    path = _file(onnx_dir, name, ".onnx")
+    if not (path.exists() and _file(onnx_dir, name, ".npz").exists()):
         cmd = [sys.executable, __file__, "--export-only", "--models", name]
         done = subprocess.run([*cmd, "--onnx-dir", str(onnx_dir)], capture_output=True, text=True)
         if done.returncode != 0:
@@ -462,14 +507,14 @@ def export(name: str, onnx_dir: Path) -> Path:
 
 
 def _export_here(name: str, onnx_dir: Path) -> Path:
-    path = onnx_dir / f"{name}.onnx"
-    feeds_path = onnx_dir / f"{name}.npz"
+    path = _file(onnx_dir, name, ".onnx")
+    feeds_path = _file(onnx_dir, name, ".npz")
     if path.exists() and feeds_path.exists():
         return path
     import torch
 
     torch.manual_seed(SEED)
-    model, example, names = MODELS[name]()
+    model, example, names = _build(name)()
     tensors = tuple(torch.from_numpy(np.asarray(a)) for a in example)
     _condition(model, tensors)
     onnx_dir.mkdir(parents=True, exist_ok=True)
@@ -538,7 +583,7 @@ def run_model(
     import onnxruntime as ort
 
     path = export(name, onnx_dir)
-    feeds = dict(np.load(onnx_dir / f"{name}.npz"))
+    feeds = dict(np.load(_file(onnx_dir, name, ".npz")))
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -616,7 +661,12 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all)")
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="comma-separated (default: all); also timm/NAME or torchvision/NAME[@SIZE], any "
+        "classifier of those libraries at SIZE (default 224)",
+    )
     p.add_argument(
         "--backends",
         default=None,
@@ -631,9 +681,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = p.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
-    unknown = sorted(set(names) - set(MODELS))
+    unknown = sorted(n for n in names if not _known(n))
     if unknown:
-        p.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+        p.error(
+            f"unknown models {unknown}; known: {', '.join(MODELS)}, or timm/NAME, "
+            "torchvision/NAME[@SIZE]"
+        )
     rows: list[dict] = []
     if not args.export_only:
         if args.backends:

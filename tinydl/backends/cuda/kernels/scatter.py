@@ -4,6 +4,7 @@ CumSum), reading indices and values at run time (geometry in backends/scatters.p
 from __future__ import annotations
 
 from tinydl.backends import scatters
+from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import FLOATS, blocks, kernel, load, store
 
 BLOCK = 256
@@ -94,9 +95,31 @@ def scatter_elements(b):
     _scatter(b, scatters.scatter_elements(b))
 
 
-@kernel("ScatterND", supports=scatters.scatter_nd_supports)
+def _scatter_nd_supports(node, graph) -> Support:
+    # (without a reduction, any count of index tuples: a thread per updated element)
+    if node.attrs.get("reduction", "none") == "none":
+        return Support(True)
+    return scatters.scatter_nd_supports(node, graph)
+
+
+@kernel("ScatterND", supports=_scatter_nd_supports)
 def scatter_nd(b):
-    _scatter(b, scatters.scatter_nd(b))
+    geo = scatters.scatter_nd(b)
+    if geo["reduction"] != "none" or geo["scan"] <= scatters.SCATTER_ND_MAX:
+        _scatter(b, geo)
+        return
+    # Too many index tuples for each output element to scan: copy the data, then a thread per
+    # updated element writes it (MViTv2's relative positions: 77k to 1.2M tuples).
+    di, ui, yo = b.info(0), b.info(2), b.out()
+    data, idx, upd, y = b.inputs[0], b.inputs[1], b.inputs[2], b.outputs[0]
+    types = dict(data_ctype=di.ctype, idx_ctype=b.info(1).ctype, upd_ctype=ui.ctype,
+                 out_ctype=yo.ctype)  # fmt: skip
+    copy = "data[i]" if di.stype == yo.stype else _store(yo, _load(di, "data[i]"))
+    _launch(b, "scatter_tuples.cu", [data, y], geo["total"], copy=True, copy_store=copy,
+            **types, **geo)  # fmt: skip
+    write = "upd[i]" if ui.stype == yo.stype else _store(yo, _load(ui, "upd[i]"))
+    _launch(b, "scatter_tuples.cu", [idx, upd, y], geo["scan"] * geo["inner"], copy=False,
+            upd_store=write, **types, **geo)  # fmt: skip
 
 
 def emit_gather_nd(b) -> None:

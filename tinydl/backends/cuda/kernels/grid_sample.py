@@ -1,0 +1,39 @@
+"""GridSample over 2-D images (torchvision's RAFT, spatial transformers): a thread per output
+element; the grid is read at run time (webgpu's grid_sample.wgsl, the same rules)."""
+
+from __future__ import annotations
+
+from tinydl.backends.base import Support
+from tinydl.backends.cuda.kernels import blocks, kernel, load, store
+from tinydl.ops.resize import GRID_MODES
+
+BLOCK = 256
+
+
+def _supports(node, graph) -> Support:
+    x = graph.value(node.inputs[0])
+    if x is not None and x.shape is not None and len(x.shape) != 4:
+        return Support(False, f"GridSample over {len(x.shape) - 2}-D inputs is not implemented")
+    return Support(True)
+
+
+@kernel("GridSample", supports=_supports)
+def grid_sample(b):
+    x, g, y = b.info(0), b.info(1), b.out()
+    n, c, h, w = x.shape
+    _, oh, ow, _ = g.shape
+    total = n * c * oh * ow
+    if not total:
+        return
+    b.launch(
+        "grid_sample.cu",
+        [b.inputs[0], b.inputs[1], b.outputs[0]],
+        blocks(total, BLOCK),
+        BLOCK,
+        N=n, C=c, H=h, W=w, OH=oh, OW=ow, total=total, block=BLOCK,
+        mode=GRID_MODES[b.attrs["mode"]], padding=b.attrs["padding_mode"],
+        align=bool(b.attrs["align_corners"]),
+        x_ctype=x.ctype, g_ctype=g.ctype, out_ctype=y.ctype,
+        x_load=lambda expr: load(x.ctype, expr), g_load=lambda expr: load(g.ctype, expr),
+        store=store(y.ctype, "r"),
+    )  # fmt: skip
