@@ -382,6 +382,40 @@ def test_scatter_nd_of_many_index_tuples(backend, rng, data_shape, k):
         td.compile(graph("add"), backends=(backend,), strict=True)
 
 
+def test_a_reshape_to_a_computed_shape_keeps_its_rank_for_layer_norm(backend, rng):
+    """Reshape to a shape made from a symbolic dim (as transformers export with dynamic axes),
+    then LayerNormalization, which needs its input's rank: strict on the backend, against
+    NumPy at two shapes (GPT-2's and BERT's LayerNormalizations fell back to the CPU)."""
+    graph = validate(
+        Graph(
+            [Value("x", "float32", ("b", "s", 8))],
+            [Value("y")],
+            [
+                Node("Shape", ["x"], ["s"], name="shape"),
+                Node("Gather", ["s", "zero"], ["b"], {"axis": 0}, name="batch"),
+                Node("Unsqueeze", ["b", "zero1"], ["b1"], name="unsqueeze"),
+                Node("Concat", ["b1", "rest"], ["to"], {"axis": 0}, name="to"),
+                Node("Reshape", ["x", "to"], ["r"], name="reshape"),
+                Node("LayerNormalization", ["r", "g", "beta"], ["y"], {"axis": -1}, name="ln"),
+            ],
+            {
+                "zero": np.array(0, np.int64),
+                "zero1": np.array([0], np.int64),
+                "rest": np.array([-1, 4, 2], np.int64),
+                "g": rng.standard_normal(2).astype(np.float32),
+                "beta": rng.standard_normal(2).astype(np.float32),
+            },
+        )
+    )
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    ref = td.compile(graph, backends=("numpy",))
+    for shape in ((2, 3, 8), (1, 5, 8)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        got, want = sess.run({"x": x})["y"], ref.run({"x": x})["y"]
+        assert got.shape == want.shape == (shape[0], shape[1], 4, 2)
+        assert rel_err(got, want) <= 1e-5
+
+
 def test_int64_and_bool_tensors_round_trip(backend, rng):
     """int64 (indices, shapes) and bool go to the device and back unchanged."""
     for array in (rng.integers(-(2**31), 2**31 - 1, 17), rng.random(9) < 0.5):

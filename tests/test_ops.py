@@ -56,6 +56,28 @@ def test_conv_symbolic_dims():
     assert y.shape == ("N", 8, None, 16)
 
 
+@pytest.mark.parametrize(
+    ("op", "x", "shape_len", "rank"),
+    [
+        ("Reshape", ("b", "s"), 3, 3),
+        ("Expand", (1, "s", 1), 4, 4),
+        ("Expand", (2, "s", 5), 2, 3),
+        ("Unsqueeze", ("b", "s"), 2, 4),
+        ("Squeeze", ("b", 1, "s", 1), 2, 2),
+    ],
+)
+def test_a_shape_computed_at_run_time_still_gives_the_rank(op, x, shape_len, rank):
+    """Reshape, Expand, Unsqueeze and Squeeze whose shape or axes are computed at run time
+    (from a symbolic dim: transformers exported with dynamic axes) know the output's rank from
+    that input's length, so ops that need a rank (LayerNormalization on the GPU backends) are
+    not refused. Before, the rank was unknown and GPT-2's and BERT's LayerNormalizations fell
+    back to the CPU."""
+    shape = TensorType("int64", (shape_len,))
+    (y,) = infer(op, TensorType("float32", x), shape)
+    assert y.shape is not None and len(y.shape) == rank
+    assert infer(op, TensorType("float32", x), TensorType("int64", ("k",)))[0].shape is None
+
+
 def test_batch_norm_training_mode_uses_the_batch_statistics():
     """training_mode=1 (timm's weight-standardized convolutions export so): y from the batch's
     mean and population variance over every axis but 1, and the running statistics
@@ -104,7 +126,7 @@ def test_resize_antialias_rejected():
 
 def test_missing_constants_give_unknown_dims():
     x, runtime_i64 = f32_type(2, 3, 4), TensorType("int64", (2,))
-    assert infer("Reshape", x, runtime_i64)[0].shape is None
+    assert infer("Reshape", x, runtime_i64)[0].shape == (None, None)  # (the rank is known)
     assert infer("Slice", x, runtime_i64, runtime_i64)[0].shape == (None, None, None)
     assert infer("Resize", x, None, None, TensorType("int64", (3,)))[0].shape == (None,) * 3
 

@@ -260,14 +260,23 @@ def norm_supports(node, graph) -> Support:
     if x is None or x.shape is None:
         return Support(False, f"{node.op}: the input's rank is unknown")
     axis = normalize_axis(node.attrs["axis"], len(x.shape))
+    normalized = tuple(x.shape[axis:])
+
+    def same(shape) -> bool:
+        # a dim known only when planning matches a scale's dim above 1 (which it must equal)
+        return len(shape) == len(normalized) and all(
+            d == n or (not isinstance(n, int) and isinstance(d, int) and d > 1)
+            for d, n in zip(shape, normalized, strict=True)
+        )
+
     for name in node.inputs[1:]:
         v = graph.value(name) if name else None
-        if name and (v is None or v.shape is None or tuple(v.shape) != tuple(x.shape[axis:])):
+        if name and (v is None or v.shape is None or not same(tuple(v.shape))):
             got = "unknown" if v is None or v.shape is None else tuple(v.shape)
             return Support(
                 False,
                 f"{node.op}: scale or bias of shape {got} broadcast to the "
-                f"normalized shape {tuple(x.shape[axis:])} is not implemented",
+                f"normalized shape {normalized} is not implemented",
             )
     return Support(True)
 

@@ -44,10 +44,18 @@ def flatten(x, *, axis):
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
+def _rank_of_shape(ctx: InferContext, i: int) -> int | None:
+    """The length of shape input `i` where its own shape is known (its values are not)."""
+    known = ctx.shape(i)
+    return known[0] if known is not None and len(known) == 1 and isinstance(known[0], int) else None
+
+
 def _reshape_infer(ctx: InferContext) -> list[TensorType]:
     target, x = ctx.const(1), ctx.shape(0)
     if target is None:
-        return [TensorType(ctx.dtype(0), None)]
+        # (computed at run time, from a symbolic dim say: its length is still the rank)
+        rank = _rank_of_shape(ctx, 1)
+        return [TensorType(ctx.dtype(0), None if rank is None else (None,) * rank)]
     target = [int(d) for d in np.ravel(target)]
     if target.count(-1) > 1 or any(d < -1 for d in target):
         raise ctx.fail(f"shape {target} may hold at most one -1 and no other negative size")
@@ -115,6 +123,9 @@ def _axes(axes, rank: int) -> list[int]:
 
 def _squeeze_infer(ctx: InferContext) -> list[TensorType]:
     x = ctx.shape(0)
+    if x is not None and ctx.has(1) and ctx.const(1) is None:
+        n = _rank_of_shape(ctx, 1)  # (axes computed at run time: as many fewer axes)
+        return [TensorType(ctx.dtype(0), None if n is None else (None,) * (len(x) - n))]
     if x is None or (ctx.has(1) and ctx.const(1) is None):
         return [TensorType(ctx.dtype(0), None)]
     if not ctx.has(1):
@@ -138,6 +149,9 @@ def squeeze(x, axes=None):
 
 def _unsqueeze_infer(ctx: InferContext) -> list[TensorType]:
     x, axes = ctx.shape(0), ctx.const(1)
+    if x is not None and axes is None:
+        n = _rank_of_shape(ctx, 1)  # (axes computed at run time: as many more axes)
+        return [TensorType(ctx.dtype(0), None if n is None else (None,) * (len(x) + n))]
     if x is None or axes is None:
         return [TensorType(ctx.dtype(0), None)]
     rank = len(x) + np.size(axes)
@@ -407,10 +421,13 @@ def split(x, split=None, *, axis, num_outputs):
 
 
 def _expand_infer(ctx: InferContext) -> list[TensorType]:
-    target = ctx.const(1)
+    target, x = ctx.const(1), ctx.shape(0)
     if target is None:
-        return [TensorType(ctx.dtype(0), None)]
-    return [TensorType(ctx.dtype(0), broadcast(ctx.shape(0), tuple(int(d) for d in target)))]
+        rank = _rank_of_shape(ctx, 1)
+        if rank is None or x is None:
+            return [TensorType(ctx.dtype(0), None)]
+        return [TensorType(ctx.dtype(0), (None,) * max(rank, len(x)))]
+    return [TensorType(ctx.dtype(0), broadcast(x, tuple(int(d) for d in target)))]
 
 
 @op("Expand", types={1: "index"}, inputs=2, infer=_expand_infer)
@@ -467,9 +484,8 @@ def _constant_of_shape_infer(ctx: InferContext) -> list[TensorType]:
     dtype = _fill_value(ctx.attrs["value"]).dtype.name
     shape = ctx.const(0)
     if shape is None:
-        known = ctx.shape(0)
-        rank = known[0] if known is not None and len(known) == 1 else None
-        return [TensorType(dtype, (None,) * rank if isinstance(rank, int) else None)]
+        rank = _rank_of_shape(ctx, 0)
+        return [TensorType(dtype, None if rank is None else (None,) * rank)]
     return [TensorType(dtype, _target_shape(shape))]
 
 
