@@ -6,6 +6,7 @@ every backend against onnxruntime.
     python tools/zoo.py --models resnet18,bert2 --backends numpy,webgpu --precision fp32,fp16
     python tools/zoo.py --export-only --onnx-dir .zoo     # write the .onnx files and stop
     python tools/zoo.py --models timm/mvitv2_tiny,torchvision/regnet_x_400mf   # any other one
+    python tools/zoo.py --dynamic --models gpt2_2l,ssdlite320   # symbolic batch, length, size
 
 Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
 ultralytics' own yaml, BERT from a transformers Config, the CRNN here. Random weights that zero
@@ -491,23 +492,54 @@ def _file(onnx_dir: Path, name: str, suffix: str) -> Path:
     return onnx_dir / f"{name.replace('/', '--').replace('@', '-')}{suffix}"
 
 
-def export(name: str, onnx_dir: Path) -> Path:
+def _dynamic_axes(names: list[str], example) -> dict[str, dict[int, str]]:
+    """--dynamic: every input's batch symbolic; a token input's length too; a detector's one
+    image (C, H, W) its height and width."""
+    axes = {}
+    for n, a in zip(names, example, strict=True):
+        a = np.asarray(a)
+        if a.ndim == 3 and a.shape[0] == 3 and a.dtype.kind == "f":
+            axes[n] = {1: f"{n}_h", 2: f"{n}_w"}
+        elif a.ndim == 2 and a.dtype.kind == "i":
+            axes[n] = {0: "batch", 1: f"{n}_length"}
+        elif a.ndim >= 1:
+            axes[n] = {0: "batch"}
+    return axes
+
+
+def _other_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """--dynamic: feeds of other shapes than the example's (a batch of 2, 3 fewer tokens, an
+    image cropped), along the axes `_dynamic_axes` made symbolic."""
+    out = {}
+    for n, a in feeds.items():
+        if a.ndim == 3 and a.shape[0] == 3 and a.dtype.kind == "f":
+            out[n] = np.ascontiguousarray(a[:, : -a.shape[1] // 8, : -a.shape[2] // 4])
+            continue
+        if a.ndim == 2 and a.dtype.kind == "i":
+            a = a[:, : max(a.shape[1] - 3, 1)]
+        other = np.flip(a, axis=-1) if a.ndim >= 2 else a
+        out[n] = np.ascontiguousarray(np.concatenate([a, other]))
+    return out
+
+
+def export(name: str, onnx_dir: Path, dynamic: bool = False) -> Path:
     """Build `name` with seeded random weights, condition it, export it (once) to ONNX. In a
     child process: PyTorch's exporter and a software Vulkan driver each load their own LLVM,
     and one process holding both crashes."""
     import subprocess
 
-    path = _file(onnx_dir, name, ".onnx")
+    path = _file(onnx_dir, name, "-dynamic.onnx" if dynamic else ".onnx")
     if not (path.exists() and _file(onnx_dir, name, ".npz").exists()):
         cmd = [sys.executable, __file__, "--export-only", "--models", name]
+        cmd += ["--dynamic"] if dynamic else []
         done = subprocess.run([*cmd, "--onnx-dir", str(onnx_dir)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"exporting {name} failed:\n{done.stderr[-2000:]}")
     return path
 
 
-def _export_here(name: str, onnx_dir: Path) -> Path:
-    path = _file(onnx_dir, name, ".onnx")
+def _export_here(name: str, onnx_dir: Path, dynamic: bool = False) -> Path:
+    path = _file(onnx_dir, name, "-dynamic.onnx" if dynamic else ".onnx")
     feeds_path = _file(onnx_dir, name, ".npz")
     if path.exists() and feeds_path.exists():
         return path
@@ -521,7 +553,13 @@ def _export_here(name: str, onnx_dir: Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, tensors, str(path), input_names=names, opset_version=17, dynamo=False
+            model,
+            tensors,
+            str(path),
+            input_names=names,
+            opset_version=17,
+            dynamo=False,
+            dynamic_axes=_dynamic_axes(names, example) if dynamic else None,
         )
     np.savez(feeds_path, **{n: np.asarray(a) for n, a in zip(names, example, strict=True)})
     return path
@@ -579,16 +617,20 @@ def run_model(
     backends: list[str],
     precisions: list[str],
     threads: int | None = None,
+    dynamic: bool = False,
 ) -> list[dict]:
     import onnxruntime as ort
 
-    path = export(name, onnx_dir)
+    path = export(name, onnx_dir, dynamic)
     feeds = dict(np.load(_file(onnx_dir, name, ".npz")))
+    # --dynamic: the model is also run (and judged) on feeds of other shapes
+    others = [_other_feeds(feeds)] if dynamic else []
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
     ref_sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     ref = ref_sess.run(None, feeds)
+    other_refs = [ref_sess.run(None, f) for f in others]
     rows = [
         {
             "model": name,
@@ -616,6 +658,13 @@ def run_model(
                 out = sess.run(feeds)
                 row["relerr"] = _rel_err([out[n] for n in names], ref)
                 matched = _matched([out[n] for n in names], ref)
+                for f, r in zip(others, other_refs, strict=True):
+                    got = [sess.run(f)[n] for n in names]
+                    if matched is None:
+                        row["relerr"] = max(row["relerr"], _rel_err(got, r))
+                    else:  # (detections of equal scores come in either order: matched)
+                        more = _matched(got, r)
+                        matched += f", {more}"
                 if matched is not None:
                     row["matched"] = matched
                 row["ms"] = 1e3 * _median_time(lambda: sess.run(feeds))  # noqa: B023
@@ -676,6 +725,12 @@ def main(argv=None) -> int:
     p.add_argument("--onnx-dir", type=Path, default=ROOT / ".zoo", help="exported models (cache)")
     p.add_argument("--export-only", action="store_true", help="export the models and stop")
     p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="export with symbolic batch (and token length, or a detector's image size) and "
+        "run at the example's shapes and at others (batch 2, 3 fewer tokens, a cropped image)",
+    )
+    p.add_argument(
         "--threads", type=int, help="CPU threads for onnxruntime and tinydl's CPU backends alike"
     )
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
@@ -697,10 +752,15 @@ def main(argv=None) -> int:
         print(f"{name} ...", file=sys.stderr, flush=True)
         try:
             if args.export_only:
-                print(_export_here(name, args.onnx_dir))
+                print(_export_here(name, args.onnx_dir, args.dynamic))
                 continue
             rows += run_model(
-                name, args.onnx_dir, backends, args.precision.split(","), args.threads
+                name,
+                args.onnx_dir,
+                backends,
+                args.precision.split(","),
+                args.threads,
+                args.dynamic,
             )
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row too
             rows.append(
