@@ -416,6 +416,50 @@ def test_a_reshape_to_a_computed_shape_keeps_its_rank_for_layer_norm(backend, rn
         assert rel_err(got, want) <= 1e-5
 
 
+def _topk_of_min_graph(cap: int):
+    """TopK over x's last axis (symbolic) with k = min(cap, that axis's length), as
+    torchvision's detectors take their top proposals."""
+    return validate(
+        Graph(
+            [Value("x", "float32", (2, "n"))],
+            [Value("v"), Value("i")],
+            [
+                Node("Shape", ["x"], ["s"], name="shape"),
+                Node("Gather", ["s", "one"], ["n"], {"axis": 0}, name="len"),
+                Node("Unsqueeze", ["n", "zero1"], ["n1"], name="unsqueeze"),
+                Node("Concat", ["cap", "n1"], ["both"], {"axis": 0}, name="both"),
+                Node("ReduceMin", ["both"], ["k0"], {"keepdims": 1}, name="min"),
+                Node("TopK", ["x", "k0"], ["v", "i"], {"axis": -1}, name="topk"),
+            ],
+            {
+                "one": np.array(1, np.int64),
+                "zero1": np.array([0], np.int64),
+                "cap": np.array([cap], np.int64),
+            },
+        )
+    )
+
+
+def test_topk_of_a_k_computed_from_shapes_with_a_bound(backend, rng):
+    """TopK whose k is min(constant, a symbolic dim) runs on the backend (k folded when the
+    plan is made), against NumPy with the axis shorter and longer than the constant; with no
+    bound, or one past what the kernels take, it is refused with the reason."""
+    sess = td.compile(_topk_of_min_graph(5), backends=(backend,), strict=True)
+    ref = td.compile(_topk_of_min_graph(5), backends=("numpy",))
+    for n in (3, 9):
+        x = rng.standard_normal((2, n)).astype(np.float32)
+        got, want = sess.run({"x": x}), ref.run({"x": x})
+        assert got["v"].shape == (2, min(n, 5))
+        np.testing.assert_array_equal(got["v"], want["v"])
+        np.testing.assert_array_equal(got["i"], want["i"])
+    with pytest.raises(UnsupportedOpError, match=r"k up to 5000 > 1024"):
+        td.compile(_topk_of_min_graph(5000), backends=(backend,), strict=True)
+    unbounded = _topk_of_min_graph(5)
+    unbounded.nodes[-1].inputs[1] = "n1"  # k = the axis's length itself
+    with pytest.raises(UnsupportedOpError, match="no bound known"):
+        td.compile(validate(unbounded), backends=(backend,), strict=True)
+
+
 def test_int64_and_bool_tensors_round_trip(backend, rng):
     """int64 (indices, shapes) and bool go to the device and back unchanged."""
     for array in (rng.integers(-(2**31), 2**31 - 1, 17), rng.random(9) < 0.5):

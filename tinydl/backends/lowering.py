@@ -305,17 +305,74 @@ def topk_rows(b) -> TopKRows:
     return TopKRows(rows, length, inner, topk_count(b.const(1), length))
 
 
+def upper_bound(name: str, graph, depth: int = 16) -> float | None:
+    """A bound on every element of value `name` known from the graph alone, or None: a
+    constant's largest element, carried through views and casts, and the minimum of bounded
+    terms (torchvision's detectors take k = min(pre_nms_top_n, anchors) so, from shapes)."""
+    value = graph.initializers.get(name)
+    if value is not None:
+        return float(np.max(value)) if np.size(value) else None
+    node = graph.producers().get(name) if depth else None
+    if node is None:
+        return None
+    if node.op == "Constant":
+        from tinydl.ops.shape import _constant_value
+
+        value = _constant_value(**{k: node.attrs.get(k) for k in CONSTANT_ATTRS})
+        return float(np.max(value)) if np.size(value) else None
+    if node.op in ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+        return upper_bound(node.inputs[0], graph, depth - 1)
+    whole = node.op == "ReduceMin" and (
+        (len(node.inputs) < 2 or not node.inputs[1])
+        and not node.attrs.get("axes")
+        or _rank(graph, node.inputs[0]) == 1
+    )
+    if node.op == "Min" or whole:
+        # the minimum is at most any term's bound (over a Concat's pieces: any piece's)
+        terms = node.inputs if node.op == "Min" else [node.inputs[0]]
+        src = graph.producers().get(node.inputs[0]) if whole else None
+        if src is not None and src.op == "Concat":
+            terms = src.inputs
+        bounds = [upper_bound(t, graph, depth - 1) for t in terms if t]
+        bounds = [v for v in bounds if v is not None]
+        return min(bounds) if bounds else None
+    return None
+
+
+CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def _rank(graph, name: str) -> int | None:
+    v = graph.value(name)
+    return None if v is None or v.shape is None else len(v.shape)
+
+
 def topk_supports(node, graph) -> Support:
-    k = graph.initializers.get(node.inputs[1])
-    if k is None:
-        return Support(False, f"{node.op} needs k as a constant (an initializer)")
-    if np.size(k) == 1 and int(np.ravel(k)[0]) > TOPK_MAX:
+    from tinydl.backends.planned import shape_derived
+
+    name = node.inputs[1]
+    k = graph.initializers.get(name)
+    if k is None and not shape_derived(name, graph):
+        return Support(False, f"{node.op} needs k constant; it is computed at run time")
+    # k computed from shapes (a plan folds it) must be bounded, by itself or the axis
+    bound = upper_bound(name, graph)
+    x = graph.value(node.inputs[0])
+    if bound is None and x is not None and x.shape is not None:
+        length = x.shape[normalize_axis(node.attrs["axis"], len(x.shape))]
+        bound = length if isinstance(length, int) else None
+    if bound is None:
         return Support(
             False,
-            f"{node.op} with k = {int(np.ravel(k)[0])} > {TOPK_MAX} is not "
+            f"{node.op}'s k is computed from shapes with no bound known before planning; "
+            f"the kernels take k up to {TOPK_MAX}",
+        )
+    if bound > TOPK_MAX:
+        what = f"k = {int(bound)}" if k is not None else f"k up to {int(bound)}"
+        return Support(
+            False,
+            f"{node.op} with {what} > {TOPK_MAX} is not "
             "implemented: the kernels make a pass over the row per output element",
         )
-    x = graph.value(node.inputs[0])
     if x is not None and x.dtype not in ("float32", "float16", "int32", "int64"):
         return Support(False, f"{node.op} on {x.dtype} is not implemented")
     return Support(True)
