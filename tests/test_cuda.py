@@ -133,6 +133,18 @@ def test_other_conv_chains_match_the_reference(rng, name, options):
     assert rel_err(got, want) <= 1e-2
 
 
+def test_a_conv_chain_with_a_shortcut_matches_the_reference(rng):
+    """conv -> conv -> conv + the input (YOLO11's C3k bottleneck) at fp16 against NumPy: the
+    shortcut is added (the chain kernel, which has no residual, dropped it)."""
+    from helpers.models import residual_chain_graph
+
+    graph = residual_chain_graph(rng)
+    x = rng.standard_normal((2, 32, 20, 20)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})["y"]
+    got = td.compile(graph, backends=("cuda",), precision="fp16", strict=True).run({"x": x})["y"]
+    assert rel_err(got, want) <= 1e-2
+
+
 def test_espcn_fp16_fused_matches_unfused(tmp_path, rng):
     graph = espcn(tmp_path, rng)
     y = rng.random((1, 1, 45, 70), dtype=np.float32)

@@ -1129,3 +1129,49 @@ def test_scatter_nd_of_many_index_tuples_compiles(fake_device, rng, precision):
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
     sources = [s.deferred.source for s in only_plan(kernel_of(sess, "cuda")).steps]
     assert sum("66000 index tuples" in s for s in sources) == 2
+
+
+def test_a_value_computed_from_shapes_is_bound_as_its_upload(fake_device, rng):
+    """A value the plan computes from shapes (position embeddings at a symbolic length) that a
+    kernel reads as data is bound as its uploaded constant, not by name (a name got a buffer
+    nothing wrote: GPT-2 exported with dynamic axes was off by 0.56 on cuda)."""
+    import numpy as np
+
+    import tinydl as td
+    from tinydl.ir.graph import Graph, Node, Value
+    from tinydl.ops import validate
+
+    graph = validate(Graph(
+        [Value("x", "float32", ("b", "s", 8))], [Value("y"), Value("y2")],
+        [Node("Shape", ["x"], ["shape"], name="shape"),
+         Node("Gather", ["shape", "one"], ["s"], {"axis": 0}, name="len"),
+         Node("Range", ["zero", "s", "one"], ["pos"], name="range"),
+         Node("Gather", ["table", "pos"], ["emb"], {"axis": 0}, name="embed"),
+         Node("Add", ["x", "emb"], ["y"], name="add"),
+         Node("Unsqueeze", ["emb", "zero1"], ["emb1"], name="unsqueeze"),
+         Node("Concat", ["x", "emb1"], ["y2"], {"axis": 0}, name="concat")],
+        {"one": np.array(1, np.int64), "zero": np.array(0, np.int64),
+         "zero1": np.array([0], np.int64),
+         "table": rng.standard_normal((64, 8)).astype(np.float32)},
+    ))  # fmt: skip
+    kernel = kernel_of(td.compile(graph, backends=("cuda",), strict=True), "cuda")
+    plan = kernel._plan({"x": kernel.input_info((2, 5, 8), "float32")})
+    assert "emb" in plan.consts
+    named = {a for step in plan.steps for a in step.args if isinstance(a, str)}
+    assert named == {"x", "y", "y2"}, named
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_conv_chain_with_a_shortcut_is_not_one_chain_kernel(fake_device, rng, residual):
+    """conv -> conv -> conv + the input (YOLO11's C3k bottleneck) is left to the convolution
+    kernels, whose epilogues add the shortcut: the chain kernel has no residual and dropped it
+    (yolo11n at fp16 on cuda off by 0.55). Without the shortcut it is one chain kernel."""
+    from helpers.models import residual_chain_graph
+
+    import tinydl as td
+    from tinydl.backends.cuda.kernels.chain import OP
+
+    graph = _fixed(residual_chain_graph(rng, residual), (2, 32, 20, 20))
+    sess = td.compile(graph, backends=("cuda",), precision="fp16", strict=True)
+    ops = [n.op for n in only_plan(kernel_of(sess, "cuda")).nodes]
+    assert (OP in ops) == (not residual), ops

@@ -460,6 +460,42 @@ def test_topk_of_a_k_computed_from_shapes_with_a_bound(backend, rng):
         td.compile(validate(unbounded), backends=(backend,), strict=True)
 
 
+def test_a_value_computed_from_shapes_feeds_a_kernel_as_data(backend, rng):
+    """Position embeddings at a symbolic length (GPT-2, ViT, LLaMA's rotary tables exported
+    with dynamic axes; ViT's class token expanded to the batch): Range over the length, a
+    Gather of a table, then an Add and a Concat with the data. Everything before them is
+    computed when the plan is made; they read that constant as data (cuda's Concat, attention
+    masks and convolutions read a buffer nothing wrote instead: GPT-2 off by 0.56, ViT 1.3)."""
+    table = rng.standard_normal((64, 8)).astype(np.float32)
+    graph = validate(
+        Graph(
+            [Value("x", "float32", ("b", "s", 8))],
+            [Value("y"), Value("y2")],
+            [
+                Node("Shape", ["x"], ["shape"], name="shape"),
+                Node("Gather", ["shape", "one"], ["s"], {"axis": 0}, name="len"),
+                Node("Range", ["zero", "s", "one"], ["pos"], name="range"),
+                Node("Gather", ["table", "pos"], ["emb"], {"axis": 0}, name="embed"),
+                Node("Add", ["x", "emb"], ["y"], name="add"),
+                Node("Unsqueeze", ["emb", "zero1"], ["emb1"], name="unsqueeze"),
+                Node("Concat", ["x", "emb1"], ["y2"], {"axis": 0}, name="concat"),
+            ],
+            {
+                "one": np.array(1, np.int64),
+                "zero": np.array(0, np.int64),
+                "table": table,
+                "zero1": np.array([0], np.int64),
+            },
+        )
+    )
+    sess = td.compile(graph, backends=(backend,), strict=True)
+    for shape in ((2, 5, 8), (1, 11, 8)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        out = sess.run({"x": x})
+        np.testing.assert_allclose(out["y"], x + table[: shape[1]], rtol=1e-6)
+        np.testing.assert_array_equal(out["y2"], np.concatenate([x, table[None, : shape[1]]]))
+
+
 def test_int64_and_bool_tensors_round_trip(backend, rng):
     """int64 (indices, shapes) and bool go to the device and back unchanged."""
     for array in (rng.integers(-(2**31), 2**31 - 1, 17), rng.random(9) < 0.5):

@@ -99,6 +99,31 @@ def conv_chain_graph(rng, name: str):
     )  # fmt: skip
 
 
+def residual_chain_graph(rng, residual: bool = True):
+    """YOLO11's C3k bottleneck as a chain could take it: 1x1 32 -> 16, 3x3 16 -> 16, 3x3
+    16 -> 32, each with Relu, and (`residual`) the input added: (N, 32, H, W), symbolic."""
+    from tinydl.ops import validate
+
+    nodes, inits, x, c = [], {}, "x", 32
+    for i, (oc, k) in enumerate([(16, 1), (16, 3), (32, 3)]):
+        inits[f"w{i}"] = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(
+            np.float32
+        )
+        inits[f"b{i}"] = (rng.standard_normal(oc) * 0.1).astype(np.float32)
+        attrs = {"pads": [k // 2] * 4, "kernel_shape": [k, k]}
+        nodes.append(Node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], attrs, name=f"conv{i}"))
+        nodes.append(Node("Relu", [f"c{i}"], [f"a{i}"], name=f"act{i}"))
+        x, c = f"a{i}", oc
+    if residual:
+        nodes.append(Node("Add", ["x", x], ["y"], name="shortcut"))
+    else:
+        nodes[-1].outputs[0] = "y"
+    return validate(
+        Graph([Value("x", "float32", ("N", 32, "H", "W"))], [Value("y", "float32", None)],
+              nodes, inits)
+    )  # fmt: skip
+
+
 # -- graphs for the GPU backends ------------------------------------------------------------------
 
 

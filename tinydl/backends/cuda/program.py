@@ -151,10 +151,16 @@ class Build(planned.Build):
         return tuple(int(e) for e in given) + (1,) * (3 - len(given))
 
     def _resolve(self, arg):
-        """A value name stays a name unless it is a constant: then its uploaded array."""
-        if isinstance(arg, str) and arg not in self.plan.infos:
-            value = self.plan.const(arg)
+        """A value name stays a name unless it is a constant (a weight, or a value the plan
+        computed from shapes: GPT-2's position embeddings at a symbolic length, which stayed a
+        name before and read a buffer nothing wrote): then its uploaded array."""
+        if isinstance(arg, str) and self.plan.root(arg) not in self.plan.input_names:
+            # (a view of a constant, as an Identity of a weight the exporter shared, is one)
+            value = self.plan.const(self.plan.root(arg))
             if value is not None:
+                info = self.plan.infos.get(arg)
+                if info is not None and tuple(value.shape) != tuple(info.shape):
+                    value = value.reshape(info.shape)
                 return self.plan.owner.constant(("value", arg), value)
         return arg
 

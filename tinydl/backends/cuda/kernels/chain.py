@@ -67,6 +67,10 @@ def _conv_ok(plan, node: Node, last: bool):
         return None
     if "d2s" in node.meta and not last:
         return None
+    # (a residual Add fused into the conv, and what follows it: chain.cu has no such epilogue;
+    # YOLO11's C3k bottleneck, conv -> conv -> conv + shortcut, lost its shortcut)
+    if node.meta.get("residual") is not None or node.meta.get("post"):
+        return None
     if any(n and plan.const(n) is None for n in node.inputs[1:3]):
         return None
     b = plan.build_class(plan, node)
