@@ -20,6 +20,7 @@ from helpers.models import (
     attention_graph,
     conv3d_graph,
     conv_chain_graph,
+    grid_sample_graph,
     kernel_of,
     only_plan,
 )
@@ -1093,15 +1094,8 @@ def test_grid_sample_compiles(fake_device, mode, padding_mode, align_corners, pr
     """GridSample (grid_sample.cu) in every mode, padding and corner alignment is one kernel
     that compiles (test_gpu.py checks it against NumPy on a GPU)."""
     import tinydl as td
-    from tinydl.ir.graph import Graph, Node, Value
-    from tinydl.ops import validate
 
-    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
-    graph = validate(Graph(
-        [Value("x", "float32", (2, 3, 9, 13)), Value("g", "float32", (2, 11, 14, 2))],
-        [Value("y", "float32", None)],
-        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
-    ))  # fmt: skip
+    graph = grid_sample_graph(mode, padding_mode, align_corners)
     sess = td.compile(graph, backends=("cuda",), precision=precision, strict=True)
     steps = only_plan(kernel_of(sess, "cuda")).steps
     sampling = [s for s in steps if "sampled at a 11x14 grid" in s.deferred.source]

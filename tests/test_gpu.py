@@ -23,6 +23,7 @@ from helpers.models import (
     embedding_graph,
     embedding_reference,
     espcn,
+    grid_sample_graph,
     kernel_of,
     mediapipe_model,
     only_plan,
@@ -339,12 +340,7 @@ def test_grid_sample_matches_numpy(backend, rng, mode, padding_mode, align_corne
     past [-1, 1] (clamped, reflected, zero taps), every mode, padding and corner alignment."""
     if precision == "fp16":
         require_f16(backend)
-    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
-    graph = validate(Graph(
-        [Value("x", "float32", (2, 3, 9, 13)), Value("g", "float32", (2, 11, 14, 2))],
-        [Value("y", "float32", None)],
-        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
-    ))  # fmt: skip
+    graph = grid_sample_graph(mode, padding_mode, align_corners)
     feeds = {
         "x": rng.standard_normal((2, 3, 9, 13)).astype(np.float32),
         "g": (2.8 * rng.random((2, 11, 14, 2)) - 1.4).astype(np.float32),

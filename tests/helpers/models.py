@@ -99,6 +99,18 @@ def conv_chain_graph(rng, name: str):
     )  # fmt: skip
 
 
+def grid_sample_graph(mode: str, padding_mode: str, align_corners: int):
+    """GridSample of (2, 3, 9, 13) images at (2, 11, 14) grids."""
+    from tinydl.ops import validate
+
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    return validate(Graph(
+        [Value("x", "float32", (2, 3, 9, 13)), Value("g", "float32", (2, 11, 14, 2))],
+        [Value("y", "float32", None)],
+        [Node("GridSample", ["x", "g"], ["y"], attrs, name="gs")],
+    ))  # fmt: skip
+
+
 def residual_chain_graph(rng, residual: bool = True):
     """YOLO11's C3k bottleneck as a chain could take it: 1x1 32 -> 16, 3x3 16 -> 16, 3x3
     16 -> 32, each with Relu, and (`residual`) the input added: (N, 32, H, W), symbolic."""

@@ -305,6 +305,14 @@ def topk_rows(b) -> TopKRows:
     return TopKRows(rows, length, inner, topk_count(b.const(1), length))
 
 
+def grid_sample_supports(node, graph) -> Support:
+    """The GPU kernels sample 2-D images."""
+    x = graph.value(node.inputs[0])
+    if x is not None and x.shape is not None and len(x.shape) != 4:
+        return Support(False, f"GridSample over {len(x.shape) - 2}-D inputs is not implemented")
+    return Support(True)
+
+
 def upper_bound(name: str, graph, depth: int = 16) -> float | None:
     """A bound on every element of value `name` known from the graph alone, or None: a
     constant's largest element, carried through views and casts, and the minimum of bounded

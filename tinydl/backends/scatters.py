@@ -108,6 +108,14 @@ def scatter_nd_supports(node, graph) -> Support:
     return Support(True)
 
 
+def scatter_nd_any_supports(node, graph) -> Support:
+    """Without a reduction any count of index tuples (a thread per updated element, past
+    SCATTER_ND_MAX); with one, scatter_nd_supports's limit."""
+    if node.attrs.get("reduction", "none") == "none":
+        return Support(True)
+    return scatter_nd_supports(node, graph)
+
+
 def gather_nd(b) -> dict:
     """Output element (t, s): slice element s at the index tuple t of batch t // per_batch."""
     shape, ishape = b.info(0).shape, b.info(1).shape

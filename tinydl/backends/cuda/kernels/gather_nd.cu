@@ -1,3 +1,4 @@
+{% import "nd_index.cuh" as nd %}
 // {{ label }}: element (t, s) of {{ total }} is element s of the slice of {{ inner }} at index tuple t ({{ k }}
 // coordinates into {{ kdims }}; negative ones count from the end, any still outside is clamped)
 // of batch t / {{ per_batch }}.
@@ -9,15 +10,7 @@ extern "C" __global__ void k(
     const unsigned long long i = (unsigned long long)blockIdx.x * {{ block }}u + threadIdx.x;
     if (i >= {{ total }}ull) return;
     const unsigned long long t = i / {{ inner }}ull;
-    unsigned long long f = 0;
-{% for j in range(k) %}
-    {
-        long long q = (long long)idx[t * {{ k }}ull + {{ j }}ull];
-        if (q < 0) q += {{ kdims[j] }}LL;
-        q = q < 0 ? 0 : (q > {{ kdims[j] - 1 }}LL ? {{ kdims[j] - 1 }}LL : q);
-        f = f * {{ kdims[j] }}ull + (unsigned long long)q;
-    }
-{% endfor %}
+{{ nd.flat_index("t", k, kdims) -}}
     const unsigned long long at = (t / {{ per_batch }}ull) * {{ batch_stride }}ull + f * {{ inner }}ull + i % {{ inner }}ull;
 {% if same %}
     dst[i] = src[at];

@@ -4,7 +4,6 @@ CumSum), reading indices and values at run time (geometry in backends/scatters.p
 from __future__ import annotations
 
 from tinydl.backends import scatters
-from tinydl.backends.base import Support
 from tinydl.backends.cuda.kernels import FLOATS, blocks, kernel, load, store
 
 BLOCK = 256
@@ -95,14 +94,7 @@ def scatter_elements(b):
     _scatter(b, scatters.scatter_elements(b))
 
 
-def _scatter_nd_supports(node, graph) -> Support:
-    # (without a reduction, any count of index tuples: a thread per updated element)
-    if node.attrs.get("reduction", "none") == "none":
-        return Support(True)
-    return scatters.scatter_nd_supports(node, graph)
-
-
-@kernel("ScatterND", supports=_scatter_nd_supports)
+@kernel("ScatterND", supports=scatters.scatter_nd_any_supports)
 def scatter_nd(b):
     geo = scatters.scatter_nd(b)
     if geo["reduction"] != "none" or geo["scan"] <= scatters.SCATTER_ND_MAX:

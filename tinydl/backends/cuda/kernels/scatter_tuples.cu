@@ -1,3 +1,4 @@
+{% import "nd_index.cuh" as nd %}
 // {{ label }}: ScatterND without a reduction over {{ scan }} index tuples of {{ k }} coordinates,
 // a thread per updated element: {% if copy %}first y = data ({{ total }} elements){% else %}then each writes its update (no two tuples name one place: ONNX's rule for reduction "none"){% endif %}.
 {% if copy %}
@@ -17,17 +18,7 @@ extern "C" __global__ void k(
     if (i >= {{ scan * inner }}ull) return;
     const unsigned long long t = i / {{ inner }}ull;
     const unsigned long long s = i % {{ inner }}ull;
-    // the flat index of tuple t: negative coordinates count from the end, any still outside
-    // is clamped
-    unsigned long long f = 0;
-{% for j in range(k) %}
-    {
-        long long q = (long long)idx[t * {{ k }}ull + {{ j }}ull];
-        if (q < 0) q += {{ kdims[j] }}LL;
-        q = q < 0 ? 0 : (q > {{ kdims[j] - 1 }}LL ? {{ kdims[j] - 1 }}LL : q);
-        f = f * {{ kdims[j] }}ull + (unsigned long long)q;
-    }
-{% endfor %}
+{{ nd.flat_index("t", k, kdims) -}}
     y[f * {{ inner }}ull + s] = {{ upd_store }};
 }
 {% endif %}

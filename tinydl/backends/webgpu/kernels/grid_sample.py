@@ -3,19 +3,12 @@ output element; the grid is read at run time."""
 
 from __future__ import annotations
 
-from tinydl.backends.base import Support
+from tinydl.backends import lowering
 from tinydl.backends.webgpu.kernels import grid, kernel
 from tinydl.ops.resize import GRID_MODES
 
 
-def _supports(node, graph) -> Support:
-    x = graph.value(node.inputs[0])
-    if x is not None and x.shape is not None and len(x.shape) != 4:
-        return Support(False, f"GridSample over {len(x.shape) - 2}-D inputs is not implemented")
-    return Support(True)
-
-
-@kernel("GridSample", supports=_supports)
+@kernel("GridSample", supports=lowering.grid_sample_supports)
 def grid_sample(b):
     x, g, y = b.info(0), b.info(1), b.out()
     n, c, h, w = x.shape
