@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -560,6 +561,33 @@ def test_winograd_matches_numpy(
     assert used == ["c1"]
     tol = 1e-5 if precision == "fp32" else 1e-2
     assert rel_err(got, want) <= tol
+
+
+@pytest.mark.parametrize(("length", "k"), [(19200, 1000), (16384, 1000), (8732, 400)])
+def test_topk_past_llvmpipes_loop_limit_is_not_run_there(rng, length, k):
+    """TopK of k = 1,000 over 19,200 (torchvision's RPN at 320): on llvmpipe, whose shaders'
+    loops stop after 65,535 iterations in all, it came back wrong (149 indices); there it is
+    left to the next backend with the reason, elsewhere it runs. Either way NumPy's result."""
+    from tinydl.backends.webgpu.kernels.topk import LOOP_LIMIT
+
+    graph = validate(Graph(
+        [Value("x", "float32", (1, length))], [Value("v"), Value("i")],
+        [Node("TopK", ["x", "k"], ["v", "i"], {"axis": -1}, name="topk")],
+        {"k": np.array([k], np.int64)},
+    ))  # fmt: skip
+    x = rng.standard_normal((1, length)).astype(np.float32)
+    want = td.compile(graph, backends=("numpy",)).run({"x": x})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = td.compile(graph, backends=("webgpu", "numpy"))
+    got = sess.run({"x": x})
+    np.testing.assert_array_equal(got["i"], want["i"])
+    np.testing.assert_array_equal(got["v"], want["v"])
+    capped = "llvmpipe" in get_context().name.lower()
+    over = k * (-(-length // 256) + 2) >= LOOP_LIMIT
+    assert sess.placement["topk"] == ("numpy" if capped and over else "webgpu")
+    if capped and over:
+        assert "loop iterations" in sess.placement.refusals["topk"]["webgpu"]
 
 
 # -- elementwise runs ------------------------------------------------------------------------------

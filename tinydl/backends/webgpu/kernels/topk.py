@@ -6,15 +6,51 @@ from __future__ import annotations
 import math
 
 from tinydl.backends import lowering
+from tinydl.backends.base import Support
 from tinydl.backends.webgpu.kernels import ctype, grid, kernel
 
+# Mesa's llvmpipe (lavapipe) ends every loop of a shader, silently, once its loops have run
+# 65,535 iterations in all (LP_MAX_TGSI_LOOP_ITERATIONS); a thread of topk.wgsl runs about
+# k x (ceil(L / WG) + 2): torchvision's RPN (k = 1,000 of 19,200 anchors) came back wrong there.
+LOOP_LIMIT = 65535
 
-@kernel("TopK", supports=lowering.topk_supports)
+
+def _group(length: int) -> int:
+    return 256 if length >= 256 else 64 if length >= 64 else 32
+
+
+def _supports(node, graph):
+    answer = lowering.topk_supports(node, graph)
+    if not answer.ok or not _loops_limited():
+        return answer
+    x = graph.value(node.inputs[0])
+    length = None
+    if x is not None and x.shape is not None:
+        length = x.shape[lowering.normalize_axis(node.attrs["axis"], len(x.shape))]
+    k = lowering.upper_bound(node.inputs[1], graph)
+    if not isinstance(length, int) or k is None:
+        return Support(False, "TopK on llvmpipe needs its length and k known before planning "
+                              f"(its loops stop after {LOOP_LIMIT:,} iterations)")  # fmt: skip
+    loops = int(k) * (math.ceil(length / _group(length)) + 2)
+    if loops >= LOOP_LIMIT:
+        return Support(False, f"TopK of k = {int(k)} over {length} on llvmpipe: {loops:,} loop "
+                              f"iterations a thread, past the {LOOP_LIMIT:,} it runs")  # fmt: skip
+    return answer
+
+
+def _loops_limited() -> bool:
+    """Whether the adapter is llvmpipe (Mesa's CPU Vulkan), whose shaders' loops are capped."""
+    from tinydl.backends.webgpu.context import get_context
+
+    return "llvmpipe" in get_context().name.lower()
+
+
+@kernel("TopK", supports=_supports)
 def top_k(b):
     geo = lowering.topk_rows(b)
     if geo.rows == 0 or geo.k == 0:
         return
-    wg = 256 if geo.length >= 256 else 64 if geo.length >= 64 else 32
+    wg = _group(geo.length)
     g = grid(geo.rows, 1)
     b.dispatch(
         "topk.wgsl",
