@@ -726,3 +726,44 @@ def test_a_model_cut_short_is_refused_either_way():
     with pytest.raises(InvalidModelError, match="cut.onnx"):
         importer.from_bytes(data[: len(data) // 2], where="cut.onnx")
     assert importer._without_raw_data(b"") is None
+
+
+def test_a_sequence_value_is_refused_saying_what_it_is():
+    """torch.tensor_split exports a Loop carrying an ONNX sequence (torchvision's MViT): refused
+    at load with the kind of value and the ops that make one, not only 'not a tensor'."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c"], ["c_out"]),
+            helper.make_node("SequenceInsert", ["s_in", "x"], ["s_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_sequence_value_info("s_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, None),
+        ],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("SequenceEmpty", [], ["s0"], dtype=TensorProto.FLOAT),
+            helper.make_node("Loop", ["one", "true", "s0"], ["s"], body=body),
+            helper.make_node("SequenceAt", ["s", "zero"], ["y"]),
+        ],
+        "g",
+        [x],
+        [y],
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(True), "true"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match=r"is an ONNX sequence_type, not a tensor"):
+        from_model(model)

@@ -330,8 +330,13 @@ class _Converter:
     # -- values and tensors ------------------------------------------------------------------
     def _value(self, v) -> Value:
         t = v.type
-        if t.WhichOneof("value") != "tensor_type":
-            raise UnsupportedOpError(f"{self.where}: value '{v.name}' is not a tensor")
+        kind = t.WhichOneof("value")
+        if kind != "tensor_type":
+            raise UnsupportedOpError(
+                f"{self.where}: value '{v.name}' is an ONNX {kind or 'untyped value'}, not a "
+                "tensor: tinydl has no sequence, map or optional values (SequenceEmpty, "
+                "SequenceInsert, SequenceAt, SplitToSequence, Optional...)"
+            )
         elem = t.tensor_type.elem_type
         dtype = ONNX_CODES.get(elem)
         if elem and dtype is None:
