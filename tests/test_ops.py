@@ -430,3 +430,38 @@ def test_grid_sample_matches_onnx_reference(mode, rank, padding_mode, align_corn
     want = ReferenceEvaluator(node).run(None, {"x": x, "grid": grid})[0]
     got = REGISTRY["GridSample"].run(Node("GridSample", ["x", "grid"], ["y"], attrs), [x, grid])
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_in_chunks_of_rois_per_image():
+    """RoiAlign (avg) as matrix products over chunks of rois of one image at a time (more rois
+    than a chunk, two images, unsorted batch indices) equals the separable sum written out."""
+    from tinydl.ops import detection
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 23, 31)).astype(np.float32)
+    n = detection.ROI_CHUNK * 2 + 7
+    rois = rng.random((n, 4)).astype(np.float32) * 60
+    rois[:, 2:] = rois[:, :2] + rng.random((n, 2)).astype(np.float32) * 40 + 1
+    batch = rng.integers(0, 2, n).astype(np.int64)
+    kw = dict(mode="avg", output_height=3, output_width=4, sampling_ratio=0, spatial_scale=0.5,
+              coordinate_transformation_mode="half_pixel")  # fmt: skip
+    got = detection.roi_align(x, rois, batch, **kw)
+    for i in (0, n // 2, n - 1):  # each roi alone is the same sum
+        one = detection.roi_align(x, rois[i : i + 1], batch[i : i + 1], **kw)
+        np.testing.assert_allclose(got[i : i + 1], one, rtol=1e-6, atol=1e-6)
+    want = run_reference_roi_align(x, rois, batch, **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def run_reference_roi_align(x, rois, batch, **kw):
+    """onnx's own reference implementation of RoiAlign."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], **kw)
+    f, i = TensorProto.FLOAT, TensorProto.INT64
+    inputs = [helper.make_tensor_value_info(n, t, None) for n, t in
+              (("x", f), ("rois", f), ("batch", i))]  # fmt: skip
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", f, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    return ReferenceEvaluator(model).run(None, {"x": x, "rois": rois, "batch": batch})[0]

@@ -140,6 +140,11 @@ def _roi_align_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(ctx.dtype(0), shape)]
 
 
+# RoiAlign (avg) multiplies this many rois' matrices at a time (bounds the [rois, C, bins, W]
+# intermediate).
+ROI_CHUNK = 64
+
+
 def _samples(start, size, bins: int, grid: np.ndarray, length: int, ct):
     """Bilinear sampling along one axis for every roi: per [roi, bin, sample] the low and high
     index, their weights (zero for a sample outside the image, as onnxruntime takes it) and
@@ -212,7 +217,6 @@ def roi_align(
         grids.append(np.full(len(r), sampling_ratio) if sampling_ratio > 0 else np.maximum(auto, 0))
     ys = _samples(y0, roi_h, output_height, grids[0], height, ct)
     xs = _samples(x0, roi_w, output_width, grids[1], width, ct)
-    planes = x[batch_indices].astype(ct, copy=False)  # [rois, C, H, W]
     if mode == "avg":
         # Bilinear sampling is separable: one interpolation matrix per axis, summed over samples.
         def matrix(low, high, w_low, w_high, exists, length):
@@ -224,8 +228,18 @@ def roi_align(
 
         my, mx = matrix(*ys, height), matrix(*xs, width)
         count = np.maximum(grids[0] * grids[1], 1).astype(ct)[:, None, None, None]
-        out = np.einsum("rph,rchw,rqw->rcpq", my, planes, mx) / count
-        return out.astype(x.dtype)
+        # my · image · mxᵀ per roi, as matrix products (BLAS) over a few rois of one image at
+        # a time: no copy of the image per roi (an einsum over copies took 40 s of Keypoint
+        # R-CNN's 50 on this backend)
+        out = np.empty((len(r), x.shape[1], output_height, output_width), ct)
+        for b in np.unique(batch_indices):
+            image = x[b].astype(ct, copy=False)[None]  # [1, C, H, W]
+            rows = np.flatnonzero(batch_indices == b)
+            for at in range(0, len(rows), ROI_CHUNK):
+                sel = rows[at : at + ROI_CHUNK]
+                out[sel] = (my[sel][:, None] @ image) @ mx[sel][:, None].transpose(0, 1, 3, 2)
+        return (out / count).astype(x.dtype)
+    planes = x[batch_indices].astype(ct, copy=False)  # [rois, C, H, W]
     n_rois, channels = planes.shape[:2]
     (ylo, yhi, wylo, wyhi, yex), (xlo, xhi, wxlo, wxhi, xex) = ys, xs
 
