@@ -412,6 +412,12 @@ def test_a_reshape_to_a_computed_shape_keeps_its_rank_for_layer_norm(backend, rn
         assert rel_err(got, want) <= 1e-5
 
 
+def _webgpu_name() -> str:
+    from tinydl.backends.webgpu.context import get_context
+
+    return get_context().name.lower()
+
+
 def _topk_of_min_graph(cap: int):
     """TopK over x's last axis (symbolic) with k = min(cap, that axis's length), as
     torchvision's detectors take their top proposals."""
@@ -440,7 +446,13 @@ def test_topk_of_a_k_computed_from_shapes_with_a_bound(backend, rng):
     """TopK whose k is min(constant, a symbolic dim) runs on the backend (k folded when the
     plan is made), against NumPy with the axis shorter and longer than the constant; with no
     bound, or one past what the kernels take, it is refused with the reason."""
-    sess = td.compile(_topk_of_min_graph(5), backends=(backend,), strict=True)
+    capped = backend == "webgpu" and "llvmpipe" in _webgpu_name()
+    if capped:  # (llvmpipe caps a shader's loops: a TopK of unknown length is not run there)
+        with pytest.warns(UserWarning, match="fall back"):
+            sess = td.compile(_topk_of_min_graph(5), backends=(backend, "numpy"))
+        assert "llvmpipe" in sess.placement.refusals["topk"][backend]
+    else:
+        sess = td.compile(_topk_of_min_graph(5), backends=(backend,), strict=True)
     ref = td.compile(_topk_of_min_graph(5), backends=("numpy",))
     for n in (3, 9):
         x = rng.standard_normal((2, n)).astype(np.float32)
