@@ -313,46 +313,70 @@ def grid_sample_supports(node, graph) -> Support:
     return Support(True)
 
 
-def upper_bound(name: str, graph, depth: int = 16) -> float | None:
+def grid_sample(b) -> dict:
+    """A 2-D GridSample's template parameters: N images of C x H x W sampled at OH x OW grids
+    (TOTAL outputs), the mode, padding and corner alignment."""
+    from tinydl.ops.resize import GRID_MODES
+
+    n, c, h, w = b.info(0).shape
+    _, oh, ow, _ = b.info(1).shape
+    return dict(
+        N=n, C=c, H=h, W=w, OH=oh, OW=ow, TOTAL=n * c * oh * ow,
+        mode=GRID_MODES[b.attrs["mode"]], padding=b.attrs["padding_mode"],
+        align=bool(b.attrs["align_corners"]),
+    )  # fmt: skip
+
+
+def upper_bound(name: str, graph) -> float | None:
     """A bound on every element of value `name` known from the graph alone, or None: a
     constant's largest element, carried through views and casts, and the minimum of bounded
     terms (torchvision's detectors take k = min(pre_nms_top_n, anchors) so, from shapes)."""
-    value = graph.initializers.get(name)
-    if value is not None:
-        return float(np.max(value)) if np.size(value) else None
-    node = graph.producers().get(name) if depth else None
-    if node is None:
-        return None
-    if node.op == "Constant":
-        from tinydl.ops.shape import _constant_value
+    from tinydl.ops import schema_of
 
-        value = _constant_value(**{k: node.attrs.get(k) for k in CONSTANT_ATTRS})
+    producers = graph.producers()
+
+    def largest(value) -> float | None:
         return float(np.max(value)) if np.size(value) else None
-    if node.op in ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"):
-        return upper_bound(node.inputs[0], graph, depth - 1)
-    whole = node.op == "ReduceMin" and (
-        (len(node.inputs) < 2 or not node.inputs[1])
-        and not node.attrs.get("axes")
-        or _rank(graph, node.inputs[0]) == 1
-    )
-    if node.op == "Min" or whole:
+
+    def bound(v: str, depth: int) -> float | None:
+        if v in graph.initializers:
+            return largest(graph.initializers[v])
+        node = producers.get(v) if depth else None
+        if node is None:
+            return None
+        if node.op == "Constant":
+            return largest(schema_of("Constant").run(node, [])[0])
+        if node.op in ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+            return bound(node.inputs[0], depth - 1)
+        no_axes = (len(node.inputs) < 2 or not node.inputs[1]) and not node.attrs.get("axes")
+        whole = node.op == "ReduceMin" and (no_axes or _rank(graph, node.inputs[0]) == 1)
+        if node.op != "Min" and not whole:
+            return None
         # the minimum is at most any term's bound (over a Concat's pieces: any piece's)
         terms = node.inputs if node.op == "Min" else [node.inputs[0]]
-        src = graph.producers().get(node.inputs[0]) if whole else None
+        src = producers.get(node.inputs[0]) if whole else None
         if src is not None and src.op == "Concat":
             terms = src.inputs
-        bounds = [upper_bound(t, graph, depth - 1) for t in terms if t]
-        bounds = [v for v in bounds if v is not None]
+        bounds = [b for b in (bound(t, depth - 1) for t in terms if t) if b is not None]
         return min(bounds) if bounds else None
-    return None
 
-
-CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+    return bound(name, 16)
 
 
 def _rank(graph, name: str) -> int | None:
     v = graph.value(name)
     return None if v is None or v.shape is None else len(v.shape)
+
+
+def topk_extent(node, graph) -> tuple[float | None, int | None]:
+    """TopK's k bound (`upper_bound`) and its axis's length, each None where unknown before
+    planning."""
+    x = graph.value(node.inputs[0])
+    length = None
+    if x is not None and x.shape is not None:
+        dim = x.shape[normalize_axis(node.attrs["axis"], len(x.shape))]
+        length = dim if isinstance(dim, int) else None
+    return upper_bound(node.inputs[1], graph), length
 
 
 def topk_supports(node, graph) -> Support:
@@ -363,11 +387,9 @@ def topk_supports(node, graph) -> Support:
     if k is None and not shape_derived(name, graph):
         return Support(False, f"{node.op} needs k constant; it is computed at run time")
     # k computed from shapes (a plan folds it) must be bounded, by itself or the axis
-    bound = upper_bound(name, graph)
+    bound, length = topk_extent(node, graph)
+    bound = length if bound is None else bound
     x = graph.value(node.inputs[0])
-    if bound is None and x is not None and x.shape is not None:
-        length = x.shape[normalize_axis(node.attrs["axis"], len(x.shape))]
-        bound = length if isinstance(length, int) else None
     if bound is None:
         return Support(
             False,

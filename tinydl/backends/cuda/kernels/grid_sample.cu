@@ -80,7 +80,7 @@ extern "C" __global__ void k(
     {{ out_ctype }}* __restrict__ y)
 {
     const unsigned long long i = (unsigned long long)blockIdx.x * {{ block }}u + threadIdx.x;
-    if (i >= {{ total }}ull) return;
+    if (i >= {{ TOTAL }}ull) return;
     const unsigned long long ox = i % {{ OW }}u;
     const unsigned long long oy = (i / {{ OW }}u) % {{ OH }}u;
     const unsigned long long nc = i / {{ OW * OH }}ull;  // n * C + c

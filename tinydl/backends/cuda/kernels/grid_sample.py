@@ -5,28 +5,22 @@ from __future__ import annotations
 
 from tinydl.backends import lowering
 from tinydl.backends.cuda.kernels import blocks, kernel, load, store
-from tinydl.ops.resize import GRID_MODES
 
 BLOCK = 256
 
 
 @kernel("GridSample", supports=lowering.grid_sample_supports)
 def grid_sample(b):
-    x, g, y = b.info(0), b.info(1), b.out()
-    n, c, h, w = x.shape
-    _, oh, ow, _ = g.shape
-    total = n * c * oh * ow
-    if not total:
+    geo = lowering.grid_sample(b)
+    if not geo["TOTAL"]:
         return
+    x, g, y = b.info(0), b.info(1), b.out()
     b.launch(
         "grid_sample.cu",
         [b.inputs[0], b.inputs[1], b.outputs[0]],
-        blocks(total, BLOCK),
+        blocks(geo["TOTAL"], BLOCK),
         BLOCK,
-        N=n, C=c, H=h, W=w, OH=oh, OW=ow, total=total, block=BLOCK,
-        mode=GRID_MODES[b.attrs["mode"]], padding=b.attrs["padding_mode"],
-        align=bool(b.attrs["align_corners"]),
-        x_ctype=x.ctype, g_ctype=g.ctype, out_ctype=y.ctype,
+        block=BLOCK, x_ctype=x.ctype, g_ctype=g.ctype, out_ctype=y.ctype,
         x_load=lambda expr: load(x.ctype, expr), g_load=lambda expr: load(g.ctype, expr),
-        store=store(y.ctype, "r"),
+        store=store(y.ctype, "r"), **geo,
     )  # fmt: skip

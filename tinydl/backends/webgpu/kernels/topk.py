@@ -23,12 +23,9 @@ def _supports(node, graph):
     answer = lowering.topk_supports(node, graph)
     if not answer.ok or not _loops_limited():
         return answer
-    x = graph.value(node.inputs[0])
-    length = None
-    if x is not None and x.shape is not None:
-        length = x.shape[lowering.normalize_axis(node.attrs["axis"], len(x.shape))]
-    k = lowering.upper_bound(node.inputs[1], graph)
-    if not isinstance(length, int) or k is None:
+    k, length = lowering.topk_extent(node, graph)
+    k = length if k is None else k
+    if length is None:
         return Support(False, "TopK on llvmpipe needs its length and k known before planning "
                               f"(its loops stop after {LOOP_LIMIT:,} iterations)")  # fmt: skip
     loops = int(k) * (math.ceil(length / _group(length)) + 2)
