@@ -70,6 +70,9 @@ def test_espcn_fp16_is_one_fused_kernel(tmp_path, rng, shape):
         ({"chain_reuse": False}, True),  # layer 2's A from shared memory too
         ({"chain_tile": "22,30,512"}, True),  # layer 2: 24 rows, 3 a warp
         ({"chain_tile": "10,14,512"}, True),  # layer 2 in 2 segments of two rows of 8
+        ({"chain_fold": False}, True),  # layer 3 with its column offsets as taps
+        ({"chain_split": "8,4,4,4/4,3,3,3"}, True),  # layer 3 folded on every warpgroup
+        ({"chain_reuse": False, "chain_fold": False}, True),
     ],
 )
 @pytest.mark.parametrize("shape", [(2, 1, 37, 53), (1, 1, 97, 131)])
@@ -98,7 +101,14 @@ def test_espcn_fp16_chain_kernels_match_the_reference(tmp_path, rng, options, ho
 
 
 @pytest.mark.parametrize(
-    "options", [{}, {"chain_tile": "10,14,512"}, {"chain_wgmma": False}, {"chain_reuse": False}]
+    "options",
+    [
+        {},
+        {"chain_tile": "10,14,512"},
+        {"chain_wgmma": False},
+        {"chain_reuse": False},
+        {"chain_fold": False},
+    ],
 )
 def test_espcn_fp16_chain_blocks_of_several_tiles_match_the_reference(tmp_path, rng, options):
     """More tiles than blocks: each block runs several tiles through its software pipeline (the
@@ -116,7 +126,7 @@ def test_espcn_fp16_chain_blocks_of_several_tiles_match_the_reference(tmp_path, 
 
 
 @pytest.mark.parametrize("name", sorted(CONV_CHAINS))
-@pytest.mark.parametrize("options", [{}, {"chain_wgmma": False}])
+@pytest.mark.parametrize("options", [{}, {"chain_wgmma": False}, {"chain_fold": False}])
 def test_other_conv_chains_match_the_reference(rng, name, options):
     """Chains other than ESPCN x3 (other kernel sizes, channel counts, activations, with and
     without DepthToSpace) as one fp16 kernel, on warpgroup MMAs (on Hopper) and mma.sync,

@@ -417,19 +417,21 @@ def test_fp16_convolution_k_step_follows_the_channels(fake_device, c, oc, bk):
 
 
 @pytest.mark.parametrize(
-    ("cc", "options", "wgmma", "reuse"),
+    ("cc", "options", "wgmma", "reuse", "fold"),
     [
-        ((9, 0), {}, True, True),  # Hopper: warpgroup MMAs, compiled for sm_90a
-        ((9, 0), {"chain_reuse": False}, True, False),  # layer 2's A from shared memory
-        ((9, 0), {"chain_tile": "18,34,512"}, True, False),  # (34 + 2 columns: not 16s)
-        ((9, 0), {"chain_tile": "12,20,384"}, True, False),  # three warpgroups
-        ((9, 0), {"chain_tile": "16,32,256"}, False, False),  # layer 3's accumulators: too many
-        ((9, 0), {"chain_tile": "20,30,320"}, False, False),  # not whole warpgroups
-        ((9, 0), {"chain_wgmma": False}, False, False),
-        ((8, 0), {}, False, False),  # mma.sync elsewhere
+        ((9, 0), {}, True, True, True),  # Hopper: warpgroup MMAs, compiled for sm_90a
+        ((9, 0), {"chain_fold": False}, True, True, False),  # layer 3 reusing its rows
+        ((9, 0), {"chain_reuse": False}, True, False, True),  # layer 2's A from shared memory
+        ((9, 0), {"chain_reuse": False, "chain_fold": False}, True, False, False),
+        ((9, 0), {"chain_tile": "18,34,512"}, True, False, False),  # (34 + 2 columns: not 16s)
+        ((9, 0), {"chain_tile": "12,20,384"}, True, False, False),  # three warpgroups
+        ((9, 0), {"chain_tile": "16,32,256"}, False, False, False),  # layer 3's accumulators
+        ((9, 0), {"chain_tile": "20,30,320"}, False, False, False),  # not whole warpgroups
+        ((9, 0), {"chain_wgmma": False}, False, False, False),
+        ((8, 0), {}, False, False, False),  # mma.sync elsewhere
     ],
 )
-def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, wgmma, reuse):
+def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, wgmma, reuse, fold):
     import importlib.resources
 
     import tinydl as td
@@ -452,14 +454,58 @@ def test_espcn_fp16_is_one_chain_kernel(fake_device, monkeypatch, cc, options, w
     source = plan.steps[0].fn.source
     assert ("wgmma.mma_async" in source) == wgmma
     assert (context.ARCH_SPECIFIC in source) == wgmma
-    # (layers 2 and 3 load their A rows themselves: reuse_mmas in each of their calls; layer 2
-    # in pieces of two rows of 8 pixels, layer 3 in rows of 16)
-    assert (source.count("ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j") >= 2) == reuse
+    # (layer 2 loads its A rows itself, in pieces of two rows of 8 pixels: reuse_mmas; layer 3
+    # too, in rows of 16, unless folded: its 9 output channels at 3 column offsets in N = 32,
+    # whole rows of layer 2's region a warp, the offsets summed across lanes)
     assert ("ldmatrix_x4(r, a0 + 16u * (min(r0 + j + ((lane >> 3) & 1)" in source) == reuse
+    assert ("ldmatrix_x4(f[j], a0 + 16u * (min(r0 + j" in source) == (reuse and not fold)
+    assert ("Wgmma<32>::mma0_rs(acc[s], f[s][dy], b)" in source) == fold
+    assert ("__shfl_sync(0xffffffffu, g < 2 ?" in source) == fold
     # On warpgroups: layer 1's bias through its spare K index, layer 3 on warpgroups of its own
     # beside layer 1 (the last tile's on all of them)
     assert ("a[kc][r] |= one1" in source) == wgmma
     assert bool(re.search(r"if \(more\) \{\n\s+if \(wg == \d[ |wg=\d]*\)\n", source)) == wgmma
+
+
+def test_a_folded_layer3_runs_beside_layer1_on_one_warpgroup(fake_device):
+    """ESPCN x3 on Hopper (20 x 30 tiles): the folded layer 3 takes its 20 rows on warpgroup 0
+    beside layer 1, whose 13 m64 tiles go to the others (modelled: L3_FOLD_CYCLES against
+    L1_TILE_CYCLES), the last tile's rows on every warpgroup; "chain_split" sets both splits,
+    and is refused with what it expects where it does not add up."""
+    import importlib.resources
+
+    import tinydl as td
+    from tinydl.backends.cuda.kernels import chain
+
+    lay = chain._layout(20, 30, 512, (5, 3, 3), (1, 64, 32, 16), True)
+    fold = chain._fold3(lay, 20, 512, 3, 9, True)
+    assert fold["FOLD3"] and (fold["SEGF"], fold["NF3"], fold["FA3"], fold["FR3"]) == (2, 32, 1, 1)
+    assert fold["L3_CALLS"] == [(20, [(0, 0)])]
+    assert fold["L3_LAST_CALLS"] == [(4, [(1, 8), (2, 12), (3, 16)]), (8, [(0, 0)])]
+    assert chain._split1(lay["MT1"], fold["L3_FOLD_LOAD"]) == [0, 0, 4, 8, 13]
+    assert not chain._fold3(lay, 20, 512, 3, 9, False)["FOLD3"]
+    assert not chain._fold3(lay, 20, 512, 3, 32, True)["FOLD3"]  # accumulators: too many
+
+    path = importlib.resources.files("tinydl") / "models" / "espcn_x3.tdl"
+    graph = _fixed(td.load(path), (1, 1, 60, 90))
+
+    def source(split):
+        opts = {"cuda": {"chain_split": split}}
+        sess = td.compile(graph, backends=("cuda",), precision="fp16", backend_options=opts)
+        return only_plan(kernel_of(sess, "cuda")).steps[0].fn.source
+
+    given = source("8,4,4,4/1,4,4,4")
+    shared = given[given.index("if (more) {") : given.index("} else {", given.index("if (more) {"))]
+    assert "if (wg == 1 || wg == 2 || wg == 3)" in shared and "if (wg == 0)" in shared
+    assert "const int first = (wg == 1 ? 8 : wg == 2 ? 12 : 16) +" in shared
+    firsts = "wg == 0 ? 0 : wg == 1 ? 1 : wg == 2 ? 5 : 9"
+    assert f"{firsts}, wg == 0 ? 1 : wg == 1 ? 5 : wg == 2 ? 9 : 13);" in shared
+    for bad in ("20,0,0,0/0,4,4,4", "20,0,0/0,4,4,5", "10,10,0,0/0,4,4,5", "16,0,0,0/0,4,4,5", "x"):
+        with pytest.raises(ValueError, match="chain_split: expected 4 layer-3 row counts"):
+            source(bad)
+    opts = {"cuda": {"chain_split": "20,0,0,0/0,4,4,5", "chain_fold": False}}
+    with pytest.raises(ValueError, match="the chain's layer 3 is not folded"):
+        td.compile(graph, backends=("cuda",), precision="fp16", backend_options=opts)
 
 
 @pytest.mark.parametrize(
@@ -532,7 +578,7 @@ def test_layer1_tiles_go_to_the_warpgroups_without_layer3_first(mt1, mt3, mb3, l
     work exceeds the least loaded one's by more than one tile."""
     from tinydl.backends.cuda.kernels import chain
 
-    split = chain._split1(mt1, mt3, mb3, l3g, groups, nk3)
+    split = chain._split1(mt1, chain._l3_load(mt3, mb3, l3g, groups, nk3))
     assert len(split) == groups + 1 and split[0] == 0 and split[-1] == mt1
     count = [b - a for a, b in zip(split, split[1:], strict=False)]
     assert min(count) >= 0
@@ -1001,6 +1047,42 @@ def test_wgmma_weights_are_k_major_core_matrices(cout, cin, k, bias, rng):
             else:
                 want = 0
             assert got == want, (kk, nn)
+
+
+@pytest.mark.parametrize(
+    ("cout", "cin", "k"), [(9, 32, 3), (4, 32, 3), (16, 16, 3), (9, 16, 5), (1, 32, 3)]
+)
+def test_folded_layer3_sums_its_column_offsets_into_the_convolution(cout, cin, k, rng):
+    """chain.py's _fold_b and _fold_col (chain.cu's layer3_fold): B read back from wgmma's core
+    matrices as K = dy x Cin rows and N columns, every (offset, channel) in its own column;
+    a row's products with layer 2's pixels, summed over the column offsets at pixel x + dx,
+    are the convolution's output row."""
+    import numpy as np
+
+    from tinydl.backends.cuda.kernels.chain import _fold_b, _fold_col, _fold_shape
+
+    w = rng.standard_normal((cout, cin, k, k)).astype(np.float16).astype(np.float32)
+    a, r, n = _fold_shape(k, cout)
+    cols = [[_fold_col(dx, o, k, a, r) for dx in range(k)] for o in range(cout)]
+    assert len({c for cs in cols for c in cs}) == k * cout  # one column each
+    assert n % 8 == 0 and n - 8 < max(map(max, cols)) < n  # no n8 block to spare
+    # a lane holds channels 2t, 2t + 1 of a block of 8: whole blocks keep them at every offset
+    assert all(c % 8 == cols[o][0] % 8 for o in range(8 * a) for c in cols[o])
+    flat = _fold_b(w).reshape(-1).astype(np.float32)
+    nk = k * cin // 16
+    assert flat.size == nk * 16 * n
+    blocks = flat.reshape(nk, n // 8, 2, 8, 8)  # [chunk][n block][k half][n][k]
+    b = blocks.transpose(0, 2, 4, 1, 3).reshape(nk * 16, n)  # [k][n]
+    width = 20
+    rows = rng.standard_normal((k, width + k - 1, cin)).astype(np.float32)  # rows y + dy
+    p = np.einsum("dxc,dcn->xn", rows, b.reshape(k, cin, n))  # P[X][column]
+    got = np.array([[sum(p[x + dx, cols[o][dx]] for dx in range(k)) for o in range(cout)]
+                    for x in range(width)])  # fmt: skip
+    want = np.zeros((width, cout))
+    for dy in range(k):
+        for dx in range(k):
+            want += rows[dy, dx : dx + width] @ w[:, :, dy, dx].T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape,oc,k,attrs,tail,precision", CONV3D_CASES)

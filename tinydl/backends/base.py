@@ -104,7 +104,12 @@ class CompileOptions:
       mma.sync, as on other GPUs), "chain_reuse" (bool, default True: on warpgroups, layer 2
       loads each row of layer 1 into registers once for all three row offsets of its taps,
       where its region is a whole number of 16-pixel segments wide; False reads A from shared
-      memory), "conv_tensor_cores" (bool, default True),
+      memory), "chain_fold" (bool, default True: on warpgroups, layer 3 multiplies whole rows
+      with its column offsets folded into N, and sums them across lanes, where they fit),
+      "chain_split" ("ROWS/TILES", default from a cost model: for a folded layer 3 on
+      warpgroups, the rows of layer 3 (multiples of 4) and the m64 tiles of the next tile's
+      layer 1 each warpgroup takes in the phase they share, e.g. "20,0,0,0/0,4,4,5"),
+      "conv_tensor_cores" (bool, default True),
       "conv_exact_weights" (bool, default False: at fp16, tensor-core convolutions keep the
       float32 weights as hi + lo fp16 parts instead of rounding them to fp16),
       "conv_k_step" (32 or 64: the K columns an fp16 tensor-core convolution multiplies a

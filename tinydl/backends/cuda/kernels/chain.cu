@@ -191,13 +191,105 @@ smem_addr({{ region }}) + 16u * ({% if ph == 2 %}cs * 8 + (lane & 7){% else %}cs
             }
 {% endmacro %}
 
+{# Folded layer 3 (FOLD3): its column offsets dx in N. A warp's M rows are one segment of 16
+   pixels of a row of layer 2's region, K runs over the row offsets dy and the channels, and
+   B's column (dx, o) (chain.py's _fold_col) holds the weights of output channel o at offset
+   dx, so that accumulator column (dx, o) at region pixel X is P_dx[X], and output pixel x of
+   the row is the sum of P_dx[x + dx] over dx: a lane holds pixels g and g + 8 of each segment
+   (groups of 8 pixels k, 2 a segment), pixel x + dx sits dx lanes of 4 on (in group k + 1
+   where g + dx passes 8), and the same channels of every offset in the same lane (blocks of
+   8, FA3 of them; the FR3 channels past them, offset-major after those, each in the lane
+   _fold_col says). Warp q of a warpgroup takes rows `first` + q, + 4, ... (`count` rows, a
+   multiple of 4: every warp issues every wgmma); rows past the tile compute what nobody
+   stores. #}
+{% macro fold_acc(k, n, e) %}acc[{{ k // 2 }}][{{ 4 * n + 2 * (k % 2) + e }}]{% endmacro %}
+{% macro fold_sum(k, cols) %}
+{# the sum over dx of column cols[dx] (at pixel x + dx) for this lane's pixel of group k #}
+{% set c0 = cols[0] %}
+                        float v = {{ fold_acc(k, c0 // 8, c0 % 2) }};
+{% for c in cols[1:] %}
+{% set dx = loop.index %}
+{% set nxt = [k + 1, 2 * SEGF - 1] | min %}
+                        v += __shfl_sync(0xffffffffu, g < {{ dx }} ? {{ fold_acc(nxt, c // 8, c % 2) }} : {{ fold_acc(k, c // 8, c % 2) }}, (((g + {{ dx }}) & 7) * 4 + {{ (c % 8) // 2 - (c0 % 8) // 2 }} + t) & 31);
+{% endfor %}
+{% endmacro %}
+{% macro layer3_fold(count, first) %}
+            {
+                // (q through a shuffle, as wg: the rows' branches then do not diverge)
+                const int first = ({{ first }}) + __shfl_sync(0xffffffffu, q, 0);
+                const unsigned a0 = smem_addr(s2) + 16u * (lane & 15) + (lane >> 4) * {{ P2 * 16 }}u;
+                const unsigned long long bd = wgmma_desc(smem_addr(B3), 128, 256);
+                {{ yt }}* yo = y + (size_t)img * {{ C3 * H * W }};
+#pragma unroll 1
+                for (int bt = 0; bt < {{ count // 4 }}; ++bt) {
+                    const int row = first + 4 * bt;
+                    float acc[{{ SEGF }}][{{ NF3 // 2 }}];
+#pragma unroll
+                    for (int cc = 0; cc < {{ C2 // 16 }}; ++cc) {
+                        unsigned f[{{ SEGF }}][{{ K3 }}][4];
+#pragma unroll
+                        for (int s = 0; s < {{ SEGF }}; ++s) {
+#pragma unroll
+                            for (int dy = 0; dy < {{ K3 }}; ++dy)
+                                ldmatrix_x4(f[s][dy], a0 + 16u * (min(row + dy, {{ H2 - 1 }}) * {{ W2 }} + s * 16) + cc * {{ 2 * P2 * 16 }}u);
+                        }
+                        wgmma_fence();
+#pragma unroll
+                        for (int dy = 0; dy < {{ K3 }}; ++dy) {
+                            const unsigned long long b = bd + (((dy * {{ C2 // 16 }} + cc) * {{ NF3 * 32 }}) >> 4);
+#pragma unroll
+                            for (int s = 0; s < {{ SEGF }}; ++s) {
+                                if (cc == 0 && dy == 0)
+                                    Wgmma<{{ NF3 }}>::mma0_rs(acc[s], f[s][dy], b);
+                                else
+                                    Wgmma<{{ NF3 }}>::mma_rs(acc[s], f[s][dy], b);
+                            }
+                        }
+                        wgmma_commit();
+                        wgmma_wait<0>();  // (both chunks' A at once, one wait: no faster)
+                    }
+                    const int gy = y0 + row;
+                    if (row >= {{ TH }} || gy >= {{ H }}) continue;  // (the same for a whole warp)
+{% for k in range(2 * SEGF) %}
+                    {
+                        const int gx = x0 + {{ 8 * k }} + g;
+                        const bool out = {{ 8 * k }} + g < {{ TW }} && gx < {{ W }};
+{% for j in range(FA3) %}
+{% for e in range(2) %}
+                        {
+{{ fold_sum(k, FOLD_COLS[8 * j + e]) -}}
+                            const int ch = {{ 8 * j + e }} + 2 * t;
+                            if (out) {
+{{ put3("v + bias3[ch]") }}
+                            }
+                        }
+{% endfor %}
+{% endfor %}
+{% for c in range(FR3) %}
+{% set c0 = FOLD_COLS[8 * FA3 + c][0] %}
+                        {
+{{ fold_sum(k, FOLD_COLS[8 * FA3 + c]) -}}
+                            const int ch = {{ 8 * FA3 + c }};
+                            if (out && t == {{ (c0 % 8) // 2 }}) {
+{{ put3("v + bias3[ch]") }}
+                            }
+                        }
+{% endfor %}
+                    }
+{% endfor %}
+                }
+            }
+{% endmacro %}
+
 {# Layer 3 on warpgroups: `calls` holds, for each count of m64 tiles, the warpgroups that take
    that many and the first tile of each. #}
 {% macro layer3_calls(calls) %}
 {% for count, firsts in calls %}
             if ({% for w, _ in firsts %}wg == {{ w }}{{ " || " if not loop.last }}{% endfor %})
 {% set first %}{% for w, f in firsts[:-1] %}wg == {{ w }} ? {{ f }} : {% endfor %}{{ firsts[-1][1] }}{% endset %}
-{% if REUSE3 %}
+{% if FOLD3 %}
+{{ layer3_fold(count, first) -}}
+{% elif REUSE3 %}
 {{ layer3_rows(count, first) -}}
 {% else %}
 {{ layer3(count, first) -}}
@@ -215,6 +307,14 @@ smem_addr({{ region }}) + 16u * ({% if ph == 2 %}cs * 8 + (lane & 7){% else %}cs
         for (int e = 0; e < 2; ++e) {
             const int ch = n * 8 + 2 * t + e;
             if (ch >= {{ C3 }}) continue;
+{{ put3(value) }}
+        }
+    }
+{% endmacro %}
+
+{# Layer 3's output channel ch at pixel (gy, gx): `value`, the activations, the store (through
+   DepthToSpace when there is one). #}
+{% macro put3(value) %}
             float r = {{ value }};
 {% for e in act3 %}
             r = {{ e }};
@@ -229,9 +329,7 @@ smem_addr({{ region }}) + 16u * ({% if ph == 2 %}cs * 8 + (lane & 7){% else %}cs
 {% else %}
             yo[((size_t)ch * {{ H }} + gy) * {{ W }} + gx] = {{ ystore }};
 {% endif %}
-        }
-    }
-{% endmacro %}
+{%- endmacro %}
 
 // Epilogues of layers 1 and 2: activation of two adjacent channels, packed as fp16x2.
 {% for name, acts, tanh2 in epilogues %}
@@ -664,11 +762,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 {% if WGMMA %}
         if (more) {
 {{ layer3_calls(L3_CALLS) -}}
-            layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }}, {{ by_wg(L1_SPLIT) }}, {{ by_wg(L1_SPLIT, 1) }});
+                layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }}, {{ by_wg(L1_SPLIT) }}, {{ by_wg(L1_SPLIT, 1) }});
             fence_proxy_async();  // s1, read by layer 2's wgmmas after the barrier
-        } else {
+            } else {
 {{ layer3_calls(L3_LAST_CALLS) -}}
-        }
+            }
 {% else %}
         layer3(img, y0, x0);
         if (more) layer1(((next / {{ TX }}) % {{ TY }}) * {{ TH }}, (next % {{ TX }}) * {{ TW }}, 0, 0);

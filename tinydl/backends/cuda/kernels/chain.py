@@ -159,8 +159,43 @@ def _wgmma_b(w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     if bias is not None:
         assert b.shape[0] < nk * 16, "no room for the bias in the last K chunk"
         full[b.shape[0], :cout] = bias
+    return _core_matrices(full)
+
+
+def _core_matrices(full: np.ndarray) -> np.ndarray:
+    """B[k][n] (k a multiple of 16, n of 8) as wgmma's core matrices (_wgmma_b's layout)."""
+    nk, n = full.shape[0] // 16, full.shape[1]
     blocks = full.reshape(nk, 2, 8, n // 8, 8)  # [chunk][k half][k][n block][n]
     return np.ascontiguousarray(blocks.transpose(0, 3, 1, 4, 2)).astype(np.float16)
+
+
+def _fold_shape(k: int, cout: int) -> tuple[int, int, int]:
+    """(A, R, N) of a folded layer 3 (_fold_b): A whole blocks of 8 output channels, R channels
+    past them, N columns (K column offsets of each)."""
+    a, r = divmod(cout, 8)
+    return a, r, 8 * (k * a + math.ceil(k * r / 8))
+
+
+def _fold_col(dx: int, c: int, k: int, a: int, r: int) -> int:
+    """B's column of output channel c at column offset dx in a folded layer 3: channel block j
+    of offset dx is n8 block dx * A + j (so a lane holds the same channels of every offset);
+    the R channels past them, offset-major, after all of those."""
+    if c < 8 * a:
+        return 8 * (dx * a + c // 8) + c % 8
+    return 8 * k * a + dx * r + c - 8 * a
+
+
+def _fold_b(w: np.ndarray) -> np.ndarray:
+    """Layer 3's weights [Cout][Cin][K][K] with its column offsets folded into N (chain.cu's
+    layer3_fold): K = dy x Cin (k = dy * Cin + c, chunks of 16), column _fold_col(dx, o) holds
+    w[o][c][dy][dx]; as wgmma's core matrices."""
+    cout, cin, k, _ = w.shape
+    a, r, n = _fold_shape(k, cout)
+    full = np.zeros((k * cin, n))
+    for dx in range(k):
+        for o in range(cout):
+            full[:, _fold_col(dx, o, k, a, r)] = w[o, :, :, dx].T.reshape(-1)
+    return _core_matrices(full)
 
 
 def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
@@ -196,7 +231,7 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
         # are), while the others start layer 1 of the next tile (chain.cu).
         l3g = min(groups, max(min(2, groups), math.ceil(mts[2] / (ACC3_ALONE // (4 * nts[2])))))
         mbs[2] = math.ceil(mts[2] / l3g)
-        l1_split = _split1(mts[0], mts[2], mbs[2], l3g, groups, k3 * k3 * c2 // 16)
+        l1_split = _split1(mts[0], _l3_load(mts[2], mbs[2], l3g, groups, k3 * k3 * c2 // 16))
         # (the first tile's layer 1 and the last one's layer 3, each alone in its phase, on
         # every warpgroup, evenly)
         l1_even = _even(mts[0], groups)
@@ -237,16 +272,22 @@ def _layout(th, tw, threads, ks, cs, wgmma: bool) -> dict | None:
 L1_TILE_CYCLES, L3_WGMMA_CYCLES, L3_STORE_CYCLES = 1300, 20, 550
 
 
-def _split1(mt1, mt3, mb3, l3g, groups, nk3) -> list[int]:
-    """Where each warpgroup's share of layer 1's mt1 m64 tiles begins (one per warpgroup, then
-    mt1): layer 3's mt3 tiles run on warpgroups 0 to l3g - 1 (mb3 each); layer 1's tiles go one
-    at a time to the warpgroup with the least work so far (the others first on a tie)."""
-    load = [
+def _l3_load(mt3, mb3, l3g, groups, nk3) -> list[int]:
+    """Layer 3's modelled cycles on each warpgroup in the phase it shares with layer 1: its
+    mt3 m64 tiles on warpgroups 0 to l3g - 1 (mb3 each), nk3 K chunks a tile."""
+    return [
         mt3 * nk3 * L3_WGMMA_CYCLES + max(0, min(mb3, mt3 - w * mb3)) * L3_STORE_CYCLES
         if w < l3g
         else 0
         for w in range(groups)
     ]
+
+
+def _split1(mt1, load: list[int]) -> list[int]:
+    """Where each warpgroup's share of layer 1's mt1 m64 tiles begins (one per warpgroup, then
+    mt1), given each warpgroup's other work in the phase (`load`, cycles): the tiles go one at a
+    time to the warpgroup with the least work so far (the later ones first on a tie)."""
+    load, groups = list(load), len(load)
     count = [0] * groups
     for _ in range(mt1):
         w = min(range(groups), key=lambda i: (load[i], -i))
@@ -343,6 +384,71 @@ def _reuse3(lay: dict, th: int, threads: int, k3: int, nt3: int, enabled: bool) 
     }
 
 
+# A folded layer 3's modelled cycles a batch (four rows, one a warp) on one warpgroup beside
+# layer 1 on the others (clock64 at each phase of the ESPCN x3 kernel on an H200: 5 batches in
+# 7,000-7,400 cycles; on two warpgroups at once, 1,900-2,100 a batch on each).
+L3_FOLD_CYCLES = 1400
+
+
+def _fold3(lay: dict, th: int, threads: int, k3: int, c3: int, enabled: bool) -> dict:
+    """Whether layer 3 on warpgroups runs folded (chain.cu's layer3_fold, FOLD3): its column
+    offsets in N, so that a warp's M rows are a whole row of layer 2's region (SEGF segments of
+    16 pixels) and a row takes K3 x channels / 16 K chunks a segment at N = NF3 (_fold_shape)
+    instead of K3 x K3 x channels / 16 at N = the output channels; the offsets' partial sums
+    meet across lanes. Where the region is whole segments wide, the kernel at most 9 wide (an
+    offset reaches the next group of 8 pixels at most), and a row's accumulators (SEGF x NF3 /
+    2) and A (SEGF x K3 x 4) fit ACC3_ALONE and A3_REGS. Beside layer 1 it runs on one
+    warpgroup (on two, each was slower a row than one alone: L3_FOLD_CYCLES), the last tile's
+    on every warpgroup. L3_CALLS, L3_LAST_CALLS: the rows each warpgroup takes (four at a time,
+    one a warp; as _calls); L3_FOLD_LOAD: its modelled cycles in the phase shared with layer
+    1."""
+    seg, rest = divmod(lay["W2"], 16)
+    a, r, n = _fold_shape(k3, c3)
+    groups = threads // 128
+    if not (enabled and lay["WGMMA"] and 1 < k3 <= 9 and rest == 0 and seg):
+        return {"FOLD3": False}
+    if seg * n // 2 > ACC3_ALONE or seg * k3 * 4 > A3_REGS:
+        return {"FOLD3": False}
+    rows = _rows(th, 1, groups, 4)
+    return {
+        "FOLD3": True,
+        "REUSE3": False,
+        "L3G": 1,
+        "SEGF": seg,
+        "NF3": n,
+        "FA3": a,
+        "FR3": r,
+        # (B's column of each output channel at each column offset)
+        "FOLD_COLS": [[_fold_col(dx, o, k3, a, r) for dx in range(k3)] for o in range(c3)],
+        "L3_CALLS": _calls(rows),
+        "L3_LAST_CALLS": _calls(_rows(th, groups, groups, 4)),
+        "L3_FOLD_LOAD": [(hi - lo) // 4 * L3_FOLD_CYCLES for lo, hi in itertools.pairwise(rows)],
+    }
+
+
+def _given_split(value: str, th: int, mt1: int, groups: int) -> tuple[list[int], list[int]]:
+    """The backend option "chain_split" = "ROWS/TILES" (each a count per warpgroup, comma
+    separated): layer 3's rows (multiples of 4, th in all) and layer 1's m64 tiles (mt1 in all)
+    each warpgroup takes in the phase they share, as starts (_even's form)."""
+    try:
+        rows, tiles = ([int(v) for v in part.split(",")] for part in str(value).split("/"))
+    except ValueError:
+        rows = tiles = []
+    if (
+        len(rows) != groups
+        or len(tiles) != groups
+        or any(v < 0 or v % 4 for v in rows)
+        or sum(rows) < th
+        or min(tiles) < 0
+        or sum(tiles) != mt1
+    ):
+        raise ValueError(
+            f"chain_split: expected {groups} layer-3 row counts (multiples of 4, {th} or more "
+            f"in all), '/', then {groups} layer-1 tile counts ({mt1} in all), got {value!r}"
+        )
+    return [sum(rows[:w]) for w in range(groups + 1)], [sum(tiles[:w]) for w in range(groups + 1)]
+
+
 def _b_bytes(shape) -> int:
     """Bytes of a layer's B operand (_fragments or _wgmma_b) for weights of `shape`: K chunks of
     16 x N padded to 16, fp16."""
@@ -388,11 +494,30 @@ def conv_chain(b):
     # On warpgroups, layer 1's bias comes through its last K chunk where the taps leave room.
     kt1 = c0 * k1 * k1
     bias1k = wgmma and kt1 % 16 != 0
+    reuse2 = _reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True)))
+    # Layer 3 folded where it fits, else reusing its rows where layer 2 does (with layer 2 on
+    # shared-memory A, the registers did not hold both, tanh_sigmoid_x2_dcr of the tests
+    # spilling).
+    fold = _fold3(lay, th, threads, k3, c3, bool(b.option("chain_fold", True)))
+    l3 = fold
+    if not fold["FOLD3"]:
+        l3 = {"FOLD3": False, **_reuse3(lay, th, threads, k3, nt3, reuse2["REUSE2"])}
+    split = b.option("chain_split") if wgmma else None  # (mma.sync: no such phases)
+    if split and not fold["FOLD3"]:
+        raise ValueError("chain_split: the chain's layer 3 is not folded (chain_fold)")
+    if fold["FOLD3"]:
+        starts = _split1(lay["MT1"], fold["L3_FOLD_LOAD"])
+        if split:
+            rows, starts = _given_split(split, th, lay["MT1"], threads // 128)
+            l3["L3_CALLS"] = _calls(rows)
+        l3["L1_SPLIT"] = starts
     parts, offs, nk = [], {}, {}
     pos = 0
     for key, wts, bias in links:
         nk[key] = math.ceil(wts.shape[1] * wts.shape[2] ** 2 / 16)
-        if wgmma:
+        if key == "3" and fold["FOLD3"]:
+            raw = _fold_b(wts).tobytes()
+        elif wgmma:
             raw = _wgmma_b(wts, bias if key == "1" and bias1k else None).tobytes()
         else:
             raw = _fragments(wts)[0].tobytes()
@@ -406,7 +531,8 @@ def conv_chain(b):
         raw = vec.tobytes()
         parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
         pos += _pad16(len(raw))
-    pack = np.frombuffer(b"".join(parts), np.uint8)
+    # (a folded layer 3's B is smaller than wbytes counts: zeros up to it)
+    pack = np.frombuffer(b"".join(parts).ljust(wbytes, b"\0"), np.uint8)
     off_in = wbytes
     off_l1 = off_in + _pad16(lay["in_bytes"])
     off_l2 = off_l1 + _pad16(lay["l1_bytes"])
@@ -414,7 +540,6 @@ def conv_chain(b):
     ty, tx = math.ceil(h / th), math.ceil(w / tw)
     tiles = n * ty * tx
     hi, wi = lay["HI"], lay["WI"]
-    reuse2 = _reuse2(lay, threads, c2, k2, bool(b.option("chain_reuse", True)))
     b.launch(
         "chain.cu",
         [b.inputs[0], b.upload("weights", pack), b.outputs[0]],
@@ -425,15 +550,11 @@ def conv_chain(b):
         KT1=kt1, NK1=nk["1"], BIAS1K=bias1k, BIAS1K_R=2 * (kt1 % 16 >= 8),
         BIAS1K_T2=kt1 % 16 - kt1 % 2 - 8 * (kt1 % 16 >= 8), NT1=c1 // 8, NT2=c2 // 8, NT3=nt3,
         TH=th, TW=tw, TY=ty, TX=tx, TILES=tiles, THREADS=threads,
-        TAP_UNROLL=unroll, wgmma_ns=sorted({c1, c2, nt3 * 8}), ARCH_SPECIFIC=ARCH_SPECIFIC,
+        TAP_UNROLL=unroll, ARCH_SPECIFIC=ARCH_SPECIFIC,
+        wgmma_ns=sorted({c1, c2, nt3 * 8, l3.get("NF3", c1)}),
         **reuse2,
         NPRE=math.ceil(hi * wi * c0 / threads),
-        # (layer 3 reuses its rows where layer 2 does: with layer 2 on shared-memory A, the
-        # registers did not hold both, tanh_sigmoid_x2_dcr of the tests spilling)
-        **{
-            **{k: v for k, v in lay.items() if k.isupper()},
-            **_reuse3(lay, th, threads, k3, nt3, reuse2["REUSE2"]),
-        },
+        **{**{k: v for k, v in lay.items() if k.isupper()}, **l3},
         WBYTES=wbytes, OFF_IN=off_in, OFF_L1=off_l1, OFF_L2=off_l2,
         **offs,
         BS=bs, dcr=dcr, OCF=c3 // (bs * bs),
