@@ -189,6 +189,7 @@ ENVIRONMENT: dict[str, tuple[str, Any]] = {
     ),
     "TINYDL_CUDA_GENERIC": ("cuda", lambda v: {"generic_kernels": v}),
     "TINYDL_CUDA_WGMMA": ("cuda", lambda v: {"chain_wgmma": v != "off"}),
+    "TINYDL_CUDA_FOLD": ("cuda", lambda v: {"chain_fold": v != "off"}),
 }
 
 
