@@ -373,8 +373,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     half_t* s1 = (half_t*)(smem + {{ OFF_L1 }});
     half_t* s2 = (half_t*)(smem + {{ OFF_L2 }});
 
-    for (int i = threadIdx.x; i < {{ WBYTES // 16 }}; i += THREADS)
-        ((uint4*)smem)[i] = wpack[i];
+    {
+        // (every load issued before the first store: one wait for the memory, not one a round)
+        uint4 w_[{{ (WBYTES // 16 + THREADS - 1) // THREADS }}];
+#pragma unroll
+        for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+            const int i = threadIdx.x + j * THREADS;
+            if (i < {{ WBYTES // 16 }}) w_[j] = wpack[i];
+        }
+#pragma unroll
+        for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+            const int i = threadIdx.x + j * THREADS;
+            if (i < {{ WBYTES // 16 }}) ((uint4*)smem)[i] = w_[j];
+        }
+    }
 {% if WGMMA %}
     fence_proxy_async();  // layers 2 and 3 read their weights through wgmma
 {% endif %}
