@@ -373,23 +373,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     half_t* s1 = (half_t*)(smem + {{ OFF_L1 }});
     half_t* s2 = (half_t*)(smem + {{ OFF_L2 }});
 
-    {
-        // (every load issued before the first store: one wait for the memory, not one a round)
-        uint4 w_[{{ (WBYTES // 16 + THREADS - 1) // THREADS }}];
+    // The weights and the first input tile: every load issued before the first store (one
+    // wait for memory, not one a round).
+    uint4 w_[{{ (WBYTES // 16 + THREADS - 1) // THREADS }}];
 #pragma unroll
-        for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
-            const int i = threadIdx.x + j * THREADS;
-            if (i < {{ WBYTES // 16 }}) w_[j] = wpack[i];
-        }
-#pragma unroll
-        for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
-            const int i = threadIdx.x + j * THREADS;
-            if (i < {{ WBYTES // 16 }}) ((uint4*)smem)[i] = w_[j];
-        }
+    for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+        const int i = threadIdx.x + j * THREADS;
+        if (i < {{ WBYTES // 16 }}) w_[j] = wpack[i];
     }
-{% if WGMMA %}
-    fence_proxy_async();  // layers 2 and 3 read their weights through wgmma
-{% endif %}
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -442,10 +433,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
             if (i < {{ HI * WI * C0 }}) sin[i] = f2h(pre[j]);
         }
     };
-    if (blockIdx.x < {{ TILES }}) {
-        fetch(blockIdx.x);
-        commit();
+    if (blockIdx.x < {{ TILES }}) fetch(blockIdx.x);
+#pragma unroll
+    for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+        const int i = threadIdx.x + j * THREADS;
+        if (i < {{ WBYTES // 16 }}) ((uint4*)smem)[i] = w_[j];
     }
+{% if WGMMA %}
+    fence_proxy_async();  // layers 2 and 3 read their weights through wgmma
+{% endif %}
+    if (blockIdx.x < {{ TILES }}) commit();
 
     // Each layer as a function of the tile's origin. Layer 1 hands out its m16 tiles from the
     // last warp down, so the warps with the most layer-3 work get the least layer-1 work when
