@@ -728,15 +728,22 @@ def test_a_model_cut_short_is_refused_either_way():
     assert importer._without_raw_data(b"") is None
 
 
-def test_a_sequence_value_is_refused_saying_what_it_is():
-    """torch.tensor_split exports a Loop carrying an ONNX sequence (torchvision's MViT): refused
-    at load with the kind of value and the ops that make one, not only 'not a tensor'."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+def _opset17(nodes, inputs, outputs, inits):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _tensor_split(x: str, bounds: str, out: str, trips: str = "two") -> list:
+    """torch.tensor_split as PyTorch exports it: an empty sequence, a Loop inserting the slice
+    [bounds[i], bounds[i + 1]) of `x` along axis 1 at each iteration, then the last slice."""
     body = helper.make_graph(
         [
-            helper.make_node("Identity", ["c"], ["c_out"]),
-            helper.make_node("SequenceInsert", ["s_in", "x"], ["s_out"]),
+            helper.make_node("Gather", [bounds, "i"], ["lo"]),
+            helper.make_node("Add", ["i", "one"], ["i1"]),
+            helper.make_node("Gather", [bounds, "i1"], ["hi"]),
+            helper.make_node("Slice", [x, "lo", "hi", "axis1"], ["part"]),
+            helper.make_node("SequenceInsert", ["s_in", "part"], ["s_out"]),
+            helper.make_node("Identity", ["true"], ["c_out"]),
         ],
         "body",
         [
@@ -749,21 +756,156 @@ def test_a_sequence_value_is_refused_saying_what_it_is():
             helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, None),
         ],
     )
-    graph = helper.make_graph(
+    return [
+        helper.make_node("SequenceEmpty", [], [f"{out}_empty"], dtype=TensorProto.FLOAT),
+        helper.make_node("Loop", [trips, "true", f"{out}_empty"], [f"{out}_loop"], body=body),
+        helper.make_node("Gather", [bounds, "two"], [f"{out}_last"]),
+        helper.make_node("Slice", [x, f"{out}_last", "big", "axis1"], [f"{out}_tail"]),
+        helper.make_node("SequenceInsert", [f"{out}_loop", f"{out}_tail"], [out]),
+    ]
+
+
+SEQUENCE_CONSTS = [
+    numpy_helper.from_array(np.array(1, np.int64), "one"),
+    numpy_helper.from_array(np.array(2, np.int64), "two"),
+    numpy_helper.from_array(np.array(-1, np.int64), "minus1"),
+    numpy_helper.from_array(np.array(0, np.int64), "zero"),
+    numpy_helper.from_array(np.array(True), "true"),
+    numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    numpy_helper.from_array(np.array([1 << 30], np.int64), "big"),
+    numpy_helper.from_array(np.array([[0], [2], [5]], np.int64), "bounds"),
+    numpy_helper.from_array(np.array(3, np.int64), "three"),
+    numpy_helper.from_array(np.array([4, 3], np.int64), "sizes"),
+]
+
+
+def _sequence_models():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 3])
+    outs = lambda *names: [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names]  # noqa: E731
+    split = _opset17(
         [
-            helper.make_node("SequenceEmpty", [], ["s0"], dtype=TensorProto.FLOAT),
-            helper.make_node("Loop", ["one", "true", "s0"], ["s"], body=body),
-            helper.make_node("SequenceAt", ["s", "zero"], ["y"]),
+            *_tensor_split("x", "bounds", "s"),
+            helper.make_node("SequenceAt", ["s", "zero"], ["first"]),
+            helper.make_node("SequenceAt", ["s", "minus1"], ["last"]),
+            helper.make_node("SequenceLength", ["s"], ["count"]),
+            helper.make_node("ConcatFromSequence", ["s"], ["whole"], axis=1),
+            helper.make_node("SequenceConstruct", ["first", "first"], ["pair"]),
+            helper.make_node("ConcatFromSequence", ["pair"], ["stacked"], axis=0, new_axis=1),
         ],
-        "g",
         [x],
-        [y],
+        [*outs("first", "last", "whole", "stacked"),
+         helper.make_tensor_value_info("count", TensorProto.INT64, None)],
+        SEQUENCE_CONSTS,
+    )  # fmt: skip
+    others = _opset17(
         [
-            numpy_helper.from_array(np.array(1, np.int64), "one"),
-            numpy_helper.from_array(np.array(True), "true"),
-            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            helper.make_node("ReduceSum", ["x", "axis1"], ["tail0"], keepdims=0),
+            helper.make_node("SplitToSequence", ["x", "three"], ["chunks"], axis=1),
+            helper.make_node("SequenceErase", ["chunks", "one"], ["kept"]),
+            helper.make_node("Identity", ["kept"], ["kept2"]),
+            helper.make_node("SequenceAt", ["kept2", "one"], ["tail"]),
+            helper.make_node("SplitToSequence", ["x"], ["planes"], axis=2, keepdims=0),
+            helper.make_node("SequenceInsert", ["planes", "tail0", "zero"], ["planes2"]),
+            helper.make_node("SequenceAt", ["planes2", "one"], ["plane0"]),
+            helper.make_node("SequenceErase", ["planes2", "zero"], ["planes3"]),
+            helper.make_node("ConcatFromSequence", ["planes3"], ["back"], axis=-1, new_axis=1),
+            helper.make_node("SplitToSequence", ["x", "sizes"], ["halves"], axis=1),
+            helper.make_node("SequenceAt", ["halves", "zero"], ["front"]),
+        ],
+        [x],
+        outs("tail", "plane0", "back", "front"),
+        SEQUENCE_CONSTS,
+    )
+    # a Loop carrying a sequence with a scan output and a tensor carried too
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["acc_in", "fi"], ["scaled"]),
+            helper.make_node("Add", ["acc_in", "scaled"], ["acc_out"]),
+            helper.make_node("SequenceInsert", ["s_in", "scaled", "zero"], ["s_out"]),
+            helper.make_node("ReduceSum", ["scaled"], ["total"], keepdims=0),
+            helper.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 7, 3]),
+            helper.make_tensor_sequence_value_info("s_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 7, 3]),
+            helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    loop = _opset17(
+        [
+            helper.make_node("SequenceEmpty", [], ["s0"], dtype=TensorProto.FLOAT),
+            helper.make_node("Loop", ["three", "true", "x", "s0"], ["acc", "s", "totals"],
+                             body=body),
+            helper.make_node("SequenceAt", ["s", "zero"], ["newest"]),
+            helper.make_node("ConcatFromSequence", ["s"], ["all"], axis=0),
+        ],
+        [x],
+        outs("acc", "newest", "all", "totals"),
+        SEQUENCE_CONSTS,
+    )  # fmt: skip
+    return {"tensor_split": split, "split_erase_insert": others, "loop_with_scan": loop}
+
+
+@pytest.mark.parametrize("name", ["tensor_split", "split_erase_insert", "loop_with_scan"])
+def test_sequences_are_followed_at_import_as_onnxruntime_runs_them(name, rng):
+    """ONNX sequences (torch.tensor_split's export: a Loop of constant trip count inserting
+    slices; SplitToSequence, SequenceAt/Insert/Erase/Length/Construct, ConcatFromSequence,
+    Identity of a sequence) are followed at import as lists of tensors: no sequence op or value
+    is left, the Loop carrying one is unrolled (its scan output stacked), and the outputs are
+    onnxruntime's."""
+    model = _sequence_models()[name]
+    graph = from_model(model)
+    assert not {n.op for n in graph.nodes} & {"Loop", "SequenceAt", "SequenceInsert"}
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    want = run_onnxruntime(model, {"x": x})
+    got = td.compile(graph, backends=("numpy",)).run({"x": x})
+    for value, w in zip(graph.outputs, want, strict=True):
+        np.testing.assert_allclose(got[value.name], w, rtol=1e-6, atol=1e-6, err_msg=value.name)
+
+
+def test_sequences_tinydl_cannot_follow_are_refused_saying_why():
+    """A sequence as a graph output, a Loop carrying one whose trip count is computed at run
+    time, and a position computed at run time are refused with what tinydl needs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 3])
+    n = helper.make_tensor_value_info("n", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    out_seq = _opset17(
+        [helper.make_node("SplitToSequence", ["x"], ["s"], axis=1)],
+        [x],
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+        SEQUENCE_CONSTS,
+    )
     with pytest.raises(UnsupportedOpError, match=r"is an ONNX sequence_type, not a tensor"):
-        from_model(model)
+        from_model(out_seq)
+    runtime_trips = _opset17(
+        [
+            *_tensor_split("x", "bounds", "s", trips="n"),
+            helper.make_node("SequenceAt", ["s", "zero"], ["y"]),
+        ],
+        [x, n],
+        [y],
+        SEQUENCE_CONSTS,
+    )  # fmt: skip
+    with pytest.raises(UnsupportedOpError, match=r"needs a constant trip count of at most 256, "
+                       r"got computed at run time"):  # fmt: skip
+        from_model(runtime_trips)
+    runtime_at = _opset17(
+        [
+            helper.make_node("SplitToSequence", ["x"], ["s"], axis=1),
+            helper.make_node("SequenceAt", ["s", "n"], ["y"]),
+        ],
+        [x, n],
+        [y],
+        SEQUENCE_CONSTS,
+    )  # fmt: skip
+    with pytest.raises(UnsupportedOpError, match=r"position 'n' is computed at run time"):
+        from_model(runtime_at)

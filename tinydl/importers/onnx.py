@@ -14,6 +14,10 @@ same way; each outer value it reads becomes one more loop-carried value, which t
 through unchanged (so the body is a closed graph and the Loop stays an ONNX Loop); a Scan's
 become state values after its own.
 
+ONNX sequences are followed at import as lists of tensors (SequenceAt becomes an Identity,
+SplitToSequence a Split, ConcatFromSequence a Concat); a Loop that carries one is unrolled
+when its trip count is a constant (up to UNROLL_LIMIT iterations).
+
 A node of an ONNX op tinydl does not implement is evaluated at import by onnx's reference
 evaluator and replaced by its results, when every input is a constant (an initializer, or what
 shape inference folds), the op is deterministic, and each result holds at most FOLD_LIMIT
@@ -40,6 +44,14 @@ from tinydl.ops import validate
 MIN_OPSET, MAX_OPSET = 11, 23
 # The most elements a result of an op tinydl lacks may hold to be folded into a constant at import.
 FOLD_LIMIT = 1 << 16
+# Sequence values (SequenceEmpty, SequenceInsert, SplitToSequence, ... ) are followed at import
+# as lists of tensors; a Loop that carries one is unrolled when its trip count is a constant of
+# at most this many iterations.
+UNROLL_LIMIT = 256
+SEQUENCE_OPS = frozenset((
+    "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceAt",
+    "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+))  # fmt: skip
 # ONNX ops whose results are random: never folded.
 _RANDOM = frozenset(
     {
@@ -254,6 +266,8 @@ class _Converter:
         self.outer: list[tuple[list[Node], dict[str, np.ndarray], list[Value]]] = []
         # ops tinydl lacks that could not be folded at import -> why (or "")
         self.unknown: dict[str, str] = {}
+        # sequence value -> the tensors it holds, in order (names as the graph calls them)
+        self.seqs: dict[str, list[str]] = {}
         self.external: set[Path] = set()  # the files external data was read from
         # (the file's bytes, per graph initializer the (offset, size) of its raw_data there or
         # None): set by from_bytes when the model was parsed without them
@@ -503,9 +517,22 @@ class _Converter:
         if n.op_type == "If":
             self._if(n, n.name or f"If_{index}")
             return
+        if n.op_type in SEQUENCE_OPS or (n.op_type == "Identity" and n.input[0] in self.seqs):
+            self._sequence(n, n.name or f"{n.op_type}_{index}")
+            return
+        if n.op_type == "Loop" and any(i in self.seqs for i in n.input[2:]):
+            self._unrolled(n, n.name or f"Loop_{index}")
+            return
         if n.op_type == "Loop":
             self._loop(n, n.name or f"Loop_{index}")
             return
+        for i in n.input:
+            if i in self.seqs:
+                raise UnsupportedOpError(
+                    f"{self.where}: node '{n.name or n.op_type}' ({n.op_type}) reads '{i}', a "
+                    "sequence: tinydl follows sequences through the Sequence* ops, "
+                    "SplitToSequence, ConcatFromSequence and unrolled Loops only"
+                )
         if n.op_type == "Scan":
             self._scan(n, n.name or f"Scan_{index}")
             return
@@ -724,6 +751,251 @@ class _Converter:
             return self.nodes, self.initializers, outputs
         finally:
             self.nodes, self.initializers, self.inputs = self.outer.pop()
+
+    # -- sequences -----------------------------------------------------------------------------
+    def _constant(self, value: str) -> np.ndarray | None:
+        """`value` if it is a constant at import: an initializer (of this graph or an enclosing
+        one) or an Identity of one, else what _folded finds."""
+        for _ in range(8):
+            for inits in (self.initializers, *(o[1] for o in reversed(self.outer))):
+                if value in inits:
+                    return inits[value]
+            producer = next((m for m in reversed(self.nodes) if value in m.outputs), None)
+            if producer is None or producer.op != "Identity":
+                break
+            value = producer.inputs[0]
+        return self._folded(value)
+
+    def _position(self, value: str, name: str, op: str, size: int, insert: bool = False) -> int:
+        """A sequence position input: a constant integer, negative from the end, within the
+        sequence's `size` (or at its end where `insert`)."""
+        pos = self._constant(value)
+        if pos is None or pos.size != 1 or pos.dtype.kind not in "iu":
+            raise UnsupportedOpError(
+                f"{self.where}: node '{name}' ({op}): position '{value}' is computed at run "
+                "time; tinydl follows sequences only at constant positions"
+            )
+        at = int(pos.reshape(()))
+        at += size if at < 0 else 0
+        if not 0 <= at <= size - (not insert):
+            raise self.fail(
+                f"node '{name}' ({op}): position {int(pos.reshape(()))} is outside "
+                f"a sequence of {size}"
+            )
+        return at
+
+    def _sequence(self, n, name: str) -> None:
+        """A sequence op, followed at import: a sequence is the list of tensors it holds (the
+        model never sees it); SequenceAt becomes an Identity of its element, SequenceLength a
+        constant, SplitToSequence a Split, ConcatFromSequence a Concat."""
+        op, ins, outs = n.op_type, list(n.input), list(n.output)
+        attrs = self._attrs(n)
+
+        def held(v: str) -> list[str]:
+            if v not in self.seqs:
+                raise UnsupportedOpError(
+                    f"{self.where}: node '{name}' ({op}): '{v}' is not a sequence tinydl can "
+                    "follow (one made by SequenceEmpty, SequenceConstruct, SplitToSequence or an "
+                    "unrolled Loop)"
+                )
+            return self.seqs[v]
+
+        if op == "SequenceEmpty":
+            self.seqs[outs[0]] = []
+        elif op == "SequenceConstruct":
+            self.seqs[outs[0]] = list(ins)
+        elif op == "Identity":
+            self.seqs[outs[0]] = list(held(ins[0]))
+        elif op == "SequenceInsert":
+            items = list(held(ins[0]))
+            at = len(items)
+            if len(ins) > 2 and ins[2]:
+                at = self._position(ins[2], name, op, len(items), insert=True)
+            items.insert(at, ins[1])
+            self.seqs[outs[0]] = items
+        elif op == "SequenceErase":
+            items = list(held(ins[0]))
+            at = len(items) - 1
+            if len(ins) > 1 and ins[1]:
+                at = self._position(ins[1], name, op, len(items))
+            if not items:
+                raise self.fail(f"node '{name}' ({op}): the sequence is empty")
+            del items[at]
+            self.seqs[outs[0]] = items
+        elif op == "SequenceAt":
+            items = held(ins[0])
+            at = self._position(ins[1], name, op, len(items))
+            self.nodes.append(Node("Identity", [items[at]], [outs[0]], {}, name))
+        elif op == "SequenceLength":
+            self.initializers[outs[0]] = np.array(len(held(ins[0])), np.int64)
+        elif op == "ConcatFromSequence":
+            items = held(ins[0])
+            if not items:
+                raise self.fail(f"node '{name}' ({op}): the sequence is empty")
+            axis = attrs.get("axis")
+            if not isinstance(axis, int):
+                raise self.fail(f"node '{name}' ({op}): needs an integer 'axis'")
+            if attrs.get("new_axis", 0):
+                axes = self._const(f"{name}_axes", np.array([axis], np.int64))
+                parts = []
+                for k, item in enumerate(items):
+                    parts.append(self._fresh(f"{name}/item{k}"))
+                    self.nodes.append(
+                        Node("Unsqueeze", [item, axes], [parts[-1]], {}, f"{name}/unsqueeze{k}")
+                    )
+                items = parts
+            self.nodes.append(Node("Concat", list(items), [outs[0]], {"axis": axis}, name))
+        elif op == "SplitToSequence":
+            self._split_to_sequence(name, ins, outs[0], attrs)
+        else:  # pragma: no cover - SEQUENCE_OPS and this chain agree
+            raise AssertionError(op)
+
+    def _split_to_sequence(self, name: str, ins: list[str], out: str, attrs) -> None:
+        """SplitToSequence as a Split: sizes given, or chunks of a constant size (the last
+        smaller), or pieces of one (squeezed unless keepdims) along an axis of known length."""
+        axis = attrs.get("axis", 0)
+        split = self._constant(ins[1]) if len(ins) > 1 and ins[1] else None
+        if len(ins) > 1 and ins[1] and split is None:
+            raise UnsupportedOpError(
+                f"{self.where}: node '{name}' (SplitToSequence): split '{ins[1]}' is computed at "
+                "run time; tinydl follows sequences only of constant sizes"
+            )
+        if split is not None and split.ndim == 1:
+            sizes = [int(v) for v in split]
+        else:
+            length = self._length(ins[0], axis)
+            if length is None:
+                raise UnsupportedOpError(
+                    f"{self.where}: node '{name}' (SplitToSequence): the length of '{ins[0]}' "
+                    f"along axis {axis} is not known at import"
+                )
+            step = 1 if split is None else int(split.reshape(()))
+            if step <= 0:
+                raise self.fail(f"node '{name}' (SplitToSequence): split must be positive")
+            sizes = [min(step, length - k) for k in range(0, length, step)]
+        parts = [self._fresh(f"{name}/part{k}") for k in range(len(sizes))]
+        counts = self._const(f"{name}_split", np.array(sizes, np.int64))
+        self.nodes.append(Node("Split", [ins[0], counts], parts, {"axis": axis}, name))
+        if split is None and not attrs.get("keepdims", 1):
+            axes = self._const(f"{name}_axes", np.array([axis], np.int64))
+            squeezed = [self._fresh(f"{name}/item{k}") for k in range(len(parts))]
+            for k, (part, item) in enumerate(zip(parts, squeezed, strict=True)):
+                self.nodes.append(Node("Squeeze", [part, axes], [item], {}, f"{name}/squeeze{k}"))
+            parts = squeezed
+        self.seqs[out] = parts
+
+    def _length(self, value: str, axis: int) -> int | None:
+        """The length of `value` along `axis` where shape inference knows it at import."""
+        from tinydl.ops import infer_graph
+
+        defined = {o for m in self.nodes for o in m.outputs} | self.initializers.keys()
+        inputs = list(self.inputs)
+        free = {i for m in self.nodes for i in m.inputs if i and i not in defined}
+        free |= {value} - defined - {v.name for v in inputs}
+        graph = Graph(
+            [*inputs, *(Value(f) for f in sorted(free - {v.name for v in inputs}))],
+            [],
+            [
+                Node(m.op, list(m.inputs), list(m.outputs), dict(m.attrs), m.name)
+                for m in self.nodes
+            ],
+            dict(self.initializers),
+        )
+        validate(graph, infer=False)
+        known = infer_graph(graph).get(value)
+        if known is None or known.shape is None or not -len(known.shape) <= axis < len(known.shape):
+            return None
+        dim = known.shape[axis]
+        return dim if isinstance(dim, int) else None
+
+    def _unrolled(self, n, name: str) -> None:
+        """A Loop that carries a sequence (tinydl has no sequence values) unrolled at import: a
+        constant trip count (at most UNROLL_LIMIT) and a condition that folds at each
+        iteration's end; the body's nodes are converted once an iteration, its inputs bound
+        to the iteration number, the condition and the values carried so far, its scan
+        outputs stacked (Unsqueeze, Concat)."""
+        body = self._body_of(n, name)
+        carried = len(n.input) - 2
+        if carried < 0 or len(body.input) != carried + 2 or len(body.output) < carried + 1:
+            raise self.fail(
+                f"Loop '{name}': {len(n.input)} inputs (trip count, condition, {carried} "
+                f"loop-carried values) need a body of {carried + 2} inputs and at least "
+                f"{carried + 1} outputs, got {len(body.input)} and {len(body.output)}"
+            )
+        self._check_ops(body)
+        trips = self._constant(n.input[0]) if n.input[0] else None
+        if trips is None or trips.size != 1 or int(trips.reshape(())) > UNROLL_LIMIT:
+            got = "computed at run time" if trips is None else f"{int(trips.reshape(-1)[0])}"
+            raise UnsupportedOpError(
+                f"{self.where}: Loop '{name}' carries a sequence: tinydl unrolls such a loop at "
+                f"import, which needs a constant trip count of at most {UNROLL_LIMIT}, got {got}"
+            )
+        count = max(0, int(trips.reshape(())))
+        if n.input[1]:
+            cond = self._constant(n.input[1])
+            if cond is None:
+                raise UnsupportedOpError(
+                    f"{self.where}: Loop '{name}' carries a sequence and "
+                    "its condition is computed at run time"
+                )
+            count = count if bool(cond.reshape(-1)[0]) else 0
+        current = list(n.input[2:])
+        scans: list[list[str]] = []
+        for it in range(count):
+            rename = {
+                body.input[0].name: self._const(f"{name}/iter{it}", np.array(it, np.int64)),
+                body.input[1].name: self._const(f"{name}/cond{it}", np.array(True)),
+            }
+            rename.update({b.name: c for b, c in zip(body.input[2:], current, strict=True)})
+            for t in body.initializer:
+                rename[t.name] = self._const(f"{name}/{it}/{t.name}", self._tensor(t))
+            for o in sorted({o for bn in body.node for o in bn.output if o} - rename.keys()):
+                rename[o] = self._fresh(f"{name}/{it}/{o}")
+            self.scopes.append(rename)
+            try:
+                for i, bn in enumerate(body.node):
+                    copy = type(bn)()
+                    copy.CopyFrom(bn)
+                    copy.name = f"{name}/{it}/{bn.name or f'{bn.op_type}_{i}'}"
+                    copy.input[:] = [self._resolve(v) for v in bn.input]
+                    copy.output[:] = [rename.get(v, v) if v else v for v in bn.output]
+                    self._node(copy, i)
+                outs = [self._resolve(v.name) for v in body.output]
+            finally:
+                self.scopes.pop()
+            current = outs[1 : carried + 1]
+            scans.append(outs[carried + 1 :])
+            more = self._constant(outs[0])
+            if more is None:
+                raise UnsupportedOpError(
+                    f"{self.where}: Loop '{name}' carries a sequence and "
+                    "its body's condition is computed at run time"
+                )
+            if not bool(more.reshape(-1)[0]):
+                break
+        for k, (out, value) in enumerate(zip(n.output[:carried], current, strict=False)):
+            if not out:
+                continue
+            if value in self.seqs:
+                self.seqs[out] = list(self.seqs[value])
+            else:
+                self.nodes.append(Node("Identity", [value], [out], {}, f"{name}/out_{k}"))
+        for k, out in enumerate(n.output[carried:]):
+            if not out:
+                continue
+            if not scans:
+                raise UnsupportedOpError(
+                    f"{self.where}: Loop '{name}' runs no iteration, so its "
+                    f"scan output '{out}' has no known shape"
+                )
+            axes = self._const(f"{name}/scan_axes", np.array([0], np.int64))
+            parts = []
+            for it, values in enumerate(scans):
+                parts.append(self._fresh(f"{name}/scan{k}_{it}"))
+                self.nodes.append(
+                    Node("Unsqueeze", [values[k], axes], [parts[-1]], {}, f"{name}/scan{k}_{it}")
+                )
+            self.nodes.append(Node("Concat", parts, [out], {"axis": 0}, f"{name}/scan{k}"))
 
     # -- Loop ----------------------------------------------------------------------------------
     def _loop(self, n, name: str) -> None:
