@@ -517,7 +517,8 @@ class _Converter:
         if n.op_type == "If":
             self._if(n, n.name or f"If_{index}")
             return
-        if n.op_type in SEQUENCE_OPS or (n.op_type == "Identity" and n.input[0] in self.seqs):
+        of_sequence = n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in self.seqs
+        if n.op_type in SEQUENCE_OPS or of_sequence:
             self._sequence(n, n.name or f"{n.op_type}_{index}")
             return
         if n.op_type == "Loop" and any(i in self.seqs for i in n.input[2:]):
