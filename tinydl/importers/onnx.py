@@ -688,19 +688,24 @@ class _Converter:
             rename[o] = self._fresh(f"{name}/{o}")
         self.scopes.append(rename)
         try:
-            for i, bn in enumerate(branch.node):
-                copy = type(bn)()
-                copy.CopyFrom(bn)
-                copy.name = f"{name}/{bn.name or f'{bn.op_type}_{i}'}"
-                copy.input[:] = [self._resolve(v) for v in bn.input]
-                copy.output[:] = [rename.get(v, v) if v else v for v in bn.output]
-                self._node(copy, i)
+            self._inline(branch.node, name, rename)
             for k, (inner, outer) in enumerate(identities):
                 self.nodes.append(
                     Node("Identity", [self._resolve(inner)], [outer], {}, f"{name}/out_{k}")
                 )
         finally:
             self.scopes.pop()
+
+    def _inline(self, nodes, prefix: str, rename: dict[str, str]) -> None:
+        """Convert a branch's or a body's `nodes` into this graph, named under `prefix`, their
+        outputs renamed by `rename` (the innermost scope) and their inputs resolved."""
+        for i, bn in enumerate(nodes):
+            copy = type(bn)()
+            copy.CopyFrom(bn)
+            copy.name = f"{prefix}/{bn.name or f'{bn.op_type}_{i}'}"
+            copy.input[:] = [self._resolve(v) for v in bn.input]
+            copy.output[:] = [rename.get(v, v) if v else v for v in bn.output]
+            self._node(copy, i)
 
     def _runtime_if(self, n, name: str) -> None:
         """Keep both branches as graphs; the outer values either reads become inputs of both."""
@@ -954,13 +959,7 @@ class _Converter:
                 rename[o] = self._fresh(f"{name}/{it}/{o}")
             self.scopes.append(rename)
             try:
-                for i, bn in enumerate(body.node):
-                    copy = type(bn)()
-                    copy.CopyFrom(bn)
-                    copy.name = f"{name}/{it}/{bn.name or f'{bn.op_type}_{i}'}"
-                    copy.input[:] = [self._resolve(v) for v in bn.input]
-                    copy.output[:] = [rename.get(v, v) if v else v for v in bn.output]
-                    self._node(copy, i)
+                self._inline(body.node, f"{name}/{it}", rename)
                 outs = [self._resolve(v.name) for v in body.output]
             finally:
                 self.scopes.pop()
