@@ -6,6 +6,7 @@ every backend against onnxruntime.
     python tools/zoo.py --models resnet18,bert2 --backends numpy,webgpu --precision fp32,fp16
     python tools/zoo.py --export-only --onnx-dir .zoo     # write the .onnx files and stop
     python tools/zoo.py --models timm/mvitv2_tiny,torchvision/regnet_x_400mf   # any other one
+    python tools/zoo.py --models torchvision/deeplabv3_mobilenet_v3_large,torchvision/r3d_18@112
     python tools/zoo.py --dynamic --models gpt2_2l,ssdlite320   # symbolic batch, length, size
 
 Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
@@ -80,8 +81,22 @@ def _condition(model, example) -> None:
         )
         body.train()
         with torch.no_grad():
-            body(*batch)
+            try:
+                body(*batch)
+            except ValueError:  # a 1x1 map of one image (DeepLabV3's image pooling): two
+                for m in norms:
+                    m.reset_running_stats()
+                body(*(_and_mirror(t) for t in batch))
     model.eval()
+
+
+def _and_mirror(t):
+    """A batch of one image (N, C, ...) and its mirror image; other tensors as they are."""
+    import torch
+
+    if t.dim() >= 4 and t.shape[0] == 1 and t.is_floating_point():
+        return torch.cat([t, t.flip(-1)])
+    return t
 
 
 def _image(size: int) -> np.ndarray:
@@ -100,11 +115,36 @@ def _image(size: int) -> np.ndarray:
 
 
 def _torchvision(name: str, size: int, **kw):
+    """A torchvision model by its builder's name: a classifier, a segmentation model (its "out"
+    map) or a video classifier (a still clip of 16 frames of the image)."""
+
     def build():
+        import torch
         import torchvision
 
-        model = getattr(torchvision.models, name)(weights=None, **kw)
+        spaces = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
+        where = next((m for m in spaces if callable(getattr(m, name, None))), None)
+        if where is None:
+            raise KeyError(f"torchvision has no model builder '{name}'")
+        if where is torchvision.models.segmentation:
+            kw.setdefault("weights_backbone", None)  # (its default downloads ImageNet weights)
+        model = getattr(where, name)(weights=None, **kw)
         x = _image(size)
+        if where is torchvision.models.video:
+            x = np.ascontiguousarray(np.repeat(x[:, :, None], 16, axis=2))
+        if where is torchvision.models.segmentation:
+
+            class Out(torch.nn.Module):
+                """The segmentation map alone (not the dict, nor the auxiliary head's)."""
+
+                def __init__(self):
+                    super().__init__()
+                    self.model = model
+
+                def forward(self, x):
+                    return self.model(x)["out"]
+
+            return Out(), (x,), ["x"]
         return model, (x,), ["x"]
 
     return build
@@ -469,8 +509,8 @@ MODELS = {
 
 
 def _build(name: str):
-    """MODELS[name], or `timm/NAME` / `torchvision/NAME[@SIZE]`: that library's classifier at
-    SIZE (default 224), random weights."""
+    """MODELS[name], or `timm/NAME` / `torchvision/NAME[@SIZE]`: that library's classifier
+    (torchvision's segmentation or video model too) at SIZE (default 224), random weights."""
     if name in MODELS:
         return MODELS[name]
     lib, _, rest = name.partition("/")
