@@ -2,7 +2,8 @@
 {% import "tree.wgsl" as tree %}
 // {{ label }}: the {{ K }} {{ "largest" if largest else "smallest" }} of {{ L }} elements (stride {{ inner }}) for each of {{ rows }} rows,
 // in order, equal values by index; a workgroup per row makes a pass per output: the first element
-// (in that order) after the one the last pass found.
+// (in that order) after the one the last pass found. This dispatch makes outputs {{ J0 }} to {{ J1 - 1 }}
+// (several dispatches where a device caps a shader's loops), starting after output {{ J0 }} - 1.
 @group(0) @binding(0) var<storage, read> x: array<{{ st }}>;
 @group(0) @binding(1) var<storage, read_write> y: array<{{ ot }}>;
 @group(0) @binding(2) var<storage, read_write> idx: array<{{ it }}>;
@@ -26,7 +27,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let out = (row / {{ inner }}u) * {{ K * inner }}u + row % {{ inner }}u;
     var pv = {{ acc }}(0);
     var pi = NONE;
-    for (var j = 0u; j < {{ K }}u; j++) {
+{% if J0 > 0 %}
+    pi = u32(idx[out + {{ (J0 - 1) * inner }}u]);  // (the value read again: y may be narrower)
+    pv = {{ acc }}(x[base + pi * {{ inner }}u]);
+{% endif %}
+    for (var j = {{ J0 }}u; j < {{ J1 }}u; j++) {
         var bv = {{ acc }}(0);
         var bi = NONE;
         for (var r = li; r < {{ L }}u; r += {{ WG }}u) {
