@@ -7,8 +7,9 @@ last with at most 32 output channels and optionally a DepthToSpace, become one k
 memory, so they never reach device memory, and the three layers' weights stay in shared memory
 for all the tiles the block computes. Used at precision="fp16" on GPUs with mma.sync m16n8k16
 (compute capability 8.0 and newer); on compute capability 9.0 (Hopper) every layer runs on
-warpgroup MMAs instead (wgmma.cuh, compiled for sm_90a; backend option "chain_wgmma"). At fp32
-the convolutions run one kernel each.
+warpgroup MMAs instead (wgmma.cuh, compiled for sm_90a; backend option "chain_wgmma"), layer 3
+with its column offsets folded into N where it fits ("chain_fold", _fold3). At fp32 the
+convolutions run one kernel each.
 
 The tile shape (output rows x columns) and threads per block can be
 set with the backend option "chain_tile" = "TH,TW,THREADS[,UNROLL]" ("chain_fusion": False
