@@ -892,26 +892,11 @@ class _Converter:
 
     def _length(self, value: str, axis: int) -> int | None:
         """The length of `value` along `axis` where shape inference knows it at import."""
-        from tinydl.ops import infer_graph
-
-        defined = {o for m in self.nodes for o in m.outputs} | self.initializers.keys()
-        inputs = list(self.inputs)
-        free = {i for m in self.nodes for i in m.inputs if i and i not in defined}
-        free |= {value} - defined - {v.name for v in inputs}
-        graph = Graph(
-            [*inputs, *(Value(f) for f in sorted(free - {v.name for v in inputs}))],
-            [],
-            [
-                Node(m.op, list(m.inputs), list(m.outputs), dict(m.attrs), m.name)
-                for m in self.nodes
-            ],
-            dict(self.initializers),
-        )
-        validate(graph, infer=False)
-        known = infer_graph(graph).get(value)
-        if known is None or known.shape is None or not -len(known.shape) <= axis < len(known.shape):
+        known = self._inferred(value)
+        shape = None if known is None else known.shape
+        if shape is None or not -len(shape) <= axis < len(shape):
             return None
-        dim = known.shape[axis]
+        dim = shape[axis]
         return dim if isinstance(dim, int) else None
 
     def _unrolled(self, n, name: str) -> None:
@@ -1093,16 +1078,27 @@ class _Converter:
         """The value if it is a constant at import: an initializer, or what shape inference
         folds from the nodes converted so far (in the graph that defines it, a branch or an
         enclosing graph); None when it is computed at run time."""
+        known = self._inferred(value)
+        return None if known is None else known.value
+
+    def _inferred(self, value: str):
+        """What is known of `value` at import (ops.TensorType: dtype, shape, and the value of a
+        constant): an initializer's own, else shape inference over the nodes converted so far
+        in the graph that defines it (a branch or an enclosing graph), else this graph's input's
+        declared type; None where nothing defines it."""
         from tinydl.ops import infer_graph
+        from tinydl.ops.base import TensorType
 
         scopes = [*self.outer, (self.nodes, self.initializers, self.inputs)]
         for scope in reversed(scopes):
             if value in scope[1]:
-                return scope[1][value]
+                arr = scope[1][value]
+                return TensorType(dtype_name(arr.dtype), tuple(arr.shape), arr)
             if any(value in n.outputs for n in scope[0]):
                 break
         else:
-            return None
+            given = next((v for v in self.inputs if v.name == value), None)
+            return None if given is None else TensorType(given.dtype, given.shape)
         nodes, inits, inputs = scope
         nodes = [Node(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), n.name) for n in nodes]
         defined = {o for n in nodes for o in n.outputs} | inits.keys() | {v.name for v in inputs}
@@ -1111,8 +1107,7 @@ class _Converter:
         free = list({v.name: v for v in free}.values())
         graph = Graph([*inputs, *free], [], nodes, dict(inits))
         validate(graph, infer=False)
-        known = infer_graph(graph).get(value)
-        return None if known is None else known.value
+        return infer_graph(graph).get(value)
 
     def _legacy_softmax(self, op: str, name, inputs, outputs, attrs: dict[str, Any]) -> None:
         """Opset < 13 (Log)Softmax coerces the input to 2-D at `axis`; axis -1 is the same as

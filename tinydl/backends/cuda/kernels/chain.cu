@@ -375,9 +375,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 
     // The weights and the first input tile: every load issued before the first store (one
     // wait for memory, not one a round).
-    uint4 w_[{{ (WBYTES // 16 + THREADS - 1) // THREADS }}];
+{% set NW = (WBYTES // 16 + THREADS - 1) // THREADS %}
+    uint4 w_[{{ NW }}];
 #pragma unroll
-    for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+    for (int j = 0; j < {{ NW }}; ++j) {
         const int i = threadIdx.x + j * THREADS;
         if (i < {{ WBYTES // 16 }}) w_[j] = wpack[i];
     }
@@ -435,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     };
     if (blockIdx.x < {{ TILES }}) fetch(blockIdx.x);
 #pragma unroll
-    for (int j = 0; j < {{ (WBYTES // 16 + THREADS - 1) // THREADS }}; ++j) {
+    for (int j = 0; j < {{ NW }}; ++j) {
         const int i = threadIdx.x + j * THREADS;
         if (i < {{ WBYTES // 16 }}) ((uint4*)smem)[i] = w_[j];
     }
