@@ -7,6 +7,7 @@ every backend against onnxruntime.
     python tools/zoo.py --export-only --onnx-dir .zoo     # write the .onnx files and stop
     python tools/zoo.py --models timm/mvitv2_tiny,torchvision/regnet_x_400mf   # any other one
     python tools/zoo.py --models torchvision/deeplabv3_mobilenet_v3_large,torchvision/r3d_18@112
+    python tools/zoo.py --models torchvision/maskrcnn_resnet50_fpn@320   # any detector too
     python tools/zoo.py --dynamic --models gpt2_2l,ssdlite320   # symbolic batch, length, size
 
 Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
@@ -119,7 +120,8 @@ def _image(size: int) -> np.ndarray:
 
 def _torchvision(name: str, size: int, **kw):
     """A torchvision model by its builder's name: a classifier, a segmentation model (its "out"
-    map) or a video classifier (a still clip of 16 frames of the image)."""
+    map), a video classifier (a still clip of 16 frames of the image) or a detector (as
+    _detector's, its images resized to SIZE: boxes, scores and labels)."""
 
     def build():
         import torch
@@ -127,6 +129,8 @@ def _torchvision(name: str, size: int, **kw):
 
         spaces = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
         where = next((m for m in spaces if callable(getattr(m, name, None))), None)
+        if where is None and callable(getattr(torchvision.models.detection, name, None)):
+            return _detector(name, size, min_size=size, max_size=size, **kw)()
         if where is None:
             raise KeyError(f"torchvision has no model builder '{name}'")
         if where is torchvision.models.segmentation:
@@ -513,7 +517,8 @@ MODELS = {
 
 def _build(name: str):
     """MODELS[name], or `timm/NAME` / `torchvision/NAME[@SIZE]`: that library's classifier
-    (torchvision's segmentation or video model too) at SIZE (default 224), random weights."""
+    (torchvision's segmentation, video or detection model too) at SIZE (default 224), random
+    weights."""
     if name in MODELS:
         return MODELS[name]
     lib, _, rest = name.partition("/")
@@ -803,7 +808,8 @@ def main(argv=None) -> int:
         "--models",
         default=",".join(MODELS),
         help="comma-separated (default: all); also timm/NAME or torchvision/NAME[@SIZE], any "
-        "classifier of those libraries at SIZE (default 224)",
+        "classifier of those libraries at SIZE (default 224), or torchvision's segmentation, "
+        "video or detection model",
     )
     p.add_argument(
         "--backends",
