@@ -366,7 +366,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     const uint4* B1 = (const uint4*)(smem + {{ OFF_B1 }});
     const uint4* B2 = (const uint4*)(smem + {{ OFF_B2 }});
     const uint4* B3 = (const uint4*)(smem + {{ OFF_B3 }});
+{% if not BIAS1K %}
     const float* bias1 = (const float*)(smem + {{ OFF_BIAS1 }});
+{% endif %}
     const float* bias2 = (const float*)(smem + {{ OFF_BIAS2 }});
     const float* bias3 = (const float*)(smem + {{ OFF_BIAS3 }});
     half_t* sin = (half_t*)(smem + {{ OFF_IN }});
@@ -575,7 +577,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
         const bool in = (unsigned)gy < {{ H }}u && (unsigned)gx < {{ W }}u;
 #pragma unroll
         for (int n = 0; n < {{ NT2 }}; ++n) {
-            const int ch = n * 8 + 2 * t;
             const float r0 = a[4 * n + 2 * h] + b2[n][0], r1 = a[4 * n + 2 * h + 1] + b2[n][1];
             *(unsigned*)(s2 + n * {{ P2 * 8 }} + p * 8 + 2 * t) = in ? epilogue2(r0, r1) : 0u;
         }
