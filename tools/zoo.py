@@ -121,7 +121,7 @@ def _image(size: int) -> np.ndarray:
 def _torchvision(name: str, size: int, **kw):
     """A torchvision model by its builder's name: a classifier, a segmentation model (its "out"
     map), a video classifier (a still clip of 16 frames of the image) or a detector (as
-    _detector's, its images resized to SIZE: boxes, scores and labels)."""
+    _detector's, its images resized to SIZE, no score threshold: boxes, scores and labels)."""
 
     def build():
         import torch
@@ -130,7 +130,7 @@ def _torchvision(name: str, size: int, **kw):
         spaces = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
         where = next((m for m in spaces if callable(getattr(m, name, None))), None)
         if where is None and callable(getattr(torchvision.models.detection, name, None)):
-            return _detector(name, size, min_size=size, max_size=size, **kw)()
+            return _detector(name, size, True, min_size=size, max_size=size, **kw)()
         if where is None:
             raise KeyError(f"torchvision has no model builder '{name}'")
         if where is torchvision.models.segmentation:
@@ -157,7 +157,11 @@ def _torchvision(name: str, size: int, **kw):
     return build
 
 
-def _detector(name: str, size: int, **kw):
+def _detector(name: str, size: int, every_score: bool = False, **kw):
+    """A torchvision detector by its builder's name, on one image of SIZE. every_score: no
+    score threshold (random weights score every class about 1/91, under the default cut of two-
+    stage detectors, which then keep next to nothing to compare)."""
+
     def build():
         import torch
         import torchvision
@@ -186,6 +190,9 @@ def _detector(name: str, size: int, **kw):
                 scores = "classification" in path or path.endswith("cls_score")
                 if scores and isinstance(m, torch.nn.Conv2d | torch.nn.Linear):
                     m.weight.mul_(3.0)
+        if every_score:
+            heads = getattr(detector, "roi_heads", detector)  # (two-stage: the box head's)
+            heads.score_thresh = 0.0
         return OneImage(), (_image(size)[0],), ["x"]
 
     return build
