@@ -13,7 +13,8 @@ every backend against onnxruntime.
 Nothing is downloaded: torchvision and timm models are built with `weights=None`, YOLOv8n from
 ultralytics' own yaml, BERT from a transformers Config, the CRNN here. Random weights that zero
 or explode activations hide mistakes, so each model is conditioned first: norm scales and
-shifts are randomized, and batch-norm statistics are set from one pass over the input.
+shifts are randomized, and batch-norm statistics (and a two-stage detector's box head) are set
+from one pass over the input.
 
 Each model is exported once to `--onnx-dir` (reused when the file exists: a machine without
 ultralytics runs the YOLO file exported elsewhere), then run by onnxruntime (CPU, the
