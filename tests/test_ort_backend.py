@@ -38,6 +38,37 @@ def test_ppocr_det_on_onnxruntime(ppocr_det):
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
 
 
+def test_a_partition_past_protobufs_2gb_runs_from_a_file_with_its_weights(monkeypatch, rng):
+    """A partition whose ONNX protobuf cannot hold (past 2 GB: MViTv2's folded attention
+    indices) is written with its tensors in a file beside it and loaded from there; here the
+    serialization is made to fail as it does past 2 GB, on ESPCN."""
+    import os
+
+    import onnx
+    from google.protobuf.message import EncodeError
+
+    from tinydl.models import load_espcn
+
+    serialize = onnx.ModelProto.SerializeToString
+
+    def too_large(self, *args, **kwargs):
+        # (as protobuf past 2 GB, while the weights are inside)
+        if any(len(t.raw_data) > 1024 for t in self.graph.initializer):
+            raise EncodeError("Failed to serialize proto")
+        return serialize(self, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.ModelProto, "SerializeToString", too_large)
+    graph = load_espcn(3)
+    sess = td.compile(graph, backends=("onnxruntime",), strict=True)
+    (kernel,) = [p.kernel for p in sess.partitions]
+    files = sorted(os.listdir(kernel._folder.name))
+    assert files == ["partition.data", "partition.onnx"], files
+    x = rng.random((1, 1, 19, 21), dtype=np.float32)
+    (got,) = sess.run({"y": x}).values()
+    (want,) = td.compile(graph, backends=("numpy",)).run({"y": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_failure_inside_onnxruntime_is_an_op_error():
     from helpers.models import reshape_mismatch_graph
 

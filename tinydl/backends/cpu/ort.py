@@ -54,10 +54,18 @@ class OrtKernel(Kernel):
         # with the optimizations off), else the ONNX tinydl wrote.
         self._model: np.ndarray | None = None
         self._optimized = False
+        self._folder = None  # (a partition past protobuf's 2 GB: its ONNX and weights' files)
         try:
             # onnxruntime checks the model itself; onnx's checker would refuse a boundary value
             # whose rank tinydl's inference does not know (PP-OCRv4 rec's output)
-            model = to_onnx(graph, check=False).SerializeToString()
+            from google.protobuf.message import EncodeError
+
+            proto = to_onnx(graph, check=False)
+            try:
+                model = proto.SerializeToString()
+            except (EncodeError, ValueError):  # past protobuf's 2 GB: weights in a file beside it
+                self._start_large(proto)
+                return
             if options.extra.get("snapshot"):
                 self._start_keeping(model)
             else:
@@ -69,7 +77,7 @@ class OrtKernel(Kernel):
                 f"onnxruntime cannot run this partition ({len(graph.nodes)} nodes): {exc}"
             ) from exc
 
-    def _start(self, model: bytes, level: str, save_to: str | None = None) -> None:
+    def _start(self, model: bytes | str, level: str, save_to: str | None = None) -> None:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
@@ -84,6 +92,21 @@ class OrtKernel(Kernel):
         if save_to is not None:
             so.optimized_model_filepath = save_to
         self.session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+    def _start_large(self, proto) -> None:
+        """A partition whose ONNX is past protobuf's 2 GB (folded index tensors of MViTv2's
+        attention, or a large model's weights): written with its tensors in a file beside it,
+        in a temporary folder kept with the kernel, and loaded from there."""
+        import tempfile
+
+        import onnx
+
+        self._folder = tempfile.TemporaryDirectory(prefix="tinydl-ort-")
+        path = os.path.join(self._folder.name, "partition.onnx")
+        onnx.save_model(
+            proto, path, save_as_external_data=True, location="partition.data", size_threshold=1024
+        )
+        self._start(path, self.level)
 
     def _start_keeping(self, model: bytes) -> None:
         """Start, onnxruntime writing the model it optimized (its own optimizations depend on
