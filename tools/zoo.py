@@ -148,7 +148,8 @@ def _image(size: int) -> np.ndarray:
 def _torchvision(name: str, size: int, **kw):
     """A torchvision model by its builder's name: a classifier, a segmentation model (its "out"
     map), a video classifier (a still clip of 16 frames of the image) or a detector (as
-    _detector's, its images resized to SIZE, no score threshold: boxes, scores and labels)."""
+    _detector's, no score threshold, its images resized to SIZE but SSD's, which resize to
+    their own: boxes, scores and labels)."""
 
     def build():
         import torch
@@ -157,7 +158,9 @@ def _torchvision(name: str, size: int, **kw):
         spaces = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
         where = next((m for m in spaces if callable(getattr(m, name, None))), None)
         if where is None and callable(getattr(torchvision.models.detection, name, None)):
-            return _detector(name, size, True, min_size=size, max_size=size, **kw)()
+            # (SSD's builders fix their own image size)
+            sized = {} if name.startswith("ssd") else {"min_size": size, "max_size": size}
+            return _detector(name, size, True, **sized, **kw)()
         if where is None:
             raise KeyError(f"torchvision has no model builder '{name}'")
         if where is torchvision.models.segmentation:
