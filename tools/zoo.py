@@ -214,11 +214,11 @@ def _detector(name: str, size: int, every_score: bool = False, **kw):
         # Random class scores are all about 1/91, a few 1e-8 apart; wider logits spread them.
         # Which of ~300k candidates survive still hangs on rounding near the cut, so detectors
         # are also judged by matching their detections (see _matched).
-        # (one-stage heads: `head.classification_head`; two-stage: `roi_heads.box_predictor`)
+        # (one-stage heads, `head.classification_head`; a two-stage one's box head is scaled
+        # from a pass instead, _calibrate_box_head)
         with torch.no_grad():
             for path, m in detector.named_modules():
-                scores = "classification" in path or path.endswith("cls_score")
-                if scores and isinstance(m, torch.nn.Conv2d | torch.nn.Linear):
+                if "classification" in path and isinstance(m, torch.nn.Conv2d | torch.nn.Linear):
                     m.weight.mul_(3.0)
         if every_score:
             heads = getattr(detector, "roi_heads", detector)  # (two-stage: the box head's)

@@ -375,19 +375,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
     half_t* s1 = (half_t*)(smem + {{ OFF_L1 }});
     half_t* s2 = (half_t*)(smem + {{ OFF_L2 }});
 
-    // Layer 1's weights and the first input tile: every load issued before the first store
-    // (one wait for memory, not one a round). The other layers' weights come with cp.async
-    // during the first tile's layer 1, waited for before its layer 2 (docs/cuda.md).
+    // Layer 1's weights and bias (the pack's first OFF_B2 bytes) and the first input tile:
+    // every load issued before the first store (one wait for memory, not one a round). The
+    // other layers' weights come with cp.async during the first tile's layer 1, waited for
+    // before its layer 2 (docs/cuda.md).
 {% set W1END = OFF_B2 // 16 %}
-{# (layer 1's bias too where its epilogue adds it: not BIAS1K) #}
-{% set BIAS1 = [OFF_BIAS1 // 16, OFF_BIAS1 // 16] if BIAS1K else [OFF_BIAS1 // 16, OFF_BIAS2 // 16] %}
-{% set NW = (W1END + BIAS1[1] - BIAS1[0] + THREADS - 1) // THREADS %}
-    auto wfirst = [](int i) { return i < {{ W1END }} ? i : i - {{ W1END }} + {{ BIAS1[0] }}; };
+{% set NW = (W1END + THREADS - 1) // THREADS %}
     uint4 w_[{{ NW }}];
 #pragma unroll
     for (int j = 0; j < {{ NW }}; ++j) {
         const int i = threadIdx.x + j * THREADS;
-        if (i < {{ W1END + BIAS1[1] - BIAS1[0] }}) w_[j] = wpack[wfirst(i)];
+        if (i < {{ W1END }}) w_[j] = wpack[i];
     }
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -445,17 +443,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) k(
 #pragma unroll
     for (int j = 0; j < {{ NW }}; ++j) {
         const int i = threadIdx.x + j * THREADS;
-        if (i < {{ W1END + BIAS1[1] - BIAS1[0] }}) ((uint4*)smem)[wfirst(i)] = w_[j];
+        if (i < {{ W1END }}) ((uint4*)smem)[i] = w_[j];
     }
 {% if WGMMA %}
     fence_proxy_async();  // layer 1 reads its weights through wgmma
 {% endif %}
     if (blockIdx.x < {{ TILES }}) commit();
     for (int i = {{ W1END }} + threadIdx.x; i < {{ WBYTES // 16 }}; i += THREADS)
-{% if BIAS1[1] > BIAS1[0] %}
-        if (i < {{ BIAS1[0] }} || i >= {{ BIAS1[1] }})
-{% endif %}
-            cp_async16(smem_addr(smem + 16 * i), wpack + i);
+        cp_async16(smem_addr(smem + 16 * i), wpack + i);
     cp_async_commit();
 
     // Each layer as a function of the tile's origin. Layer 1 hands out its m16 tiles from the

@@ -512,8 +512,7 @@ def conv_chain(b):
             rows, starts = _given_split(split, th, lay["MT1"], threads // 128)
             l3["L3_CALLS"] = _calls(rows)
         l3["L1_SPLIT"] = starts
-    parts, offs, nk = [], {}, {}
-    pos = 0
+    raws, nk = {}, {}
     for key, wts, bias in links:
         nk[key] = math.ceil(wts.shape[1] * wts.shape[2] ** 2 / 16)
         if key == "3" and fold["FOLD3"]:
@@ -522,16 +521,18 @@ def conv_chain(b):
             raw = _wgmma_b(wts, bias if key == "1" and bias1k else None).tobytes()
         else:
             raw = _fragments(wts)[0].tobytes()
-        offs[f"OFF_B{key}"] = pos
-        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-        pos += _pad16(len(raw))
+        raws[f"OFF_B{key}"] = raw
     for (key, _, bias), count in zip(links, (c1, c2, nt3 * 8), strict=True):
         vec = np.zeros(count, np.float32)
         vec[: bias.size] = bias
-        offs[f"OFF_BIAS{key}"] = pos
-        raw = vec.tobytes()
-        parts.append(raw + bytes(_pad16(len(raw)) - len(raw)))
-        pos += _pad16(len(raw))
+        raws[f"OFF_BIAS{key}"] = vec.tobytes()
+    # Layer 1's weights and bias first: the kernel loads them before the first tile, the rest
+    # (from OFF_B2 on) while that tile's layer 1 runs.
+    parts, offs, pos = [], {}, 0
+    for name in ("OFF_B1", "OFF_BIAS1", "OFF_B2", "OFF_B3", "OFF_BIAS2", "OFF_BIAS3"):
+        offs[name] = pos
+        parts.append(raws[name] + bytes(_pad16(len(raws[name])) - len(raws[name])))
+        pos += _pad16(len(raws[name]))
     # (a folded layer 3's B is smaller than wbytes counts: zeros up to it)
     pack = np.frombuffer(b"".join(parts).ljust(wbytes, b"\0"), np.uint8)
     off_in = wbytes
